@@ -1,0 +1,3 @@
+module github.com/fleetmq/fleetmq
+
+go 1.26.8
