@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+)
+
+// brokerConfig is the configuration of `fleetmq broker`. Each flag has a
+// FLEETMQ_* environment variable (named in its help text); a flag on the
+// command line wins over the variable, which wins over the default.
+type brokerConfig struct {
+	Listen         string
+	TLSListen      string
+	TLSCert        string
+	TLSKey         string
+	WSListen       string
+	StatePath      string
+	MaxInflight    int
+	MaxQueued      int
+	MaxPacketSize  int
+	RetainedMaxAge time.Duration
+	LogLevel       string
+}
+
+func (c *brokerConfig) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:1883", "MQTT TCP listen address (empty to disable) [FLEETMQ_MQTT_LISTEN]")
+	fs.StringVar(&c.TLSListen, "tls-listen", "", "MQTT over TLS listen address [FLEETMQ_MQTT_TLS_LISTEN]")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (PEM) [FLEETMQ_TLS_CERT]")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file (PEM) [FLEETMQ_TLS_KEY]")
+	fs.StringVar(&c.WSListen, "ws-listen", "", "MQTT over WebSocket listen address, path /mqtt [FLEETMQ_MQTT_WS_LISTEN]")
+	fs.StringVar(&c.StatePath, "state", "", "file to save retained messages and sessions in (empty: in memory only) [FLEETMQ_BROKER_STATE]")
+	fs.IntVar(&c.MaxInflight, "max-inflight", broker.DefaultMaxInflight, "unacknowledged QoS 1/2 messages per session [FLEETMQ_MAX_INFLIGHT]")
+	fs.IntVar(&c.MaxQueued, "max-queued", broker.DefaultMaxQueued, "messages queued per session behind the inflight window [FLEETMQ_MAX_QUEUED]")
+	fs.IntVar(&c.MaxPacketSize, "max-packet-size", broker.DefaultMaxPacketSize, "largest accepted packet in bytes [FLEETMQ_MAX_PACKET_SIZE]")
+	fs.DurationVar(&c.RetainedMaxAge, "retained-max-age", 0, "maximum age of retained messages, 0 for none [FLEETMQ_RETAINED_MAX_AGE]")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
+}
+
+func (c *brokerConfig) Validate() error {
+	if c.Listen == "" && c.TLSListen == "" && c.WSListen == "" {
+		return fmt.Errorf("no listener: set -listen, -tls-listen or -ws-listen")
+	}
+	if c.TLSListen != "" && (c.TLSCert == "" || c.TLSKey == "") {
+		return fmt.Errorf("-tls-listen needs -tls-cert and -tls-key")
+	}
+	return nil
+}
+
+func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg brokerConfig
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.flags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	srv, err := broker.New(broker.Options{
+		Logger:         log,
+		MaxInflight:    cfg.MaxInflight,
+		MaxQueued:      cfg.MaxQueued,
+		MaxPacketSize:  uint32(cfg.MaxPacketSize),
+		RetainedMaxAge: cfg.RetainedMaxAge,
+		StatePath:      cfg.StatePath,
+	})
+	if err != nil {
+		return err
+	}
+	// Open every listener before announcing, so a busy port fails at once.
+	var listening []string
+	fail := func(err error) error {
+		srv.Close(context.Background())
+		return err
+	}
+	if cfg.Listen != "" {
+		ln, err := srv.ListenTCP(cfg.Listen)
+		if err != nil {
+			return fail(err)
+		}
+		listening = append(listening, "mqtt://"+ln.Addr().String())
+	}
+	if cfg.TLSListen != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return fail(fmt.Errorf("load TLS key pair: %w", err))
+		}
+		ln, err := srv.ListenTLS(cfg.TLSListen, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		if err != nil {
+			return fail(err)
+		}
+		listening = append(listening, "mqtts://"+ln.Addr().String())
+	}
+	if cfg.WSListen != "" {
+		ln, err := srv.ListenWebSocket(cfg.WSListen)
+		if err != nil {
+			return fail(err)
+		}
+		listening = append(listening, "ws://"+ln.Addr().String()+"/mqtt")
+	}
+	log.Info("fleetmq broker listening (open policy: anonymous clients, any topic)", "listeners", strings.Join(listening, " "))
+	fmt.Fprintf(stdout, "fleetmq broker listening on %s\n", strings.Join(listening, " "))
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Close(sctx)
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: %w", level, err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,331 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// smallRead is the inline read buffer an idle connection waits on; a
+// connection moves to a pooled large buffer only while traffic is heavy, so
+// an idle connection holds no large buffer.
+const (
+	smallRead = 128
+	largeRead = 4096
+)
+
+var readPool = sync.Pool{New: func() any { b := make([]byte, largeRead); return &b }}
+
+// errClosedByServer marks connections the server closed on purpose.
+var errClosedByServer = errors.New("closed by server")
+
+// conn is one network connection. The reader goroutine (run) owns the read
+// side and the inbound protocol state; the write side is shared and guarded
+// by wmu.
+type conn struct {
+	srv  *Server
+	nc   net.Conn
+	kind listenerKind
+
+	// Read side, owned by the reader goroutine.
+	small   [smallRead]byte
+	large   *[]byte // pooled buffer while busy, nil while idle
+	buf     []byte  // small[:] or *large
+	r, w    int
+	lastN   int // bytes returned by the last read
+	version byte
+	id      *Identity
+	sess    *session
+	ka      time.Duration // keep alive enforced (1.5x), 0 = none
+	aliasIn map[uint16]string
+	will    *packet.Will
+	// problemInfo: v5 Request Problem Information (reason strings allowed).
+	problemInfo bool
+	// sessionExpiryZero: the CONNECT asked for expiry 0 (a DISCONNECT may
+	// not raise it).
+	sessionExpiryZero bool
+	// sendWill: the client disconnected with 0x04 (publish the will).
+	sendWill bool
+	// taken is set when a newer connection took the session over.
+	taken atomic.Bool
+
+	// Inbound QoS 1/2 not yet fully acknowledged (Receive Maximum).
+	pendingMu sync.Mutex
+	pending   int
+
+	// Outbound limits the client asked for (v5), fixed after CONNECT.
+	maxOut   uint32 // client's Maximum Packet Size, 0 = protocol max
+	aliasMax uint16 // client's Topic Alias Maximum
+	// aliasOut is guarded by the session mutex (encoding happens under it).
+	aliasOut map[string]uint16
+
+	// Write side.
+	wmu     sync.Mutex
+	wbuf    []byte
+	spare   []byte
+	writing bool // a writer is flushing
+	closed  bool
+	full    bool // the pump stopped because wbuf was over the high mark
+	sockMu  sync.Mutex
+}
+
+// highWater is how many encoded bytes a connection buffers before the pump
+// leaves messages in the session queue.
+const highWater = 256 << 10
+
+func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
+	c := &conn{srv: s, nc: nc, kind: kind}
+	c.buf = c.small[:]
+	return c
+}
+
+// run serves the connection until it ends.
+func (c *conn) run() {
+	err := c.serve()
+	c.finish(err)
+}
+
+func (c *conn) serve() error {
+	c.nc.SetReadDeadline(c.srv.now().Add(c.srv.opts.ConnectTimeout))
+	first, err := c.readPacket()
+	if err != nil {
+		c.failConnect(err)
+		return err
+	}
+	cp, ok := first.(*packet.Connect)
+	if !ok {
+		return fmt.Errorf("first packet is %v, not CONNECT", first.Type())
+	}
+	if err := c.connect(cp); err != nil {
+		return err
+	}
+	for {
+		p, err := c.readPacket()
+		if err != nil {
+			return err
+		}
+		if err := c.handle(p); err != nil {
+			return err
+		}
+	}
+}
+
+// failConnect answers a CONNECT that could not be decoded where the
+// protocol allows it.
+func (c *conn) failConnect(err error) {
+	var pe *packet.Error
+	if !errors.As(err, &pe) || c.version == 0 {
+		return
+	}
+	code := pe.Code
+	if code == packet.UnsupportedProtocolVersion {
+		// Answer in the form the client can read.
+		if c.version == packet.Version5 {
+			c.sendNow(&packet.Connack{ReasonCode: code})
+		} else {
+			c.version = packet.Version311
+			c.sendNow(&packet.Connack{ReasonCode: code})
+		}
+		return
+	}
+	if c.version == packet.Version5 {
+		c.sendNow(&packet.Connack{ReasonCode: code})
+	}
+}
+
+// fill reads more bytes into the read buffer. It releases the large buffer
+// before blocking when the previous read was small, so idle connections
+// hold only the inline buffer.
+func (c *conn) fill() error {
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+		if c.large != nil && c.lastN <= smallRead {
+			readPool.Put(c.large)
+			c.large = nil
+			c.buf = c.small[:]
+		}
+		if c.ka > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(c.ka))
+		}
+	} else if c.w == len(c.buf) {
+		// Partial packet at the end of the buffer: make room.
+		if c.large == nil {
+			c.large = readPool.Get().(*[]byte)
+			n := copy(*c.large, c.buf[c.r:c.w])
+			c.buf = *c.large
+			c.r, c.w = 0, n
+		} else {
+			n := copy(c.buf, c.buf[c.r:c.w])
+			c.r, c.w = 0, n
+		}
+	}
+	n, err := c.nc.Read(c.buf[c.w:])
+	c.lastN = n
+	c.w += n
+	if n > 0 {
+		c.srv.stats.bytesIn.Add(int64(n))
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// readPacket returns the next packet. Bodies of packets whose fields are
+// kept (PUBLISH, CONNECT, SUBSCRIBE, UNSUBSCRIBE) are copied out of the read
+// buffer; the others are decoded in place.
+func (c *conn) readPacket() (packet.Packet, error) {
+	for {
+		header, remaining, n, err := packet.ParseHeader(c.buf[c.r:c.w])
+		if err == packet.ErrIncomplete {
+			// Before reading, flush what the packets handled so far
+			// produced (acks, SUBACKs): this is where own writes go out.
+			c.flushInline()
+			if err := c.fill(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if limit := c.srv.opts.MaxPacketSize; uint64(n)+uint64(remaining) > uint64(limit) {
+			return nil, packet.Errorf(packet.PacketTooLarge, "packet of %d bytes is over the maximum of %d", n+remaining, limit)
+		}
+		typ := packet.Type(header >> 4)
+		c.srv.stats.packetsIn[typ&15].Add(1)
+		keep := typ == packet.PUBLISH || typ == packet.CONNECT || typ == packet.SUBSCRIBE || typ == packet.UNSUBSCRIBE
+		var body []byte
+		if avail := c.w - c.r - n; avail >= remaining && !keep {
+			body = c.buf[c.r+n : c.r+n+remaining]
+			c.r += n + remaining
+		} else {
+			body = make([]byte, remaining)
+			got := copy(body, c.buf[c.r+n:c.w])
+			c.r += n + got
+			if got < remaining {
+				if _, err := io.ReadFull(c.nc, body[got:]); err != nil {
+					return nil, err
+				}
+				c.srv.stats.bytesIn.Add(int64(remaining - got))
+				c.lastN = remaining - got
+			}
+		}
+		if c.version == 0 && typ != packet.CONNECT {
+			return nil, fmt.Errorf("first packet is %v, not CONNECT", typ)
+		}
+		if typ == packet.CONNECT && c.version == 0 {
+			// Learn the protocol level early so a failed decode can be
+			// answered in the right form.
+			c.version = connectLevel(body)
+		}
+		return packet.Decode(header, body, c.version)
+	}
+}
+
+// connectLevel peeks at the protocol level of a CONNECT body.
+func connectLevel(body []byte) byte {
+	if len(body) < 2 {
+		return 0
+	}
+	n := int(body[0])<<8 | int(body[1])
+	if len(body) < 2+n+1 {
+		return 0
+	}
+	return body[2+n]
+}
+
+// handle dispatches one packet after CONNECT.
+func (c *conn) handle(p packet.Packet) error {
+	switch p := p.(type) {
+	case *packet.Publish:
+		return c.publish(p)
+	case *packet.Ack:
+		return c.handleAck(p)
+	case *packet.Subscribe:
+		return c.subscribe(p)
+	case *packet.Unsubscribe:
+		return c.unsubscribe(p)
+	case *packet.Pingreq:
+		c.writePacket(&packet.Pingresp{})
+		return nil
+	case *packet.Disconnect:
+		return c.disconnect(p)
+	case *packet.Connect:
+		return c.protocolError(packet.ProtocolError, "second CONNECT")
+	case *packet.Auth:
+		return c.protocolError(packet.ProtocolError, "AUTH without an authentication method")
+	default:
+		return c.protocolError(packet.ProtocolError, fmt.Sprintf("unexpected %v from a client", p.Type()))
+	}
+}
+
+// protocolError ends the connection: v5 clients get a DISCONNECT with code.
+func (c *conn) protocolError(code packet.ReasonCode, reason string) error {
+	c.closeWith(code, reason)
+	return packet.Errorf(code, "%s", reason)
+}
+
+// closeWith sends a v5 DISCONNECT (when the protocol allows) and closes.
+func (c *conn) closeWith(code packet.ReasonCode, reason string) {
+	if c.version == packet.Version5 && c.id != nil {
+		d := &packet.Disconnect{ReasonCode: code}
+		if reason != "" && c.problemInfo {
+			d.Properties.SetReasonString(reason)
+		}
+		c.sendNow(d)
+	}
+	c.nc.Close()
+}
+
+// handleAck processes PUBACK/PUBREC/PUBREL/PUBCOMP.
+func (c *conn) handleAck(a *packet.Ack) error {
+	switch a.Kind {
+	case packet.PUBREL:
+		return c.pubrel(a.PacketID)
+	case packet.PUBREC:
+		if !c.sess.ack(a.Kind, a.PacketID, a.ReasonCode) {
+			c.writeAck(packet.PUBREL, a.PacketID, packet.PacketIdentifierNotFound, true)
+		}
+	default:
+		c.sess.ack(a.Kind, a.PacketID, a.ReasonCode)
+	}
+	return nil
+}
+
+// finish cleans up after the reader ends.
+func (c *conn) finish(err error) {
+	c.wmu.Lock()
+	c.closed = true
+	c.wmu.Unlock()
+	c.nc.Close()
+	if c.large != nil {
+		readPool.Put(c.large)
+		c.large = nil
+	}
+	if c.id == nil {
+		return
+	}
+	var pe *packet.Error
+	if errors.As(err, &pe) {
+		c.srv.stats.protocolErrors.Add(1)
+		c.srv.log.Debug("client disconnected after a protocol error", "client_id", c.id.ClientID, "error", err)
+	}
+	c.srv.detach(c, err)
+	if errors.Is(err, errNormalDisconnect) {
+		err = nil
+	}
+	c.srv.policy.Disconnected(c.id, err)
+}
+
+// shutdown ends the connection from the server side with a v5 reason.
+func (c *conn) shutdown(code packet.ReasonCode) {
+	c.closeWith(code, "")
+}

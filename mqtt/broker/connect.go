@@ -1,0 +1,310 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// errNormalDisconnect ends a connection after a client's normal DISCONNECT.
+var errNormalDisconnect = errors.New("normal disconnect")
+
+// errTakenOver ends a connection whose session moved to a newer one.
+var errTakenOver = errors.New("session taken over")
+
+// connect handles the CONNECT packet: authentication, session attach and
+// the CONNACK.
+func (c *conn) connect(cp *packet.Connect) error {
+	c.version = cp.ProtocolLevel
+	v5 := c.version == packet.Version5
+	refuse := func(code packet.ReasonCode) error {
+		c.sendNow(&packet.Connack{ReasonCode: code})
+		c.nc.Close()
+		return packet.Errorf(code, "connect refused")
+	}
+	if v5 && cp.Properties.Has(packet.PropAuthMethod) {
+		return refuse(packet.BadAuthenticationMethod)
+	}
+	assigned := ""
+	if cp.ClientID == "" {
+		if !v5 && !cp.CleanStart {
+			return refuse(packet.ClientIdentifierNotValid)
+		}
+		assigned = "auto-" + strconv.FormatUint(c.srv.nextID.Add(1), 36) + "-" + strconv.FormatInt(c.srv.now().UnixNano()%1e9, 36)
+		cp.ClientID = assigned
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.srv.opts.ConnectTimeout)
+	id, code := c.srv.policy.Authenticate(ctx, &ConnectRequest{Connect: cp, RemoteAddr: c.nc.RemoteAddr(), TLS: c.kind.tls, WebSocket: c.kind.websocket})
+	cancel()
+	if code >= 0x80 || id == nil {
+		if code < 0x80 {
+			code = packet.NotAuthorized
+		}
+		c.srv.stats.connectsRefused.Add(1)
+		return refuse(code)
+	}
+	if id.ClientID == "" {
+		id.ClientID = cp.ClientID
+	}
+	c.fillLimits(id)
+	c.id = id
+
+	// Keep alive: the client's value, capped by the server.
+	ka := cp.KeepAlive
+	serverKA := false
+	if max := c.srv.opts.MaxKeepAlive; max > 0 && (ka == 0 || ka > max) {
+		ka, serverKA = max, true
+	}
+	if ka > 0 {
+		c.ka = time.Duration(ka) * time.Second * 3 / 2
+	}
+
+	expiry := uint32(0)
+	if v5 {
+		expiry = min(cp.Properties.SessionExpiry, c.srv.opts.MaxSessionExpiry)
+		c.sessionExpiryZero = cp.Properties.SessionExpiry == 0
+		c.problemInfo = !cp.Properties.Has(packet.PropRequestProblemInfo) || cp.Properties.RequestProblemInfo == 1
+		if cp.Properties.Has(packet.PropMaximumPacketSize) {
+			c.maxOut = cp.Properties.MaximumPacketSize
+		}
+		c.aliasMax = cp.Properties.TopicAliasMaximum
+	} else if !cp.CleanStart {
+		expiry = c.srv.opts.MaxSessionExpiry
+	}
+	if cp.Will != nil {
+		c.will = cp.Will
+	}
+
+	window := id.Limits.MaxInflight
+	if v5 && cp.Properties.Has(packet.PropReceiveMaximum) {
+		window = min(window, int(cp.Properties.ReceiveMaximum))
+	}
+
+	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window)
+	c.sess = ss
+
+	ack := &packet.Connack{SessionPresent: present, ReasonCode: packet.Success}
+	if v5 {
+		pr := &ack.Properties
+		if assigned != "" {
+			pr.SetString(packet.PropAssignedClientID, assigned)
+		}
+		if serverKA {
+			pr.SetUint16(packet.PropServerKeepAlive, ka)
+		}
+		if cp.Properties.Has(packet.PropSessionExpiry) && expiry != cp.Properties.SessionExpiry {
+			pr.SetSessionExpiry(expiry)
+		}
+		pr.SetUint16(packet.PropReceiveMaximum, c.srv.opts.ReceiveMaximum)
+		pr.SetUint32(packet.PropMaximumPacketSize, c.srv.opts.MaxPacketSize)
+		pr.SetUint16(packet.PropTopicAliasMaximum, c.srv.opts.TopicAliasMaximum)
+		if id.Limits.MaxQoS < 2 {
+			pr.SetByte(packet.PropMaximumQoS, id.Limits.MaxQoS)
+		}
+		if cp.Properties.RequestResponseInfo == 1 && id.ResponseInfo != "" {
+			pr.SetString(packet.PropResponseInfo, id.ResponseInfo)
+		}
+	}
+	c.writePacket(ack)
+	// Resend what the resumed session had in flight, then queued messages.
+	ss.mu.Lock()
+	if ss.c == c {
+		ss.resendLocked()
+		ss.pumpLocked(true)
+	}
+	ss.mu.Unlock()
+	return nil
+}
+
+// fillLimits replaces zero limits with the server's options.
+func (c *conn) fillLimits(id *Identity) {
+	o := &c.srv.opts
+	l := &id.Limits
+	if l.MaxInflight <= 0 {
+		l.MaxInflight = o.MaxInflight
+	}
+	if l.MaxQueued <= 0 {
+		l.MaxQueued = o.MaxQueued
+	}
+	if l.MaxRetainedBurst <= 0 {
+		l.MaxRetainedBurst = o.MaxRetainedBurst
+	}
+	if !l.CapQoS || l.MaxQoS > 2 {
+		l.MaxQoS = 2
+	}
+}
+
+// attach binds a connection to its session: taking over a connected
+// session, resuming a stored one, or starting fresh. It reports whether a
+// session was present. The lookup and the swap of the session's connection
+// happen under the server lock, so of two simultaneous CONNECTs with the same
+// client id exactly one ends up owning the session.
+func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window int) (*session, bool) {
+	key := id.SessionKey()
+	now := s.now()
+	s.mu.Lock()
+	if t, ok := s.wills[key]; ok {
+		// Reconnected within the will delay: the will is not published.
+		t.Stop()
+		delete(s.wills, key)
+	}
+	ss := s.sessions[key]
+	var prev *session // a session this connection replaces
+	if ss != nil && (clean || ss.expiredAt(now)) {
+		prev, ss = ss, nil
+	}
+	present := ss != nil
+	if ss == nil {
+		ss = &session{srv: s, key: key, subs: make(map[string]*subscription)}
+		s.sessions[key] = ss
+	}
+	ss.mu.Lock()
+	old := ss.c
+	ss.c = c
+	ss.id = id
+	ss.limits = id.Limits
+	ss.window = window
+	ss.expiry = expiry
+	ss.ended = false
+	ss.mu.Unlock()
+	var prevConn *conn
+	if prev != nil {
+		prev.mu.Lock()
+		prevConn = prev.c
+		prev.c = nil
+		prev.mu.Unlock()
+	}
+	s.mu.Unlock()
+
+	if old != nil {
+		s.takeOver(old, clean)
+	}
+	if prev != nil {
+		if prevConn != nil {
+			s.takeOver(prevConn, true)
+		}
+		s.endSession(prev, false)
+	}
+	return ss, present
+}
+
+// takeOver ends an older connection of the same session. Its will follows
+// the normal rules: published now unless the new connection resumes the
+// session and the will has a delay.
+func (s *Server) takeOver(old *conn, clean bool) {
+	old.wmu.Lock()
+	will := old.will
+	old.will = nil
+	old.wmu.Unlock()
+	if will != nil && (clean || will.Properties.WillDelay == 0) {
+		s.publishWill(old.id, will)
+	}
+	old.taken.Store(true)
+	old.closeWith(packet.SessionTakenOver, "another connection took over the session")
+}
+
+// detach runs when a connection ends: the session goes offline (or ends)
+// and the will is published or scheduled.
+func (s *Server) detach(c *conn, err error) {
+	ss := c.sess
+	if ss == nil {
+		return
+	}
+	c.wmu.Lock()
+	will := c.will
+	c.will = nil
+	c.wmu.Unlock()
+	if errors.Is(err, errNormalDisconnect) && !c.sendWill {
+		will = nil
+	}
+	ss.mu.Lock()
+	current := ss.c == c
+	if current {
+		ss.c = nil
+		ss.disconnectedAt = s.now()
+	}
+	expiry := ss.expiry
+	ss.mu.Unlock()
+	if !current {
+		return // taken over: the new connection owns the session
+	}
+	s.mu.Lock()
+	closing := s.closed
+	s.mu.Unlock()
+	if closing {
+		return // saved with the state; wills are not published at shutdown
+	}
+	if expiry == 0 {
+		s.endSession(ss, true)
+	}
+	if will == nil {
+		return
+	}
+	delay := will.Properties.WillDelay
+	if delay == 0 || expiry == 0 {
+		s.publishWill(c.id, will)
+		return
+	}
+	delay = min(delay, expiry)
+	id := c.id
+	key := ss.key
+	s.mu.Lock()
+	s.wills[key] = time.AfterFunc(time.Duration(delay)*time.Second, func() {
+		s.mu.Lock()
+		t, ok := s.wills[key]
+		if ok {
+			delete(s.wills, key)
+		}
+		closed := s.closed
+		s.mu.Unlock()
+		if ok && t != nil && !closed {
+			s.publishWill(id, will)
+		}
+	})
+	s.mu.Unlock()
+}
+
+// endSession removes a session: its subscriptions leave the index and its
+// queued messages are dropped (counted). With remove it also leaves the
+// session table (unless a newer session took its key).
+func (s *Server) endSession(ss *session, remove bool) {
+	ss.mu.Lock()
+	if ss.ended || ss.c != nil && remove {
+		ss.mu.Unlock()
+		return // already ended, or reconnected meanwhile
+	}
+	ss.ended = true
+	for wire, sub := range ss.subs {
+		s.subs.Unsubscribe(indexFilter(sub), ss.key)
+		delete(ss.subs, wire)
+	}
+	ss.clearLocked()
+	clear(ss.inbound2)
+	ss.mu.Unlock()
+	s.mu.Lock()
+	if s.sessions[ss.key] == ss {
+		delete(s.sessions, ss.key)
+	}
+	s.mu.Unlock()
+}
+
+// disconnect handles a client's DISCONNECT.
+func (c *conn) disconnect(d *packet.Disconnect) error {
+	if c.version == packet.Version5 {
+		if d.Properties.Has(packet.PropSessionExpiry) {
+			if c.sessionExpiryZero && d.Properties.SessionExpiry != 0 {
+				return c.protocolError(packet.ProtocolError, "session expiry cannot be raised from zero at DISCONNECT")
+			}
+			c.sess.mu.Lock()
+			c.sess.expiry = min(d.Properties.SessionExpiry, c.srv.opts.MaxSessionExpiry)
+			c.sess.mu.Unlock()
+		}
+		c.sendWill = d.ReasonCode == packet.DisconnectWithWill
+	}
+	c.flushInline()
+	c.nc.Close()
+	return errNormalDisconnect
+}

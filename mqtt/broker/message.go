@@ -1,0 +1,54 @@
+package broker
+
+import (
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// Message is an accepted application message. It is immutable once routed:
+// every subscriber session holds the same *Message.
+type Message struct {
+	Topic        string // internal topic
+	Payload      []byte
+	QoS          byte // effective QoS (caps delivery)
+	PublishedQoS byte // QoS of the inbound PUBLISH
+	Retain       bool
+	// Properties carried onward (v5): payload format, content type,
+	// response topic, correlation data, user properties. Message Expiry is
+	// carried in Expiry instead; topic alias and subscription identifiers
+	// are per delivery.
+	Properties packet.Properties
+	Created    time.Time // receive time
+	Expiry     time.Time // zero: never
+	// Origin is the session key of the publisher (for No Local); empty for
+	// wills published after their session ended and for restored messages.
+	Origin string
+	// Publisher is the identity of the publishing session (nil for a will
+	// of an ended session or a restored message).
+	Publisher *Identity
+	// Data belongs to the Policy (from PublishDecision.Data).
+	Data any
+}
+
+// expired reports whether the message has expired at now.
+func (m *Message) expired(now time.Time) bool {
+	return !m.Expiry.IsZero() && !now.Before(m.Expiry)
+}
+
+// remainingExpiry is the Message Expiry Interval to send at now (seconds,
+// rounded up), and whether one is set.
+func (m *Message) remainingExpiry(now time.Time) (uint32, bool) {
+	if m.Expiry.IsZero() {
+		return 0, false
+	}
+	d := m.Expiry.Sub(now)
+	if d <= 0 {
+		return 0, true
+	}
+	s := (d + time.Second - 1) / time.Second
+	if s > 1<<32-1 {
+		s = 1<<32 - 1
+	}
+	return uint32(s), true
+}

@@ -1,0 +1,139 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Options configure a Server. Zero values are replaced by the defaults in
+// fill; Validate reports values that cannot work.
+type Options struct {
+	// Policy decides authentication, authorization and publish handling.
+	// Default: OpenPolicy{}.
+	Policy Policy
+	// Logger receives connection-level events. Default: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock (tests inject one). Default: time.Now.
+	Now func() time.Time
+
+	// MaxInflight is the default per-session window of unacknowledged
+	// outbound QoS 1/2 messages (a Policy may set it per session). Default 20.
+	MaxInflight int
+	// MaxQueued bounds the messages waiting behind the inflight window (and
+	// offline messages of a persistent session). Excess is dropped and
+	// counted as DropQueueFull. Default 1000.
+	MaxQueued int
+	// MaxRetainedBurst bounds the retained messages one SUBSCRIBE delivers;
+	// excess is dropped and counted as DropRetainedBurst. 0 means no bound
+	// beyond MaxQueued.
+	MaxRetainedBurst int
+	// ReceiveMaximum is advertised to v5 clients: the number of inbound
+	// QoS 1/2 PUBLISH the server accepts unacknowledged. Default 1024.
+	ReceiveMaximum uint16
+	// MaxPacketSize is the largest inbound packet accepted (advertised to v5
+	// clients). Default 1 MiB.
+	MaxPacketSize uint32
+	// TopicAliasMaximum is advertised to v5 clients for inbound aliases.
+	// Default 64.
+	TopicAliasMaximum uint16
+	// MaxKeepAlive caps the client's keep alive in seconds (v5 clients are
+	// told with Server Keep Alive). 0 means no cap. Default 0.
+	MaxKeepAlive uint16
+	// MaxSessionExpiry caps the session expiry interval in seconds; 3.1.1
+	// persistent sessions use it as their expiry. Default 7 days.
+	MaxSessionExpiry uint32
+	// RetainedMaxAge is the maximum age of a retained message; 0 means no
+	// limit. v5 retained publishes without Message Expiry get it, longer
+	// ones are clamped to it.
+	RetainedMaxAge time.Duration
+	// SweepInterval is how often expired retained messages and expired
+	// sessions are swept. Default 1 minute.
+	SweepInterval time.Duration
+	// ConnectTimeout is how long a new connection may take to send CONNECT.
+	// Default 10 seconds.
+	ConnectTimeout time.Duration
+	// WriteTimeout bounds one write to a client socket. Default 30 seconds.
+	WriteTimeout time.Duration
+	// StatePath, when set, is the file where retained messages and
+	// persistent sessions are saved on shutdown (and every SaveInterval) and
+	// loaded on start.
+	StatePath string
+	// SaveInterval is how often state is saved while running. Default 30s;
+	// negative disables periodic saves.
+	SaveInterval time.Duration
+}
+
+// Defaults used by fill.
+const (
+	DefaultMaxInflight       = 20
+	DefaultMaxQueued         = 1000
+	DefaultReceiveMaximum    = 1024
+	DefaultMaxPacketSize     = 1 << 20
+	DefaultTopicAliasMaximum = 64
+	DefaultMaxSessionExpiry  = 7 * 24 * 3600
+)
+
+func (o *Options) fill() {
+	if o.Policy == nil {
+		o.Policy = OpenPolicy{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxInflight == 0 {
+		o.MaxInflight = DefaultMaxInflight
+	}
+	if o.MaxQueued == 0 {
+		o.MaxQueued = DefaultMaxQueued
+	}
+	if o.ReceiveMaximum == 0 {
+		o.ReceiveMaximum = DefaultReceiveMaximum
+	}
+	if o.MaxPacketSize == 0 {
+		o.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if o.TopicAliasMaximum == 0 {
+		o.TopicAliasMaximum = DefaultTopicAliasMaximum
+	}
+	if o.MaxSessionExpiry == 0 {
+		o.MaxSessionExpiry = DefaultMaxSessionExpiry
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = time.Minute
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = 10 * time.Second
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+	if o.SaveInterval == 0 {
+		o.SaveInterval = 30 * time.Second
+	}
+}
+
+// Validate reports options that cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.MaxInflight < 1 || o.MaxInflight > 65535 {
+		errs = append(errs, fmt.Errorf("max inflight %d: must be 1..65535", o.MaxInflight))
+	}
+	if o.MaxQueued < 0 {
+		errs = append(errs, fmt.Errorf("max queued %d: must not be negative", o.MaxQueued))
+	}
+	if o.MaxRetainedBurst < 0 {
+		errs = append(errs, fmt.Errorf("max retained burst %d: must not be negative", o.MaxRetainedBurst))
+	}
+	if o.MaxPacketSize < 64 || o.MaxPacketSize > 268435460 {
+		errs = append(errs, fmt.Errorf("max packet size %d: must be 64..268435460", o.MaxPacketSize))
+	}
+	if o.RetainedMaxAge < 0 {
+		errs = append(errs, errors.New("retained max age must not be negative"))
+	}
+	return errors.Join(errs...)
+}

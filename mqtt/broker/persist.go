@@ -1,0 +1,252 @@
+package broker
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// The state file holds retained messages and persistent sessions as JSON.
+// It is written to a temporary file, synced and renamed, so a crash during a
+// save leaves the previous state intact.
+
+const stateVersion = 1
+
+type stateFile struct {
+	Version  int            `json:"version"`
+	Saved    time.Time      `json:"saved"`
+	Retained []savedMessage `json:"retained"`
+	Sessions []savedSession `json:"sessions"`
+}
+
+type savedMessage struct {
+	Topic         string                `json:"topic"`
+	Payload       []byte                `json:"payload"`
+	QoS           byte                  `json:"qos"`
+	PublishedQoS  byte                  `json:"published_qos"`
+	Retain        bool                  `json:"retain,omitempty"`
+	Created       time.Time             `json:"created"`
+	Expiry        time.Time             `json:"expiry,omitzero"`
+	ContentType   string                `json:"content_type,omitempty"`
+	ResponseTopic string                `json:"response_topic,omitempty"`
+	Correlation   []byte                `json:"correlation,omitempty"`
+	PayloadFmt    *byte                 `json:"payload_format,omitempty"`
+	User          []packet.UserProperty `json:"user,omitempty"`
+}
+
+type savedDelivery struct {
+	Message savedMessage `json:"message"`
+	QoS     byte         `json:"qos"`
+	Retain  bool         `json:"retain,omitempty"`
+	SubID   uint32       `json:"sub_id,omitempty"`
+	PID     uint16       `json:"pid,omitempty"`
+	State   uint8        `json:"state,omitempty"`
+}
+
+type savedSub struct {
+	Wire           string `json:"wire"`
+	Filter         string `json:"filter"`
+	QoS            byte   `json:"qos"`
+	NoLocal        bool   `json:"no_local,omitempty"`
+	RAP            bool   `json:"rap,omitempty"`
+	RetainHandling byte   `json:"retain_handling,omitempty"`
+	ID             uint32 `json:"id,omitempty"`
+}
+
+type savedSession struct {
+	Namespace      string          `json:"namespace,omitempty"`
+	ClientID       string          `json:"client_id"`
+	Username       string          `json:"username,omitempty"`
+	DeliverPrefix  string          `json:"deliver_prefix,omitempty"`
+	Limits         Limits          `json:"limits"`
+	Expiry         uint32          `json:"expiry"`
+	DisconnectedAt time.Time       `json:"disconnected_at"`
+	NextPID        uint16          `json:"next_pid"`
+	Subs           []savedSub      `json:"subs"`
+	Inflight       []savedDelivery `json:"inflight,omitempty"`
+	Queue          []savedDelivery `json:"queue,omitempty"`
+	Inbound2       []uint16        `json:"inbound_qos2,omitempty"`
+}
+
+func saveMessage(m *Message) savedMessage {
+	sm := savedMessage{Topic: m.Topic, Payload: m.Payload, QoS: m.QoS, PublishedQoS: m.PublishedQoS, Retain: m.Retain,
+		Created: m.Created, Expiry: m.Expiry, User: m.Properties.User}
+	p := &m.Properties
+	if p.Has(packet.PropContentType) {
+		sm.ContentType = p.ContentType
+	}
+	if p.Has(packet.PropResponseTopic) {
+		sm.ResponseTopic = p.ResponseTopic
+	}
+	if p.Has(packet.PropCorrelationData) {
+		sm.Correlation = p.CorrelationData
+	}
+	if p.Has(packet.PropPayloadFormat) {
+		f := p.PayloadFormat
+		sm.PayloadFmt = &f
+	}
+	return sm
+}
+
+func (sm *savedMessage) message() *Message {
+	m := &Message{Topic: sm.Topic, Payload: sm.Payload, QoS: sm.QoS, PublishedQoS: sm.PublishedQoS, Retain: sm.Retain,
+		Created: sm.Created, Expiry: sm.Expiry}
+	p := &m.Properties
+	if sm.ContentType != "" {
+		p.SetString(packet.PropContentType, sm.ContentType)
+	}
+	if sm.ResponseTopic != "" {
+		p.SetString(packet.PropResponseTopic, sm.ResponseTopic)
+	}
+	if sm.Correlation != nil {
+		p.CorrelationData = sm.Correlation
+		p.Mark(packet.PropCorrelationData)
+	}
+	if sm.PayloadFmt != nil {
+		p.SetByte(packet.PropPayloadFormat, *sm.PayloadFmt)
+	}
+	p.User = sm.User
+	return m
+}
+
+func saveDelivery(d *delivery) savedDelivery {
+	return savedDelivery{Message: saveMessage(d.msg), QoS: d.qos, Retain: d.retain, SubID: d.subID, PID: d.pid, State: d.state}
+}
+
+// saveState writes retained messages and persistent sessions to path.
+// Sessions connected at the time are saved as if they had just
+// disconnected.
+func (s *Server) saveState(path string) error {
+	st := stateFile{Version: stateVersion, Saved: s.now()}
+	for _, m := range s.retained.all() {
+		st.Retained = append(st.Retained, saveMessage(m))
+	}
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	now := s.now()
+	for _, ss := range sessions {
+		ss.mu.Lock()
+		if ss.ended || ss.expiry == 0 || ss.id == nil {
+			ss.mu.Unlock()
+			continue
+		}
+		sv := savedSession{Namespace: ss.id.Namespace, ClientID: ss.id.ClientID, Username: ss.id.Username,
+			DeliverPrefix: ss.id.DeliverPrefix, Limits: ss.limits, Expiry: ss.expiry, DisconnectedAt: ss.disconnectedAt,
+			NextPID: ss.nextPID}
+		if ss.c != nil {
+			sv.DisconnectedAt = now
+		}
+		for _, sub := range ss.subs {
+			sv.Subs = append(sv.Subs, savedSub{Wire: sub.wire, Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal,
+				RAP: sub.rap, RetainHandling: sub.retainHandling, ID: sub.id})
+		}
+		for _, d := range ss.inflight {
+			if d != nil {
+				sv.Inflight = append(sv.Inflight, saveDelivery(d))
+			}
+		}
+		for _, d := range ss.queue[ss.qhead:] {
+			sv.Queue = append(sv.Queue, saveDelivery(d))
+		}
+		for pid := range ss.inbound2 {
+			sv.Inbound2 = append(sv.Inbound2, pid)
+		}
+		ss.mu.Unlock()
+		st.Sessions = append(st.Sessions, sv)
+	}
+	data, err := json.Marshal(&st)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data)
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".state-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// loadState restores what saveState wrote. A missing file is an empty
+// state.
+func (s *Server) loadState(path string) error {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var st stateFile
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Version != stateVersion {
+		return fmt.Errorf("%s: state version %d, want %d", path, st.Version, stateVersion)
+	}
+	now := s.now()
+	for i := range st.Retained {
+		m := st.Retained[i].message()
+		if m.expired(now) {
+			continue
+		}
+		s.retained.set(m)
+	}
+	for _, sv := range st.Sessions {
+		id := &Identity{Namespace: sv.Namespace, ClientID: sv.ClientID, Username: sv.Username, DeliverPrefix: sv.DeliverPrefix, Limits: sv.Limits}
+		ss := &session{srv: s, key: id.SessionKey(), id: id, subs: make(map[string]*subscription), limits: sv.Limits,
+			window: sv.Limits.MaxInflight, expiry: sv.Expiry, disconnectedAt: sv.DisconnectedAt, nextPID: sv.NextPID}
+		if ss.expiredAt(now) {
+			continue
+		}
+		for _, x := range sv.Subs {
+			sub := &subscription{sess: ss, wire: x.Wire, filter: x.Filter, qos: x.QoS, noLocal: x.NoLocal, rap: x.RAP,
+				retainHandling: x.RetainHandling, id: x.ID}
+			ss.subs[x.Wire] = sub
+			s.subs.Subscribe(indexFilter(sub), ss.key, *sub)
+		}
+		for _, x := range sv.Inflight {
+			d := &delivery{msg: x.Message.message(), qos: x.QoS, retain: x.Retain, subID: x.SubID, pid: x.PID, state: x.State}
+			ss.inflight = append(ss.inflight, d)
+			ss.ninfl++
+			s.stats.inflight.Add(1)
+		}
+		for _, x := range sv.Queue {
+			ss.push(&delivery{msg: x.Message.message(), qos: x.QoS, retain: x.Retain, subID: x.SubID})
+		}
+		if len(sv.Inbound2) > 0 {
+			ss.inbound2 = make(map[uint16]bool, len(sv.Inbound2))
+			for _, pid := range sv.Inbound2 {
+				ss.inbound2[pid] = true
+			}
+		}
+		s.sessions[ss.key] = ss
+	}
+	return nil
+}

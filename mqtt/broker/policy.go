@@ -1,0 +1,162 @@
+package broker
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// ConnectRequest is what a Policy sees of a CONNECT.
+type ConnectRequest struct {
+	Connect    *packet.Connect
+	RemoteAddr net.Addr
+	TLS        bool // the connection came through a TLS listener
+	WebSocket  bool // the connection came through the WebSocket listener
+}
+
+// Limits are per-session limits chosen by the Policy. Zero fields take the
+// server's Options.
+type Limits struct {
+	MaxInflight      int // window of unacknowledged outbound QoS 1/2
+	MaxQueued        int // messages waiting behind the window
+	MaxRetainedBurst int // retained messages delivered per SUBSCRIBE
+	// MaxQoS is the highest QoS the client may publish when CapQoS is set;
+	// it is advertised in a v5 CONNACK when below 2, and a PUBLISH above it
+	// ends the connection (v5: DISCONNECT 0x9B).
+	CapQoS bool
+	MaxQoS byte
+}
+
+// Identity is the authenticated identity of a session, chosen by the Policy.
+type Identity struct {
+	// Namespace isolates sessions: two identities with the same ClientID in
+	// different namespaces have different sessions and never take each
+	// other over. The open policy uses "".
+	Namespace string
+	// ClientID is the MQTT client identifier (the assigned one when the
+	// client sent none).
+	ClientID string
+	// Username as sent by the client.
+	Username string
+	// DeliverPrefix is prepended to internal topics delivered to this
+	// session (for example a topic_prefix the client sees on the wire).
+	DeliverPrefix string
+	// ResponseInfo is returned to v5 clients that request response
+	// information.
+	ResponseInfo string
+	Limits       Limits
+	// Data belongs to the Policy (account, role, ...).
+	Data any
+}
+
+// SessionKey is the key sessions are indexed by: namespace and client id.
+func (id *Identity) SessionKey() string {
+	if id.Namespace == "" {
+		return id.ClientID
+	}
+	return id.Namespace + "\x00" + id.ClientID
+}
+
+// PublishDecision is filled in by Policy.Publish for an accepted PUBLISH.
+// The broker prefills it with the packet's own values.
+type PublishDecision struct {
+	// Topic is the internal topic the message is routed and retained under.
+	Topic string
+	// QoS is the effective QoS: it caps onward delivery to subscribers while
+	// the inbound handshake keeps the published QoS. Must not exceed it.
+	QoS byte
+	// Expiry, when non-zero, is the absolute time the message expires
+	// (v5 Message Expiry Interval, or a retained maximum age).
+	Expiry time.Time
+	// Data is attached to the Message for the Policy's own hooks.
+	Data any
+}
+
+// DropReason says why a message was not delivered to a session.
+type DropReason uint8
+
+// Drop reasons. Every dropped message is counted under one of them.
+const (
+	DropQueueFull      DropReason = iota // the session's queue was at its bound
+	DropRetainedBurst                    // over the retained burst bound of one SUBSCRIBE
+	DropTooLarge                         // bigger than the client's Maximum Packet Size
+	DropExpired                          // message expiry passed before delivery
+	DropSessionExpired                   // queued when the session expired or was cleaned
+	DropOffline                          // QoS 0 for an offline session (not queued)
+	numDropReasons
+)
+
+var dropNames = [numDropReasons]string{"queue_full", "retained_burst", "packet_too_large", "expired", "session_expired", "offline_qos0"}
+
+func (r DropReason) String() string {
+	if r < numDropReasons {
+		return dropNames[r]
+	}
+	return "unknown"
+}
+
+// Policy decides everything tenant-specific. Methods are called from
+// connection goroutines concurrently and must not block on I/O, except
+// Authenticate (once per connection) and Accepted (which may block to apply
+// back-pressure to the publisher).
+type Policy interface {
+	// Authenticate decides a CONNECT: an identity, or a failure reason code
+	// (>= 0x80; mapped to a 3.1.1 return code for 3.1.1 clients).
+	Authenticate(ctx context.Context, req *ConnectRequest) (*Identity, packet.ReasonCode)
+	// Subscribe authorizes one filter (its inner filter when shared; share
+	// is the group or ""). It returns the internal filter to index and the
+	// granted QoS as a reason code (GrantedQoS0..2, at most the requested),
+	// or a failure reason code (>= 0x80).
+	Subscribe(id *Identity, share string, sub *packet.Subscription) (filter string, code packet.ReasonCode)
+	// Publish decides an inbound PUBLISH (topic alias already resolved).
+	// Return Success to accept with d as filled, a failure code to refuse
+	// (the publisher gets it in PUBACK/PUBREC under v5), or
+	// QoSNotSupported to disconnect the publisher (v5 DISCONNECT 0x9B).
+	Publish(id *Identity, p *packet.Publish, d *PublishDecision) packet.ReasonCode
+	// Accepted sees every accepted message before it is acknowledged. It
+	// must call done exactly once, when the message may be acknowledged
+	// (for example after it is durable); done may be called from any
+	// goroutine. Calls happen in receive order per connection.
+	Accepted(id *Identity, m *Message, done func())
+	// Delivered reports a message handed to a session's connection.
+	Delivered(id *Identity, m *Message, qos byte)
+	// Dropped reports a message not delivered to a session.
+	Dropped(id *Identity, m *Message, reason DropReason)
+	// Disconnected reports the end of a connection (err nil for a normal
+	// DISCONNECT).
+	Disconnected(id *Identity, err error)
+}
+
+// OpenPolicy allows everything: anonymous clients, any topic, QoS as
+// published, acknowledgement at once. Embed it to override a few methods.
+type OpenPolicy struct{}
+
+// Authenticate accepts every client in the empty namespace.
+func (OpenPolicy) Authenticate(_ context.Context, req *ConnectRequest) (*Identity, packet.ReasonCode) {
+	c := req.Connect
+	return &Identity{ClientID: c.ClientID, Username: c.Username}, packet.Success
+}
+
+// Subscribe grants the requested QoS on the filter as given.
+func (OpenPolicy) Subscribe(_ *Identity, _ string, sub *packet.Subscription) (string, packet.ReasonCode) {
+	return sub.Filter, packet.ReasonCode(sub.QoS)
+}
+
+// Publish accepts the message unchanged.
+func (OpenPolicy) Publish(*Identity, *packet.Publish, *PublishDecision) packet.ReasonCode {
+	return packet.Success
+}
+
+// Accepted acknowledges at once.
+func (OpenPolicy) Accepted(_ *Identity, _ *Message, done func()) { done() }
+
+// Delivered does nothing.
+func (OpenPolicy) Delivered(*Identity, *Message, byte) {}
+
+// Dropped does nothing (the server counts drops itself).
+func (OpenPolicy) Dropped(*Identity, *Message, DropReason) {}
+
+// Disconnected does nothing.
+func (OpenPolicy) Disconnected(*Identity, error) {}

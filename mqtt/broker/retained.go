@@ -1,0 +1,222 @@
+package broker
+
+import (
+	"hash/maphash"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// retainedStore holds the retained message of each topic in a trie of
+// topic levels, sharded by first level so retained publishes of different
+// tenants do not contend.
+type retainedStore struct {
+	seed   maphash.Seed
+	shards [32]retainedShard
+	count  atomic.Int64
+}
+
+type retainedShard struct {
+	mu   sync.RWMutex
+	root rnode
+}
+
+type rnode struct {
+	children map[string]*rnode
+	msg      *Message
+}
+
+func newRetainedStore() *retainedStore {
+	return &retainedStore{seed: maphash.MakeSeed()}
+}
+
+func firstLevel(t string) string {
+	if i := strings.IndexByte(t, '/'); i >= 0 {
+		return t[:i]
+	}
+	return t
+}
+
+func (rs *retainedStore) shard(first string) *retainedShard {
+	return &rs.shards[maphash.String(rs.seed, first)%uint64(len(rs.shards))]
+}
+
+// set stores m as the retained message of its topic, or clears the topic
+// when the payload is empty.
+func (rs *retainedStore) set(m *Message) {
+	sh := rs.shard(firstLevel(m.Topic))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if len(m.Payload) == 0 {
+		rs.removeLocked(&sh.root, m.Topic)
+		return
+	}
+	n := &sh.root
+	for rest := m.Topic; ; {
+		level, more := cut(rest)
+		child := n.children[level]
+		if child == nil {
+			if n.children == nil {
+				n.children = make(map[string]*rnode)
+			}
+			child = &rnode{}
+			n.children[level] = child
+		}
+		n = child
+		if !more {
+			break
+		}
+		rest = rest[len(level)+1:]
+	}
+	if n.msg == nil {
+		rs.count.Add(1)
+	}
+	n.msg = m
+}
+
+// removeLocked clears topic and prunes empty nodes.
+func (rs *retainedStore) removeLocked(n *rnode, topic string) bool {
+	level, more := cut(topic)
+	child := n.children[level]
+	if child == nil {
+		return false
+	}
+	if more {
+		rs.removeLocked(child, topic[len(level)+1:])
+	} else if child.msg != nil {
+		child.msg = nil
+		rs.count.Add(-1)
+	}
+	if child.msg == nil && len(child.children) == 0 {
+		delete(n.children, level)
+	}
+	return true
+}
+
+// cut splits off the first level of a topic.
+func cut(t string) (level string, more bool) {
+	if i := strings.IndexByte(t, '/'); i >= 0 {
+		return t[:i], true
+	}
+	return t, false
+}
+
+// match returns the unexpired retained messages matching filter (not
+// shared). Leading wildcards do not match topics that start with '$'.
+func (rs *retainedStore) match(filter string, now time.Time) []*Message {
+	var out []*Message
+	first, _ := cut(filter)
+	visit := func(sh *retainedShard) {
+		sh.mu.RLock()
+		matchNode(&sh.root, filter, true, now, &out)
+		sh.mu.RUnlock()
+	}
+	if first == "+" || first == "#" {
+		for i := range rs.shards {
+			visit(&rs.shards[i])
+		}
+	} else {
+		visit(rs.shard(first))
+	}
+	return out
+}
+
+func matchNode(n *rnode, filter string, top bool, now time.Time, out *[]*Message) {
+	level, more := cut(filter)
+	switch level {
+	case "#":
+		// "a/#" also matches "a" itself: the parent was handled by the
+		// caller; here collect this subtree.
+		collect(n, top, now, out)
+		return
+	case "+":
+		for name, child := range n.children {
+			if top && strings.HasPrefix(name, "$") {
+				continue
+			}
+			matchStep(child, filter, level, more, now, out)
+		}
+	default:
+		if child := n.children[level]; child != nil {
+			matchStep(child, filter, level, more, now, out)
+		}
+	}
+}
+
+func matchStep(child *rnode, filter, level string, more bool, now time.Time, out *[]*Message) {
+	if !more {
+		if child.msg != nil && !child.msg.expired(now) {
+			*out = append(*out, child.msg)
+		}
+		return
+	}
+	rest := filter[len(level)+1:]
+	if rest == "#" && child.msg != nil && !child.msg.expired(now) {
+		*out = append(*out, child.msg) // "a/#" matches "a"
+	}
+	matchNode(child, rest, false, now, out)
+}
+
+// collect appends every message below n (excluding n itself).
+func collect(n *rnode, top bool, now time.Time, out *[]*Message) {
+	for name, child := range n.children {
+		if top && strings.HasPrefix(name, "$") {
+			continue
+		}
+		if child.msg != nil && !child.msg.expired(now) {
+			*out = append(*out, child.msg)
+		}
+		collect(child, false, now, out)
+	}
+}
+
+// sweep removes expired retained messages, and those older than maxAge
+// when it is set. It returns how many it removed.
+func (rs *retainedStore) sweep(now time.Time, maxAge time.Duration) int {
+	removed := 0
+	for i := range rs.shards {
+		sh := &rs.shards[i]
+		sh.mu.Lock()
+		removed += sweepNode(&sh.root, now, maxAge, &rs.count)
+		sh.mu.Unlock()
+	}
+	return removed
+}
+
+func sweepNode(n *rnode, now time.Time, maxAge time.Duration, count *atomic.Int64) int {
+	removed := 0
+	for name, child := range n.children {
+		removed += sweepNode(child, now, maxAge, count)
+		if m := child.msg; m != nil && (m.expired(now) || maxAge > 0 && now.Sub(m.Created) >= maxAge) {
+			child.msg = nil
+			count.Add(-1)
+			removed++
+		}
+		if child.msg == nil && len(child.children) == 0 {
+			delete(n.children, name)
+		}
+	}
+	return removed
+}
+
+// all returns every retained message (for saving state).
+func (rs *retainedStore) all() []*Message {
+	var out []*Message
+	for i := range rs.shards {
+		sh := &rs.shards[i]
+		sh.mu.RLock()
+		collectAll(&sh.root, &out)
+		sh.mu.RUnlock()
+	}
+	return out
+}
+
+func collectAll(n *rnode, out *[]*Message) {
+	for _, child := range n.children {
+		if child.msg != nil {
+			*out = append(*out, child.msg)
+		}
+		collectAll(child, out)
+	}
+}

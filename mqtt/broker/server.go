@@ -1,0 +1,265 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
+)
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("broker: server closed")
+
+// Server is an MQTT broker. Create it with New, add listeners, stop it with
+// Close.
+type Server struct {
+	opts   Options
+	policy Policy
+	log    *slog.Logger
+	now    func() time.Time
+
+	subs     *topic.Index[string, subscription]
+	retained *retainedStore
+	stats    counters
+
+	mu        sync.Mutex // guards sessions, listeners, conns, closed
+	sessions  map[string]*session
+	listeners []net.Listener
+	conns     map[*conn]struct{}
+	closed    bool
+	wills     map[string]*time.Timer // delayed wills by session key
+
+	wg     sync.WaitGroup // serve loops, connections, background loops
+	done   chan struct{}
+	nextID atomic.Uint64 // assigned client identifiers
+}
+
+// New creates a server and loads saved state from Options.StatePath.
+func New(opts Options) (*Server, error) {
+	opts.fill()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	s := &Server{
+		opts:     opts,
+		policy:   opts.Policy,
+		log:      opts.Logger,
+		now:      opts.Now,
+		subs:     topic.NewIndex[string, subscription](),
+		retained: newRetainedStore(),
+		sessions: make(map[string]*session),
+		conns:    make(map[*conn]struct{}),
+		wills:    make(map[string]*time.Timer),
+		done:     make(chan struct{}),
+	}
+	if opts.StatePath != "" {
+		if err := s.loadState(opts.StatePath); err != nil {
+			return nil, fmt.Errorf("broker: load state: %w", err)
+		}
+	}
+	s.wg.Add(1)
+	go s.background()
+	return s, nil
+}
+
+// ListenTCP opens a TCP listener on addr and serves it in the background.
+func (s *Server) ListenTCP(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("broker: listen tcp %s: %w", addr, err)
+	}
+	return ln, s.serveBackground(ln, listenerKind{})
+}
+
+// ListenTLS opens a TLS listener on addr and serves it in the background.
+func (s *Server) ListenTLS(addr string, cfg *tls.Config) (net.Listener, error) {
+	ln, err := tls.Listen("tcp", addr, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("broker: listen tls %s: %w", addr, err)
+	}
+	return ln, s.serveBackground(ln, listenerKind{tls: true})
+}
+
+type listenerKind struct{ tls, websocket bool }
+
+func (s *Server) serveBackground(ln net.Listener, kind listenerKind) error {
+	if err := s.track(ln); err != nil {
+		ln.Close()
+		return err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.serve(ln, kind)
+	}()
+	return nil
+}
+
+// Serve accepts MQTT connections on ln until Close. It returns
+// ErrServerClosed after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.track(ln); err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	defer s.wg.Done()
+	return s.serve(ln, listenerKind{})
+}
+
+func (s *Server) track(ln net.Listener) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrServerClosed
+	}
+	s.listeners = append(s.listeners, ln)
+	return nil
+}
+
+func (s *Server) serve(ln net.Listener, kind listenerKind) error {
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return ErrServerClosed
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return fmt.Errorf("broker: accept: %w", err)
+			}
+			// Anything else (EMFILE, ENFILE, ECONNABORTED) is taken as
+			// temporary: back off and keep listening.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("accept failed; retrying", "error", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-s.done:
+				return ErrServerClosed
+			}
+			continue
+		}
+		backoff = 0
+		s.startConn(nc, kind)
+	}
+}
+
+func (s *Server) startConn(nc net.Conn, kind listenerKind) {
+	c := newConn(s, nc, kind)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.stats.connectionsTotal.Add(1)
+	s.stats.connections.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c.run()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.stats.connections.Add(-1)
+	}()
+}
+
+// Close stops the listeners, disconnects every client (v5 clients get
+// DISCONNECT 0x8B Server shutting down), and saves state to
+// Options.StatePath. Wills of disconnected clients are not published: their
+// sessions are saved with them. Close waits for connections to end or ctx.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	lns := s.listeners
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	for _, t := range s.wills {
+		t.Stop()
+	}
+	s.mu.Unlock()
+
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, c := range conns {
+		c.shutdown(packet.ServerShuttingDown)
+	}
+	waited := make(chan struct{})
+	go func() { s.wg.Wait(); close(waited) }()
+	var err error
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		err = fmt.Errorf("broker: close: %w", ctx.Err())
+	}
+	if s.opts.StatePath != "" {
+		if serr := s.saveState(s.opts.StatePath); serr != nil {
+			err = errors.Join(err, fmt.Errorf("broker: save state: %w", serr))
+		}
+	}
+	return err
+}
+
+// background runs the periodic sweep (retained expiry, session expiry) and
+// state saves.
+func (s *Server) background() {
+	defer s.wg.Done()
+	sweep := time.NewTicker(s.opts.SweepInterval)
+	defer sweep.Stop()
+	var save <-chan time.Time
+	if s.opts.StatePath != "" && s.opts.SaveInterval > 0 {
+		t := time.NewTicker(s.opts.SaveInterval)
+		defer t.Stop()
+		save = t.C
+	}
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-sweep.C:
+			s.Sweep()
+		case <-save:
+			if err := s.saveState(s.opts.StatePath); err != nil {
+				s.log.Error("save broker state", "error", err)
+			}
+		}
+	}
+}
+
+// Sweep removes expired retained messages and expired offline sessions now.
+// It runs every Options.SweepInterval; tests call it to avoid waiting.
+func (s *Server) Sweep() {
+	now := s.now()
+	s.retained.sweep(now, s.opts.RetainedMaxAge)
+	s.mu.Lock()
+	var expired []*session
+	for _, ss := range s.sessions {
+		if ss.expiredAt(now) {
+			expired = append(expired, ss)
+		}
+	}
+	s.mu.Unlock()
+	for _, ss := range expired {
+		s.endSession(ss, true)
+	}
+}

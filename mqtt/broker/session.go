@@ -1,0 +1,286 @@
+package broker
+
+import (
+	"sync"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// subscription is one entry of the subscription index.
+type subscription struct {
+	sess           *session
+	wire           string // the filter as the client sent it (with $share/...)
+	filter         string // the internal filter that is indexed
+	qos            byte
+	noLocal        bool
+	rap            bool // retain as published
+	retainHandling byte
+	id             uint32 // subscription identifier, 0 when none
+}
+
+// delivery is one message on its way to one session.
+type delivery struct {
+	msg    *Message
+	qos    byte
+	retain bool
+	subID  uint32
+	pid    uint16
+	state  uint8 // stateQueued, stateSent (awaiting PUBACK/PUBREC), stateReleased (PUBREL sent)
+}
+
+const (
+	stateQueued uint8 = iota
+	stateSent
+	stateReleased
+)
+
+// session is the server side of an MQTT session. It outlives connections
+// when persistent. All fields below mu are guarded by it.
+type session struct {
+	srv *Server
+	key string
+
+	mu       sync.Mutex
+	id       *Identity
+	c        *conn // nil while offline
+	subs     map[string]*subscription
+	queue    []*delivery // waiting behind the inflight window
+	qhead    int
+	inflight []*delivery // sent, unacknowledged, in send order
+	ninfl    int         // non-nil entries of inflight
+	nextPID  uint16
+	inbound2 map[uint16]bool // inbound QoS 2 ids awaiting PUBREL; true once PUBREC was sent
+	window   int             // effective inflight window of the current connection
+	limits   Limits
+
+	expiry         uint32 // session expiry interval, seconds
+	disconnectedAt time.Time
+	ended          bool
+}
+
+// qlen is the number of queued deliveries.
+func (ss *session) qlen() int { return len(ss.queue) - ss.qhead }
+
+func (ss *session) push(d *delivery) {
+	ss.queue = append(ss.queue, d)
+	ss.srv.stats.queued.Add(1)
+}
+
+func (ss *session) pop() *delivery {
+	d := ss.queue[ss.qhead]
+	ss.queue[ss.qhead] = nil
+	ss.qhead++
+	if ss.qhead == len(ss.queue) {
+		ss.queue = ss.queue[:0]
+		ss.qhead = 0
+	} else if ss.qhead > 64 && ss.qhead*2 > len(ss.queue) {
+		n := copy(ss.queue, ss.queue[ss.qhead:])
+		clear(ss.queue[n:])
+		ss.queue = ss.queue[:n]
+		ss.qhead = 0
+	}
+	ss.srv.stats.queued.Add(-1)
+	return d
+}
+
+// expiredAt reports whether an offline session has outlived its expiry.
+func (ss *session) expiredAt(now time.Time) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.c == nil && !ss.ended && !now.Before(ss.disconnectedAt.Add(time.Duration(ss.expiry)*time.Second))
+}
+
+// enqueue hands a message to the session: it is queued (or dropped when the
+// queue is full) and the pump moves what it can to the connection.
+func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from *conn) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.ended {
+		return
+	}
+	if ss.c == nil && qos == 0 {
+		ss.dropLocked(m, DropOffline)
+		return
+	}
+	if ss.qlen() >= ss.limits.MaxQueued {
+		ss.dropLocked(m, DropQueueFull)
+		return
+	}
+	ss.push(&delivery{msg: m, qos: qos, retain: retain, subID: subID})
+	ss.pumpLocked(ss.c != nil && ss.c == from)
+}
+
+func (ss *session) dropLocked(m *Message, r DropReason) {
+	ss.srv.stats.drops[r].Add(1)
+	ss.srv.policy.Dropped(ss.id, m, r)
+}
+
+// pumpLocked moves queued deliveries onto the connection while the inflight
+// window and the connection's write buffer allow.
+//
+// own is true when called from the connection's own reader goroutine.
+func (ss *session) pumpLocked(own bool) {
+	c := ss.c
+	if c == nil {
+		return
+	}
+	now := ss.srv.now()
+	for ss.qlen() > 0 {
+		d := ss.queue[ss.qhead]
+		if d.msg.expired(now) {
+			ss.pop()
+			ss.dropLocked(d.msg, DropExpired)
+			continue
+		}
+		if d.qos > 0 && ss.ninfl >= ss.window {
+			return
+		}
+		if c.backlogged() {
+			return
+		}
+		ss.pop()
+		if d.qos > 0 {
+			d.pid = ss.allocPID()
+			d.state = stateSent
+			ss.inflight = append(ss.inflight, d)
+			ss.ninfl++
+			ss.srv.stats.inflight.Add(1)
+		}
+		if !c.writePublish(ss, d, false, now, own) {
+			// Too large for this client: not sent, counted.
+			if d.qos > 0 {
+				ss.removeInflight(d.pid)
+			}
+			ss.dropLocked(d.msg, DropTooLarge)
+			continue
+		}
+		ss.srv.policy.Delivered(ss.id, d.msg, d.qos)
+	}
+}
+
+// allocPID returns a packet identifier not used by an inflight delivery.
+func (ss *session) allocPID() uint16 {
+	for {
+		ss.nextPID++
+		if ss.nextPID == 0 {
+			ss.nextPID = 1
+		}
+		if ss.findInflight(ss.nextPID) < 0 {
+			return ss.nextPID
+		}
+	}
+}
+
+func (ss *session) findInflight(pid uint16) int {
+	for i, d := range ss.inflight {
+		if d != nil && d.pid == pid {
+			return i
+		}
+	}
+	return -1
+}
+
+// removeInflight forgets an inflight delivery and reports whether it existed.
+func (ss *session) removeInflight(pid uint16) *delivery {
+	i := ss.findInflight(pid)
+	if i < 0 {
+		return nil
+	}
+	d := ss.inflight[i]
+	ss.inflight[i] = nil
+	ss.ninfl--
+	ss.srv.stats.inflight.Add(-1)
+	// Trim acknowledged entries at the head so in-order acks stay O(1).
+	n := 0
+	for n < len(ss.inflight) && ss.inflight[n] == nil {
+		n++
+	}
+	if n > 0 {
+		k := copy(ss.inflight, ss.inflight[n:])
+		clear(ss.inflight[k:])
+		ss.inflight = ss.inflight[:k]
+	}
+	return d
+}
+
+// ack handles PUBACK, PUBREC and PUBCOMP from the client. It reports false
+// for an unknown packet identifier.
+func (ss *session) ack(kind packet.Type, pid uint16, code packet.ReasonCode) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	i := ss.findInflight(pid)
+	if i < 0 {
+		return false
+	}
+	d := ss.inflight[i]
+	switch kind {
+	case packet.PUBACK:
+		if d.qos != 1 {
+			return false
+		}
+		ss.removeInflight(pid)
+	case packet.PUBREC:
+		if d.qos != 2 || d.state != stateSent {
+			return d.state == stateReleased // a repeated PUBREC: answer PUBREL again
+		}
+		if code >= 0x80 {
+			// The client refused the message: the flow ends here.
+			ss.removeInflight(pid)
+			break
+		}
+		d.state = stateReleased
+		if ss.c != nil {
+			ss.c.writeAck(packet.PUBREL, pid, packet.Success, true)
+		}
+		return true
+	case packet.PUBCOMP:
+		if d.state != stateReleased {
+			return false
+		}
+		ss.removeInflight(pid)
+	}
+	ss.pumpLocked(true)
+	return true
+}
+
+// pump moves queued messages when the connection can take more (called by
+// the writer after it drained a full buffer).
+func (ss *session) pump() {
+	ss.mu.Lock()
+	ss.pumpLocked(false)
+	ss.mu.Unlock()
+}
+
+// resendLocked retransmits the inflight deliveries on a resumed session:
+// PUBLISH with DUP for those awaiting PUBACK/PUBREC, PUBREL for released ones.
+func (ss *session) resendLocked() {
+	c := ss.c
+	now := ss.srv.now()
+	for _, d := range ss.inflight {
+		if d == nil {
+			continue
+		}
+		if d.state == stateReleased {
+			c.writeAck(packet.PUBREL, d.pid, packet.Success, true)
+			continue
+		}
+		c.writePublish(ss, d, true, now, true)
+	}
+}
+
+// clearLocked drops every queued and inflight delivery (session end or clean
+// start), counting them.
+func (ss *session) clearLocked() {
+	for ss.qlen() > 0 {
+		ss.dropLocked(ss.pop().msg, DropSessionExpired)
+	}
+	for _, d := range ss.inflight {
+		if d != nil {
+			ss.dropLocked(d.msg, DropSessionExpired)
+			ss.srv.stats.inflight.Add(-1)
+		}
+	}
+	ss.inflight = nil
+	ss.ninfl = 0
+}

@@ -1,0 +1,87 @@
+package broker
+
+import (
+	"sync/atomic"
+)
+
+// counters are the server's live counters, updated with atomics on the
+// message path.
+type counters struct {
+	connections      atomic.Int64
+	connectionsTotal atomic.Int64
+	connectsRefused  atomic.Int64
+	packetsIn        [16]atomic.Int64
+	packetsOut       [16]atomic.Int64
+	bytesIn          atomic.Int64
+	bytesOut         atomic.Int64
+	publishIn        [3]atomic.Int64
+	publishOut       [3]atomic.Int64
+	publishRefused   atomic.Int64
+	routed           atomic.Int64
+	drops            [numDropReasons]atomic.Int64
+	inflight         atomic.Int64
+	queued           atomic.Int64
+	protocolErrors   atomic.Int64
+	willsPublished   atomic.Int64
+}
+
+// Stats is a snapshot of the server's counters.
+type Stats struct {
+	Connections      int64 // open now (including those not yet through CONNECT)
+	ConnectionsTotal int64
+	ConnectsRefused  int64
+	Sessions         int64     // sessions known (connected or persisted)
+	PacketsIn        [16]int64 // by packet.Type
+	PacketsOut       [16]int64
+	BytesIn          int64
+	BytesOut         int64
+	PublishIn        [3]int64              // inbound PUBLISH by QoS
+	PublishOut       [3]int64              // outbound PUBLISH by QoS
+	PublishRefused   int64                 // inbound PUBLISH refused by the policy or limits
+	Routed           int64                 // deliveries handed to sessions
+	Drops            [numDropReasons]int64 // by DropReason
+	Inflight         int64                 // outbound QoS 1/2 awaiting acknowledgement now
+	Queued           int64                 // deliveries waiting in session queues now
+	Retained         int64                 // retained messages stored now
+	Subscriptions    int64                 // subscriptions in the index now
+	ProtocolErrors   int64
+	WillsPublished   int64
+}
+
+// DropNames lists the drop reasons in DropReason order.
+func DropNames() []string { return dropNames[:] }
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	c := &s.stats
+	st := Stats{
+		Connections:      c.connections.Load(),
+		ConnectionsTotal: c.connectionsTotal.Load(),
+		ConnectsRefused:  c.connectsRefused.Load(),
+		BytesIn:          c.bytesIn.Load(),
+		BytesOut:         c.bytesOut.Load(),
+		PublishRefused:   c.publishRefused.Load(),
+		Routed:           c.routed.Load(),
+		Inflight:         c.inflight.Load(),
+		Queued:           c.queued.Load(),
+		Retained:         s.retained.count.Load(),
+		Subscriptions:    int64(s.subs.Len()),
+		ProtocolErrors:   c.protocolErrors.Load(),
+		WillsPublished:   c.willsPublished.Load(),
+	}
+	for i := range c.packetsIn {
+		st.PacketsIn[i] = c.packetsIn[i].Load()
+		st.PacketsOut[i] = c.packetsOut[i].Load()
+	}
+	for i := range c.publishIn {
+		st.PublishIn[i] = c.publishIn[i].Load()
+		st.PublishOut[i] = c.publishOut[i].Load()
+	}
+	for i := range c.drops {
+		st.Drops[i] = c.drops[i].Load()
+	}
+	s.mu.Lock()
+	st.Sessions = int64(len(s.sessions))
+	s.mu.Unlock()
+	return st
+}

@@ -1,0 +1,129 @@
+package broker
+
+import (
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
+)
+
+// indexFilter is the filter a subscription is indexed under: the internal
+// filter, inside its $share group when shared.
+func indexFilter(sub *subscription) string {
+	if g, _, shared, _ := topic.ParseShare(sub.wire); shared {
+		return "$share/" + g + "/" + sub.filter
+	}
+	return sub.filter
+}
+
+// subscribe handles SUBSCRIBE: each filter is validated and authorized,
+// indexed, answered in SUBACK, and its retained messages are queued (at most
+// the session's retained burst bound for the whole packet).
+func (c *conn) subscribe(p *packet.Subscribe) error {
+	v5 := c.version == packet.Version5
+	var subID uint32
+	if v5 && len(p.Properties.SubscriptionIDs) > 0 {
+		subID = p.Properties.SubscriptionIDs[0]
+	}
+	ss := c.sess
+	codes := make([]packet.ReasonCode, len(p.Subscriptions))
+	type pending struct {
+		sub    *subscription
+		isNew  bool
+		shared bool
+	}
+	var retained []pending
+	for i := range p.Subscriptions {
+		req := p.Subscriptions[i]
+		group, inner, shared, err := topic.ParseShare(req.Filter)
+		if err == nil {
+			err = topic.ValidateFilter(req.Filter)
+		}
+		if err != nil {
+			codes[i] = failCode(packet.TopicFilterInvalid, v5)
+			continue
+		}
+		if shared && req.NoLocal {
+			return c.protocolError(packet.ProtocolError, "No Local on a shared subscription")
+		}
+		q := req
+		q.Filter = inner
+		filter, code := c.srv.policy.Subscribe(c.id, group, &q)
+		if code >= 0x80 {
+			codes[i] = failCode(code, v5)
+			continue
+		}
+		if byte(code) > req.QoS {
+			code = packet.ReasonCode(req.QoS)
+		}
+		if filter != inner {
+			if err := topic.ValidateFilter(filter); err != nil {
+				codes[i] = failCode(packet.ImplementationSpecificError, v5)
+				continue
+			}
+		}
+		sub := &subscription{sess: ss, wire: req.Filter, filter: filter, qos: byte(code),
+			noLocal: req.NoLocal, rap: req.RetainAsPublished, retainHandling: req.RetainHandling, id: subID}
+		ss.mu.Lock()
+		old := ss.subs[req.Filter]
+		if old != nil && old.filter != filter {
+			c.srv.subs.Unsubscribe(indexFilter(old), ss.key)
+		}
+		ss.subs[req.Filter] = sub
+		c.srv.subs.Subscribe(indexFilter(sub), ss.key, *sub)
+		ss.mu.Unlock()
+		codes[i] = code
+		retained = append(retained, pending{sub: sub, isNew: old == nil, shared: shared})
+	}
+	c.writePacket(&packet.Suback{PacketID: p.PacketID, ReasonCodes: codes})
+
+	// Retained messages, after the SUBACK. Shared subscriptions get none
+	// (MQTT-3.8.4-?: retained messages are not sent to shared subscriptions).
+	bound := ss.limits.MaxRetainedBurst // 0: no bound beyond the queue
+	sent := 0
+	now := c.srv.now()
+	for _, r := range retained {
+		if r.shared || r.sub.retainHandling == 2 || r.sub.retainHandling == 1 && !r.isNew {
+			continue
+		}
+		sub := r.sub
+		for _, m := range c.srv.retained.match(sub.filter, now) {
+			if bound > 0 && sent >= bound {
+				ss.mu.Lock()
+				ss.dropLocked(m, DropRetainedBurst)
+				ss.mu.Unlock()
+				continue
+			}
+			sent++
+			ss.enqueue(m, min(m.QoS, sub.qos), true, sub.id, c)
+		}
+	}
+	return nil
+}
+
+// failCode maps a failure to what the protocol can carry: 3.1.1 SUBACK
+// has only 0x80.
+func failCode(code packet.ReasonCode, v5 bool) packet.ReasonCode {
+	if !v5 {
+		return packet.UnspecifiedError
+	}
+	return code
+}
+
+// unsubscribe handles UNSUBSCRIBE.
+func (c *conn) unsubscribe(p *packet.Unsubscribe) error {
+	ss := c.sess
+	codes := make([]packet.ReasonCode, len(p.Filters))
+	for i, f := range p.Filters {
+		ss.mu.Lock()
+		sub := ss.subs[f]
+		if sub != nil {
+			delete(ss.subs, f)
+			c.srv.subs.Unsubscribe(indexFilter(sub), ss.key)
+		}
+		ss.mu.Unlock()
+		if sub == nil {
+			codes[i] = packet.NoSubscriptionExisted
+		}
+	}
+	c.writePacket(&packet.Unsuback{PacketID: p.PacketID, ReasonCodes: codes})
+	return nil
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs fleetmq's whole test suite on a fresh Debian machine: installs what the
+# tests need (Debian packages), then vet and the race-enabled tests.
+#
+#   bash scripts/test.sh            # everything
+#   bash scripts/test.sh ./mqtt/... # only some packages
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
+command -v mosquitto >/dev/null 2>&1 || need+=(mosquitto)
+if ((${#need[@]})); then
+  echo "==> installing Debian packages: ${need[*]}"
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+# The packaged mosquitto service is not used by the tests (they start their own
+# on loopback ports); nothing here stops it.
+
+pkgs=("$@")
+((${#pkgs[@]})) || pkgs=(./...)
+
+echo "==> go vet"
+go vet "${pkgs[@]}"
+echo "==> go test -race"
+go test -race -count=1 -timeout 20m "${pkgs[@]}"
