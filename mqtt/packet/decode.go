@@ -114,7 +114,7 @@ func result[P Packet](p P, err error) (Packet, error) {
 // end reports bytes left after the last field (MQTT packets have no padding).
 func (r *reader) end(t Type) error {
 	if r.rest() != 0 {
-		return malformed("%d unexpected bytes at the end of %s", r.rest(), t)
+		return malformed("%s has %d trailing bytes", t, r.rest())
 	}
 	return nil
 }
@@ -163,7 +163,11 @@ func decodePublish(flags byte, body []byte, v5 bool) (*Publish, error) {
 		}
 	}
 	if len(topic) == 0 && !p.Properties.Has(PropTopicAlias) {
-		// MQTT 5, 3.3.2.1: a Protocol Error. 3.1.1 (4.7.3) forbids empty topic names.
+		// MQTT 5, 3.3.2.1: a Protocol Error. 3.1.1 (4.7.3) forbids empty
+		// topic names without naming an error; use the same code.
+		if !v5 {
+			return nil, protocolErr("empty topic name")
+		}
 		return nil, protocolErr("empty topic name without a Topic Alias")
 	}
 	if r.rest() > 0 {

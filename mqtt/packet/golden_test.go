@@ -196,7 +196,7 @@ var goldenV5 = []golden{
 		// flags: user 0x80 | password 0x40 | will QoS 2 0x10 | will 0x04 | clean 0x02
 		// Remaining Length 134 = 0x06 + 1*128.
 		raw: raw(0x10, 0x86, 0x01, 0, 4, "MQTT", 5, 0xD6, 0x01, 0x2C,
-			49, // property length
+			49,                     // property length
 			0x11, 0, 0, 0x0E, 0x10, // Session Expiry Interval 3600
 			0x15, 0, 5, "SCRAM", // Authentication Method
 			0x16, 0, 3, 1, 2, 3, // Authentication Data

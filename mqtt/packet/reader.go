@@ -58,7 +58,7 @@ func (r *reader) varint(what string) (int, error) {
 		return 0, tooShort(what)
 	}
 	if err != nil {
-		return 0, err
+		return 0, malformed("%s: %s", what, err.(*Error).Reason)
 	}
 	r.off += n
 	return v, nil
