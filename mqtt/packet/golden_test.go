@@ -561,3 +561,54 @@ func TestGoldenEncode(t *testing.T) {
 		})
 	}
 }
+
+// The tables cover every packet type of each version and every property.
+func TestGoldenCoverage(t *testing.T) {
+	types := map[byte]map[Type]bool{Version311: {}, Version5: {}}
+	var propsSeen uint64
+	seeProps := func(p *Properties) { propsSeen |= propBits(p, ^uint64(0)) }
+	for _, g := range goldenAll() {
+		if g.encodeOnly {
+			continue
+		}
+		types[g.version][g.packet.Type()] = true
+		switch p := g.packet.(type) {
+		case *Connect:
+			seeProps(&p.Properties)
+			if p.Will != nil {
+				seeProps(&p.Will.Properties)
+			}
+		case *Connack:
+			seeProps(&p.Properties)
+		case *Publish:
+			seeProps(&p.Properties)
+		case *Ack:
+			seeProps(&p.Properties)
+		case *Subscribe:
+			seeProps(&p.Properties)
+		case *Suback:
+			seeProps(&p.Properties)
+		case *Unsubscribe:
+			seeProps(&p.Properties)
+		case *Unsuback:
+			seeProps(&p.Properties)
+		case *Disconnect:
+			seeProps(&p.Properties)
+		case *Auth:
+			seeProps(&p.Properties)
+		}
+	}
+	for typ := CONNECT; typ <= AUTH; typ++ {
+		if typ != AUTH && !types[Version311][typ] {
+			t.Errorf("no 3.1.1 golden %s", typ)
+		}
+		if !types[Version5][typ] {
+			t.Errorf("no v5 golden %s", typ)
+		}
+	}
+	for id, info := range propTable {
+		if info.kind != kindNone && propsSeen&(1<<id) == 0 {
+			t.Errorf("no golden packet carries %s", info.name)
+		}
+	}
+}
