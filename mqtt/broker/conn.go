@@ -145,10 +145,16 @@ func (c *conn) failConnect(err error) {
 func (c *conn) fill() error {
 	if c.r == c.w {
 		c.r, c.w = 0, 0
-		if c.large != nil && c.lastN <= smallRead {
+		switch {
+		case c.large != nil && c.lastN < smallRead:
+			// Traffic is light: wait on the inline buffer.
 			readPool.Put(c.large)
 			c.large = nil
 			c.buf = c.small[:]
+		case c.large == nil && c.lastN == smallRead:
+			// The last read filled the inline buffer: more is coming.
+			c.large = readPool.Get().(*[]byte)
+			c.buf = *c.large
 		}
 		if c.ka > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(c.ka))

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -27,8 +28,45 @@ type Message struct {
 	// Publisher is the identity of the publishing session (nil for a will
 	// of an ended session or a restored message).
 	Publisher *Identity
-	// Data belongs to the Policy (from PublishDecision.Data).
+	// Data belongs to the Policy.
 	Data any
+
+	// The pending acknowledgement to the publisher, for Ack.
+	ack ackState
+}
+
+type ackState struct {
+	once atomic.Bool
+	c    *conn
+	pid  uint16
+	qos  byte
+}
+
+// Ack acknowledges the message to its publisher (PUBACK for QoS 1, PUBREC
+// for QoS 2). A Policy whose Accepted returned true calls it exactly once,
+// from any goroutine; further calls, and calls for QoS 0 messages, wills
+// and injected messages, do nothing.
+func (m *Message) Ack() { m.ack.send(false) }
+
+func (a *ackState) send(own bool) {
+	c := a.c
+	if c == nil || !a.once.CompareAndSwap(false, true) {
+		return
+	}
+	a.c = nil
+	switch a.qos {
+	case 1:
+		c.writeAck(packet.PUBACK, a.pid, packet.Success, own)
+		c.release(1)
+	case 2:
+		ss := c.sess
+		ss.mu.Lock()
+		if _, ok := ss.inbound2[a.pid]; ok {
+			ss.inbound2[a.pid] = true
+		}
+		ss.mu.Unlock()
+		c.writeAck(packet.PUBREC, a.pid, packet.Success, own)
+	}
 }
 
 // expired reports whether the message has expired at now.

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"net"
-	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -59,21 +58,6 @@ func (id *Identity) SessionKey() string {
 	return id.Namespace + "\x00" + id.ClientID
 }
 
-// PublishDecision is filled in by Policy.Publish for an accepted PUBLISH.
-// The broker prefills it with the packet's own values.
-type PublishDecision struct {
-	// Topic is the internal topic the message is routed and retained under.
-	Topic string
-	// QoS is the effective QoS: it caps onward delivery to subscribers while
-	// the inbound handshake keeps the published QoS. Must not exceed it.
-	QoS byte
-	// Expiry, when non-zero, is the absolute time the message expires
-	// (v5 Message Expiry Interval, or a retained maximum age).
-	Expiry time.Time
-	// Data is attached to the Message for the Policy's own hooks.
-	Data any
-}
-
 // DropReason says why a message was not delivered to a session.
 type DropReason uint8
 
@@ -111,15 +95,19 @@ type Policy interface {
 	// or a failure reason code (>= 0x80).
 	Subscribe(id *Identity, share string, sub *packet.Subscription) (filter string, code packet.ReasonCode)
 	// Publish decides an inbound PUBLISH (topic alias already resolved).
-	// Return Success to accept with d as filled, a failure code to refuse
-	// (the publisher gets it in PUBACK/PUBREC under v5), or
-	// QoSNotSupported to disconnect the publisher (v5 DISCONNECT 0x9B).
-	Publish(id *Identity, p *packet.Publish, d *PublishDecision) packet.ReasonCode
-	// Accepted sees every accepted message before it is acknowledged. It
-	// must call done exactly once, when the message may be acknowledged
-	// (for example after it is durable); done may be called from any
-	// goroutine. Calls happen in receive order per connection.
-	Accepted(id *Identity, m *Message, done func())
+	// m is prefilled from the packet; to accept, the policy may rewrite
+	// m.Topic (the internal topic), lower m.QoS (the effective QoS, which
+	// caps delivery while the inbound handshake keeps the published QoS),
+	// set m.Expiry and m.Data, and return Success. A failure code refuses
+	// the message (v5 publishers get it in PUBACK/PUBREC); QoSNotSupported
+	// disconnects the publisher (v5 DISCONNECT 0x9B).
+	Publish(id *Identity, p *packet.Publish, m *Message) packet.ReasonCode
+	// Accepted sees every accepted message, in receive order per
+	// connection, before it is acknowledged. Returning false lets the broker
+	// acknowledge at once; returning true defers the acknowledgement until
+	// the policy calls m.Ack (from any goroutine, exactly once), for example
+	// when the message is durable.
+	Accepted(id *Identity, m *Message) (deferred bool)
 	// Delivered reports a message handed to a session's connection.
 	Delivered(id *Identity, m *Message, qos byte)
 	// Dropped reports a message not delivered to a session.
@@ -145,12 +133,12 @@ func (OpenPolicy) Subscribe(_ *Identity, _ string, sub *packet.Subscription) (st
 }
 
 // Publish accepts the message unchanged.
-func (OpenPolicy) Publish(*Identity, *packet.Publish, *PublishDecision) packet.ReasonCode {
+func (OpenPolicy) Publish(*Identity, *packet.Publish, *Message) packet.ReasonCode {
 	return packet.Success
 }
 
-// Accepted acknowledges at once.
-func (OpenPolicy) Accepted(_ *Identity, _ *Message, done func()) { done() }
+// Accepted lets the broker acknowledge at once.
+func (OpenPolicy) Accepted(*Identity, *Message) bool { return false }
 
 // Delivered does nothing.
 func (OpenPolicy) Delivered(*Identity, *Message, byte) {}

@@ -68,17 +68,25 @@ func (c *conn) publish(p *packet.Publish) error {
 	}
 
 	now := c.srv.now()
-	d := PublishDecision{Topic: p.Topic, QoS: p.QoS}
+	m := &Message{
+		Topic:        p.Topic,
+		Payload:      p.Payload,
+		QoS:          p.QoS,
+		PublishedQoS: p.QoS,
+		Retain:       p.Retain,
+		Properties:   p.Properties,
+		Created:      now,
+		Origin:       c.sess.key,
+		Publisher:    c.id,
+	}
+	m.Properties.Clear(packet.PropTopicAlias)
+	m.Properties.Clear(packet.PropMessageExpiry)
+	m.Properties.SubscriptionIDs = nil
 	if v5 && p.Properties.Has(packet.PropMessageExpiry) {
-		d.Expiry = now.Add(time.Duration(p.Properties.MessageExpiry) * time.Second)
+		m.Expiry = now.Add(time.Duration(p.Properties.MessageExpiry) * time.Second)
 	}
-	if p.Retain && c.srv.opts.RetainedMaxAge > 0 {
-		limit := now.Add(c.srv.opts.RetainedMaxAge)
-		if d.Expiry.IsZero() || d.Expiry.After(limit) {
-			d.Expiry = limit
-		}
-	}
-	code := c.srv.policy.Publish(c.id, p, &d)
+	c.srv.clampRetained(m)
+	code := c.srv.policy.Publish(c.id, p, m)
 	if code == packet.QoSNotSupported {
 		c.srv.stats.publishRefused.Add(1)
 		return c.protocolError(code, "QoS not allowed")
@@ -88,49 +96,27 @@ func (c *conn) publish(p *packet.Publish) error {
 		c.refusePublish(p, code)
 		return nil
 	}
-	if d.QoS > p.QoS {
-		d.QoS = p.QoS
+	m.QoS = min(m.QoS, p.QoS)
+	if p.QoS > 0 {
+		m.ack = ackState{c: c, pid: p.PacketID, qos: p.QoS}
 	}
-	m := &Message{
-		Topic:        d.Topic,
-		Payload:      p.Payload,
-		QoS:          d.QoS,
-		PublishedQoS: p.QoS,
-		Retain:       p.Retain,
-		Properties:   p.Properties,
-		Created:      now,
-		Expiry:       d.Expiry,
-		Origin:       c.sess.key,
-		Publisher:    c.id,
-		Data:         d.Data,
-	}
-	m.Properties.Clear(packet.PropTopicAlias)
-	m.Properties.Clear(packet.PropMessageExpiry)
-	m.Properties.SubscriptionIDs = nil
-
 	c.srv.route(m, c)
-	switch p.QoS {
-	case 0:
-		c.srv.policy.Accepted(c.id, m, func() {})
-	case 1:
-		pid := p.PacketID
-		c.srv.policy.Accepted(c.id, m, func() {
-			c.writeAck(packet.PUBACK, pid, packet.Success, false)
-			c.release(1)
-		})
-	case 2:
-		pid := p.PacketID
-		ss := c.sess
-		c.srv.policy.Accepted(c.id, m, func() {
-			ss.mu.Lock()
-			if _, ok := ss.inbound2[pid]; ok {
-				ss.inbound2[pid] = true
-			}
-			ss.mu.Unlock()
-			c.writeAck(packet.PUBREC, pid, packet.Success, false)
-		})
+	if !c.srv.policy.Accepted(c.id, m) {
+		m.ack.send(true)
 	}
 	return nil
+}
+
+// clampRetained applies the retained maximum age to a retained message's
+// expiry.
+func (s *Server) clampRetained(m *Message) {
+	if !m.Retain || s.opts.RetainedMaxAge <= 0 {
+		return
+	}
+	limit := m.Created.Add(s.opts.RetainedMaxAge)
+	if m.Expiry.IsZero() || m.Expiry.After(limit) {
+		m.Expiry = limit
+	}
 }
 
 // release gives back n units of the inbound Receive Maximum.
@@ -219,29 +205,24 @@ func (s *Server) Publish(m *Message) {
 func (s *Server) publishWill(id *Identity, w *packet.Will) {
 	p := &packet.Publish{Topic: w.Topic, QoS: w.QoS, Retain: w.Retain, Payload: w.Payload, Properties: w.Properties}
 	now := s.now()
-	d := PublishDecision{Topic: w.Topic, QoS: w.QoS}
+	m := &Message{Topic: w.Topic, Payload: w.Payload, QoS: w.QoS, PublishedQoS: w.QoS, Retain: w.Retain,
+		Properties: w.Properties, Created: now, Publisher: id}
+	m.Properties.Clear(packet.PropWillDelay)
+	m.Properties.Clear(packet.PropMessageExpiry)
 	if w.Properties.Has(packet.PropMessageExpiry) {
-		d.Expiry = now.Add(time.Duration(w.Properties.MessageExpiry) * time.Second)
+		m.Expiry = now.Add(time.Duration(w.Properties.MessageExpiry) * time.Second)
 	}
-	if w.Retain && s.opts.RetainedMaxAge > 0 {
-		limit := now.Add(s.opts.RetainedMaxAge)
-		if d.Expiry.IsZero() || d.Expiry.After(limit) {
-			d.Expiry = limit
-		}
-	}
+	s.clampRetained(m)
 	if w.QoS > id.Limits.MaxQoS {
 		s.stats.publishRefused.Add(1)
 		return
 	}
-	if code := s.policy.Publish(id, p, &d); code >= 0x80 {
+	if code := s.policy.Publish(id, p, m); code >= 0x80 {
 		s.stats.publishRefused.Add(1)
 		return
 	}
-	m := &Message{Topic: d.Topic, Payload: w.Payload, QoS: min(d.QoS, w.QoS), PublishedQoS: w.QoS, Retain: w.Retain,
-		Properties: w.Properties, Created: now, Expiry: d.Expiry, Publisher: id, Data: d.Data}
-	m.Properties.Clear(packet.PropWillDelay)
-	m.Properties.Clear(packet.PropMessageExpiry)
+	m.QoS = min(m.QoS, w.QoS)
 	s.stats.willsPublished.Add(1)
 	s.route(m, nil)
-	s.policy.Accepted(id, m, func() {})
+	s.policy.Accepted(id, m)
 }

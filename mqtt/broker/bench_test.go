@@ -1,0 +1,209 @@
+package broker_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// benchClient is a minimal MQTT 5 client on fleetmq's codec for benchmarks:
+// it costs far less than a client library, so the numbers are the broker's.
+type benchClient struct {
+	nc  net.Conn
+	r   *bufio.Reader
+	mu  sync.Mutex // guards w and buf
+	w   *bufio.Writer
+	buf []byte
+}
+
+func dialBench(tb testing.TB, addr, id string) *benchClient {
+	tb.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { nc.Close() })
+	c := &benchClient{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10)}
+	if err := c.send(&packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version5, CleanStart: true, ClientID: id}, true); err != nil {
+		tb.Fatal(err)
+	}
+	p, err := c.read()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if ack, ok := p.(*packet.Connack); !ok || ack.ReasonCode != packet.Success {
+		tb.Fatalf("connect %s: got %#v", id, p)
+	}
+	return c
+}
+
+func (c *benchClient) send(p packet.Packet, flush bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	if c.buf, err = packet.Encode(c.buf[:0], p, packet.Version5); err != nil {
+		return err
+	}
+	if _, err := c.w.Write(c.buf); err != nil {
+		return err
+	}
+	if flush {
+		return c.w.Flush()
+	}
+	return nil
+}
+
+func (c *benchClient) flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.w.Flush()
+}
+
+func (c *benchClient) read() (packet.Packet, error) {
+	var hdr [5]byte
+	n := 0
+	for {
+		b, err := c.r.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		hdr[n] = b
+		n++
+		if n >= 2 && b < 0x80 || n == 5 {
+			break
+		}
+	}
+	h, rem, _, err := packet.ParseHeader(hdr[:n])
+	if err != nil {
+		return nil, err
+	}
+	body := make([]byte, rem)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return nil, err
+	}
+	return packet.Decode(h, body, packet.Version5)
+}
+
+// BenchmarkFanIn measures the broker's cost of one 200-byte message from a
+// publisher to a wildcard subscriber, per QoS, both clients pipelining and
+// acknowledging. Run: go test ./mqtt/broker -run '^$' -bench FanIn -benchmem
+func BenchmarkFanIn(b *testing.B) {
+	for _, qos := range []byte{0, 1, 2} {
+		b.Run("qos"+strconv.Itoa(int(qos)), func(b *testing.B) {
+			srv, err := broker.New(broker.Options{MaxQueued: 1 << 20, MaxInflight: 1000})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer srv.Close(context.Background())
+			ln, err := srv.ListenTCP("127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			sub := dialBench(b, addr, "sub")
+			if err := sub.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "bench/#", QoS: qos}}}, true); err != nil {
+				b.Fatal(err)
+			}
+			if p, err := sub.read(); err != nil || p.Type() != packet.SUBACK {
+				b.Fatalf("want SUBACK, got %v %v", p, err)
+			}
+			pub := dialBench(b, addr, "pub")
+			payload := make([]byte, 200)
+			topics := make([]string, 50)
+			for i := range topics {
+				topics[i] = "bench/" + strconv.Itoa(i) + "/telemetry"
+			}
+
+			subDone := make(chan error, 1)
+			go func() { subDone <- subscriberLoop(sub, b.N) }()
+			// window keeps the publisher within the broker's Receive Maximum.
+			window := make(chan struct{}, 512)
+			go publisherAcks(pub, window)
+
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p := &packet.Publish{Topic: topics[i%len(topics)], QoS: qos, Payload: payload}
+				if qos > 0 {
+					select {
+					case window <- struct{}{}:
+					default:
+						pub.flush()
+						window <- struct{}{}
+					}
+					p.PacketID = uint16(i%60000 + 1)
+				}
+				if err := pub.send(p, i%64 == 63); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pub.flush()
+			if err := <-subDone; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// subscriberLoop reads n PUBLISH packets, acknowledging each flow.
+func subscriberLoop(c *benchClient, n int) error {
+	got := 0
+	for got < n {
+		p, err := c.read()
+		if err != nil {
+			return fmt.Errorf("subscriber after %d messages: %w", got, err)
+		}
+		var reply packet.Packet
+		switch p := p.(type) {
+		case *packet.Publish:
+			got++
+			switch p.QoS {
+			case 1:
+				reply = &packet.Ack{Kind: packet.PUBACK, PacketID: p.PacketID}
+			case 2:
+				reply = &packet.Ack{Kind: packet.PUBREC, PacketID: p.PacketID}
+			}
+		case *packet.Ack:
+			if p.Kind == packet.PUBREL {
+				reply = &packet.Ack{Kind: packet.PUBCOMP, PacketID: p.PacketID}
+			}
+		}
+		if reply != nil {
+			if err := c.send(reply, c.r.Buffered() == 0); err != nil {
+				return err
+			}
+		}
+	}
+	return c.flush()
+}
+
+// publisherAcks completes the publisher's flows and frees window slots.
+func publisherAcks(c *benchClient, window chan struct{}) {
+	for {
+		p, err := c.read()
+		if err != nil {
+			return
+		}
+		a, ok := p.(*packet.Ack)
+		if !ok {
+			continue
+		}
+		switch a.Kind {
+		case packet.PUBACK, packet.PUBCOMP:
+			<-window
+		case packet.PUBREC:
+			if c.send(&packet.Ack{Kind: packet.PUBREL, PacketID: a.PacketID}, c.r.Buffered() == 0) != nil {
+				return
+			}
+		}
+	}
+}
