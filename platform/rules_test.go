@@ -1,0 +1,149 @@
+package platform
+
+import (
+	"testing"
+	"time"
+)
+
+func TestParsePlatformTopic(t *testing.T) {
+	const acc = "0b6f5a6e-7d1c-4c33-9a43-1f2e3d4c5b6a"
+	tests := []struct {
+		topic string
+		ok    bool
+		class string
+		sub   string
+	}{
+		{acc + "/dev1/state/summary", true, "state", "state/summary"},
+		{acc + "/dev1/event/change", true, "event", "event/change"},
+		{acc + "/dev1/telemetry/temp_probe", true, "telemetry", "telemetry/temp_probe"},
+		{acc + "/dev1/sample/a/b/c", true, "sample", "sample/a/b/c"},
+		{acc + "/dev1/state", false, "", ""},    // nothing after the class
+		{acc + "/dev1/state/", false, "", ""},   // empty level after the class
+		{acc + "/dev1/config/x", false, "", ""}, // unknown class
+		{acc + "/dev1", false, "", ""},          // no subpath
+		{acc + "//state/x", false, "", ""},      // empty client id
+		{"/dev1/state/x", false, "", ""},        // empty account
+		{acc + "/dev1/State/x", false, "", ""},  // classes are lower case
+	}
+	for _, tt := range tests {
+		got, ok := ParsePlatformTopic(tt.topic)
+		if ok != tt.ok || ok && (got.Class != tt.class || got.Subpath != tt.sub || got.AccountID != acc || got.ClientID != "dev1") {
+			t.Errorf("ParsePlatformTopic(%q) = %+v, %v; want class %q subpath %q ok %v", tt.topic, got, ok, tt.class, tt.sub, tt.ok)
+		}
+	}
+}
+
+func TestStripPrefix(t *testing.T) {
+	tests := []struct {
+		prefix, in, out string
+		ok              bool
+	}{
+		{"", "a/b", "a/b", true},
+		{"legacy", "legacy/a/b", "a/b", true},
+		{"legacy/site", "legacy/site/a/#", "a/#", true},
+		{"legacy", "legacyx/a", "", false},
+		{"legacy", "legacy", "", false},
+		{"legacy", "a/legacy/b", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := StripPrefix(tt.prefix, tt.in)
+		if got != tt.out || ok != tt.ok {
+			t.Errorf("StripPrefix(%q, %q) = %q, %v; want %q, %v", tt.prefix, tt.in, got, ok, tt.out, tt.ok)
+		}
+	}
+}
+
+func TestCovers(t *testing.T) {
+	tests := []struct {
+		outer, inner string
+		want         bool
+	}{
+		{"A/#", "A/#", true},
+		{"A/#", "A/dev/state/x", true},
+		{"A/#", "A", true}, // "A/#" matches "A"
+		{"A/#", "A/+/telemetry/#", true},
+		{"A/#", "#", false},
+		{"A/#", "+/#", false},
+		{"A/#", "B/#", false},
+		{"A/#", "+", false},
+		{"A/+/state/#", "A/d1/state/x", true},
+		{"A/+/state/#", "A/+/state/#", true},
+		{"A/+/state/#", "A/d1/event/x", false},
+		{"A/+/state/#", "A/#", false},
+		{"A/d1/#", "A/+/state/x", false}, // + is wider than d1
+		{"A/+", "A/x", true},
+		{"A/+", "A/x/y", false},
+		{"A/+", "A/#", false},
+		{"A/x", "A/x", true},
+		{"A/x", "A/x/y", false},
+		{"#", "$SYS/x", false},
+		{"+/x", "$SYS/x", false},
+		{"#", "a/b", true},
+		{"$SYS/#", "$SYS/x", true},
+	}
+	for _, tt := range tests {
+		if got := Covers(tt.outer, tt.inner); got != tt.want {
+			t.Errorf("Covers(%q, %q) = %v, want %v", tt.outer, tt.inner, got, tt.want)
+		}
+	}
+}
+
+func TestEffectiveQoS(t *testing.T) {
+	tests := []struct {
+		name      string
+		published byte
+		class     string
+		addOn     bool
+		poolLeft  bool
+		want      byte
+		demoted   bool
+		takes     bool
+	}{
+		{"qos0 stays 0", 0, ClassState, true, true, 0, false, false},
+		{"qos1 stays 1", 1, ClassTelemetry, false, false, 1, false, false},
+		{"qos2 state with add-on and pool", 2, ClassState, true, true, 2, false, true},
+		{"qos2 event with add-on and pool", 2, ClassEvent, true, true, 2, false, true},
+		{"qos2 state, pool used up: demoted", 2, ClassState, true, false, 1, true, true},
+		{"qos2 without add-on is 1", 2, ClassState, false, true, 1, false, false},
+		{"qos2 telemetry is 1 even with add-on", 2, ClassTelemetry, true, true, 1, false, false},
+		{"qos2 sample is 1", 2, ClassSample, true, true, 1, false, false},
+	}
+	for _, tt := range tests {
+		took := false
+		got, demoted := EffectiveQoS(tt.published, tt.class, tt.addOn, func() bool { took = true; return tt.poolLeft })
+		if got != tt.want || demoted != tt.demoted || took != tt.takes {
+			t.Errorf("%s: got qos %d demoted %v took %v; want %d %v %v", tt.name, got, demoted, took, tt.want, tt.demoted, tt.takes)
+		}
+	}
+}
+
+func TestPoolResetsAtUTCMidnight(t *testing.T) {
+	var p Pool
+	day1 := time.Date(2026, 11, 22, 23, 59, 58, 0, time.UTC)
+	for i := 0; i < 3; i++ {
+		if !p.Take(day1, 3) {
+			t.Fatalf("take %d of a pool of 3 refused", i+1)
+		}
+	}
+	if p.Take(day1, 3) {
+		t.Fatal("fourth take of a pool of 3 allowed")
+	}
+	st := p.State(day1, 3)
+	if !st.Demoted || st.Used != 3 || st.Demotions != 1 || !st.ResetsAt.Equal(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("state before midnight: %+v", st)
+	}
+	day2 := day1.Add(3 * time.Second) // 00:00:01 next day
+	if st := p.State(day2, 3); st.Demoted || st.Used != 0 {
+		t.Fatalf("state after midnight: %+v", st)
+	}
+	if !p.Take(day2, 3) {
+		t.Fatal("take after UTC midnight refused")
+	}
+	// A time zone east of UTC must not reset early.
+	east := time.FixedZone("UTC+9", 9*3600)
+	var q Pool
+	q.Take(time.Date(2026, 11, 23, 1, 0, 0, 0, east), 1)      // 2026-11-22 16:00 UTC
+	if q.Take(time.Date(2026, 11, 23, 8, 0, 0, 0, east), 1) { // 23:00 UTC, same UTC day
+		t.Fatal("pool reset on a local date change instead of UTC midnight")
+	}
+}
