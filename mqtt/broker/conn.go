@@ -40,7 +40,8 @@ type conn struct {
 	r, w    int
 	lastN   int // bytes returned by the last read
 	version byte
-	id      *Identity
+	id      *Identity // set once after CONNECT; read by others through identity()
+	idp     atomic.Pointer[Identity]
 	sess    *session
 	ka      time.Duration // keep alive enforced (1.5x), 0 = none
 	aliasIn map[uint16]string
@@ -247,6 +248,10 @@ func connectLevel(body []byte) byte {
 	}
 	return body[2+n]
 }
+
+// identity is the connection's identity once CONNECT succeeded (safe from
+// any goroutine).
+func (c *conn) identity() *Identity { return c.idp.Load() }
 
 // handle dispatches one packet after CONNECT.
 func (c *conn) handle(p packet.Packet) error {

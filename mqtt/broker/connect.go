@@ -51,6 +51,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 	}
 	c.fillLimits(id)
 	c.id = id
+	c.idp.Store(id)
 
 	// Keep alive: the client's value, capped by the server.
 	ka := cp.KeepAlive

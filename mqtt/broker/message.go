@@ -30,6 +30,10 @@ type Message struct {
 	Publisher *Identity
 	// Data belongs to the Policy.
 	Data any
+	// NoDeliver, set by a Policy, accepts and acknowledges the message and
+	// hands it to Accepted (for storage) without retaining it or delivering
+	// it to subscribers.
+	NoDeliver bool
 
 	// The pending acknowledgement to the publisher, for Ack.
 	ack ackState

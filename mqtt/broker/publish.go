@@ -100,7 +100,9 @@ func (c *conn) publish(p *packet.Publish) error {
 	if p.QoS > 0 {
 		m.ack = ackState{c: c, pid: p.PacketID, qos: p.QoS}
 	}
-	c.srv.route(m, c)
+	if !m.NoDeliver {
+		c.srv.route(m, c)
+	}
 	if !c.srv.policy.Accepted(c.id, m) {
 		m.ack.send(true)
 	}
@@ -223,6 +225,8 @@ func (s *Server) publishWill(id *Identity, w *packet.Will) {
 	}
 	m.QoS = min(m.QoS, w.QoS)
 	s.stats.willsPublished.Add(1)
-	s.route(m, nil)
+	if !m.NoDeliver {
+		s.route(m, nil)
+	}
 	s.policy.Accepted(id, m)
 }

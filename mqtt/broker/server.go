@@ -263,3 +263,22 @@ func (s *Server) Sweep() {
 		s.endSession(ss, true)
 	}
 }
+
+// Disconnect ends every connection whose identity match selects (v5 clients
+// get DISCONNECT with code, for example AdministrativeAction or
+// NotAuthorized). It reports how many it ended. Use it when a credential is
+// revoked or expires.
+func (s *Server) Disconnect(match func(*Identity) bool, code packet.ReasonCode) int {
+	s.mu.Lock()
+	var ends []*conn
+	for c := range s.conns {
+		if id := c.identity(); id != nil && match(id) {
+			ends = append(ends, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range ends {
+		c.closeWith(code, "disconnected by the server")
+	}
+	return len(ends)
+}
