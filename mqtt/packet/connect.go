@@ -115,7 +115,7 @@ func decodeConnect(body []byte) (*Connect, error) {
 	return c, r.end(CONNECT)
 }
 
-// appendConnect appends the body of c.
+// connect appends the body of c, in the format of c.ProtocolLevel.
 func (w *writer) connect(c *Connect) {
 	name := c.ProtocolName
 	if name == "" {

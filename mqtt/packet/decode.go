@@ -26,14 +26,17 @@ var fixedFlags = [16]byte{PUBREL: 0b0010, SUBSCRIBE: 0b0010, UNSUBSCRIBE: 0b0010
 // level of the connection: Version5 decodes MQTT 5, anything else MQTT 3.1.1.
 // For CONNECT version is ignored: the level comes from the packet.
 //
-// Decode takes ownership of body: byte slices in the result (payloads,
-// passwords, correlation and authentication data) alias it, and so do the
-// topic and every string of a PUBLISH, which are made with unsafe.String to
-// keep decoding a PUBLISH to one allocation. body must therefore not be
-// modified or reused while the packet is in use; copy a PUBLISH topic with
+// Decode takes ownership of body: byte slices in the result alias it in
+// every packet type (payloads, passwords, Correlation Data, and the
+// Authentication Data of CONNECT, CONNACK and AUTH), and so do the topic and
+// every string of a PUBLISH, which are made with unsafe.String to keep
+// decoding a PUBLISH to one allocation. body must therefore not be modified
+// or reused while those fields are in use; copy a PUBLISH topic with
 // strings.Clone before keeping it longer than the message (a topic alias
 // table, for instance) so it does not pin the whole body. Strings of the
-// other packets are copied. Empty byte slices are returned as nil.
+// other packets are copied, so a packet without byte slices (acks, SUBACK,
+// DISCONNECT...) may be decoded from a reused buffer. Empty byte slices are
+// returned as nil. Decode never writes to body.
 //
 // Any problem yields an *Error whose Code is the reason code to answer with:
 // MalformedPacket or ProtocolError as the spec prescribes for the rule broken,
