@@ -223,8 +223,7 @@ var goldenV5 = []golden{
 			Properties: props(func(p *Properties) {
 				p.SetSessionExpiry(3600)
 				p.SetString(PropAuthMethod, "SCRAM")
-				p.AuthData = []byte{1, 2, 3}
-				p.Mark(PropAuthData)
+				p.SetBytes(PropAuthData, []byte{1, 2, 3})
 				p.SetByte(PropRequestProblemInfo, 0)
 				p.SetByte(PropRequestResponseInfo, 1)
 				p.SetUint16(PropReceiveMaximum, 20)
@@ -237,8 +236,7 @@ var goldenV5 = []golden{
 				p.SetMessageExpiry(60)
 				p.SetString(PropContentType, "text/plain")
 				p.SetString(PropResponseTopic, "resp")
-				p.CorrelationData = []byte{0xAB, 0xCD}
-				p.Mark(PropCorrelationData)
+				p.SetBytes(PropCorrelationData, []byte{0xAB, 0xCD})
 				p.SetUint32(PropWillDelay, 5)
 				p.User = []UserProperty{{"a", "b"}}
 			})}},

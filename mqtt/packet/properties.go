@@ -221,12 +221,7 @@ func (r *reader) prop(p *Properties, id PropID, info *propInfo) error {
 		if err != nil {
 			return err
 		}
-		if id == PropCorrelationData {
-			p.CorrelationData = b
-		} else {
-			p.AuthData = b
-		}
-		p.Mark(id)
+		p.SetBytes(id, b)
 	}
 	return nil
 }
@@ -392,6 +387,20 @@ func checkProps(p *Properties, mask uint64) error {
 
 func tooLong(what string) *Error {
 	return malformed("%s is longer than 65535 bytes", what)
+}
+
+// SetBytes sets a binary property (CorrelationData, AuthData) and marks it
+// present; the slice is kept, not copied.
+func (p *Properties) SetBytes(id PropID, v []byte) {
+	switch id {
+	case PropCorrelationData:
+		p.CorrelationData = v
+	case PropAuthData:
+		p.AuthData = v
+	default:
+		return
+	}
+	p.Mark(id)
 }
 
 func (p *Properties) byteProp(id PropID) byte {
