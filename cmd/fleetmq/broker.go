@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/metrics"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
 
@@ -22,6 +23,7 @@ type brokerConfig struct {
 	TLSCert        string
 	TLSKey         string
 	WSListen       string
+	HTTPListen     string
 	StatePath      string
 	MaxInflight    int
 	MaxQueued      int
@@ -36,6 +38,7 @@ func (c *brokerConfig) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (PEM) [FLEETMQ_TLS_CERT]")
 	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file (PEM) [FLEETMQ_TLS_KEY]")
 	fs.StringVar(&c.WSListen, "ws-listen", "", "MQTT over WebSocket listen address, path /mqtt [FLEETMQ_MQTT_WS_LISTEN]")
+	fs.StringVar(&c.HTTPListen, "http-listen", "", "HTTP address for /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
 	fs.StringVar(&c.StatePath, "state", "", "file to save retained messages and sessions in (empty: in memory only) [FLEETMQ_BROKER_STATE]")
 	fs.IntVar(&c.MaxInflight, "max-inflight", broker.DefaultMaxInflight, "unacknowledged QoS 1/2 messages per session [FLEETMQ_MAX_INFLIGHT]")
 	fs.IntVar(&c.MaxQueued, "max-queued", broker.DefaultMaxQueued, "messages queued per session behind the inflight window [FLEETMQ_MAX_QUEUED]")
@@ -110,6 +113,16 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fail(err)
 		}
 		listening = append(listening, "ws://"+ln.Addr().String()+"/mqtt")
+	}
+	if cfg.HTTPListen != "" {
+		reg := &metrics.Registry{}
+		registerBroker(reg, srv)
+		hs, addr, err := startHTTP(cfg.HTTPListen, healthMux(reg, func() error { return nil }), log)
+		if err != nil {
+			return fail(err)
+		}
+		defer hs.Close()
+		listening = append(listening, "http://"+addr+"/metrics")
 	}
 	log.Info("fleetmq broker listening (open policy: anonymous clients, any topic)", "listeners", strings.Join(listening, " "))
 	fmt.Fprintf(stdout, "fleetmq broker listening on %s\n", strings.Join(listening, " "))

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// healthMux serves /metrics, /livez (the process is up) and /readyz (ready
+// reports nil when the service can take traffic).
+func healthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metricsHandler)
+	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// startHTTP opens the listener first (so a busy port fails at once), then
+// serves in the background. It returns the bound address.
+func startHTTP(addr string, h http.Handler, log *slog.Logger) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "error", err)
+		}
+	}()
+	return hs, ln.Addr().String(), nil
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"sync"
+	"time"
+
+	"github.com/fleetmq/fleetmq/internal/metrics"
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// statsCache reads the broker's Stats at most once per scrape burst, so
+// the many families of one scrape share a snapshot.
+type statsCache struct {
+	srv *broker.Server
+	mu  sync.Mutex
+	at  time.Time
+	st  broker.Stats
+}
+
+func (c *statsCache) get() broker.Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > 100*time.Millisecond {
+		c.st, c.at = c.srv.Stats(), time.Now()
+	}
+	return c.st
+}
+
+// registerBroker adds the broker's counters to reg.
+func registerBroker(reg *metrics.Registry, srv *broker.Server) {
+	c := &statsCache{srv: srv}
+	gauge := func(name, help string, f func(broker.Stats) int64, kind metrics.Kind) {
+		reg.Add(metrics.Family{Name: name, Help: help, Kind: kind, Collect: metrics.Value(func() float64 { return float64(f(c.get())) })})
+	}
+	gauge("fleetmq_mqtt_connections", "Open MQTT connections.", func(s broker.Stats) int64 { return s.Connections }, metrics.Gauge)
+	gauge("fleetmq_mqtt_connections_total", "MQTT connections accepted since start.", func(s broker.Stats) int64 { return s.ConnectionsTotal }, metrics.Counter)
+	gauge("fleetmq_mqtt_connects_refused_total", "CONNECTs refused (credentials, client id, policy).", func(s broker.Stats) int64 { return s.ConnectsRefused }, metrics.Counter)
+	gauge("fleetmq_mqtt_sessions", "Sessions known (connected or persisted).", func(s broker.Stats) int64 { return s.Sessions }, metrics.Gauge)
+	gauge("fleetmq_mqtt_subscriptions", "Subscriptions in the index.", func(s broker.Stats) int64 { return s.Subscriptions }, metrics.Gauge)
+	gauge("fleetmq_mqtt_retained_messages", "Retained messages stored.", func(s broker.Stats) int64 { return s.Retained }, metrics.Gauge)
+	gauge("fleetmq_mqtt_inflight_messages", "Outbound QoS 1/2 messages awaiting acknowledgement.", func(s broker.Stats) int64 { return s.Inflight }, metrics.Gauge)
+	gauge("fleetmq_mqtt_queued_messages", "Messages waiting in session queues.", func(s broker.Stats) int64 { return s.Queued }, metrics.Gauge)
+	gauge("fleetmq_mqtt_received_bytes_total", "Bytes read from MQTT clients.", func(s broker.Stats) int64 { return s.BytesIn }, metrics.Counter)
+	gauge("fleetmq_mqtt_sent_bytes_total", "Bytes written to MQTT clients.", func(s broker.Stats) int64 { return s.BytesOut }, metrics.Counter)
+	gauge("fleetmq_mqtt_publish_refused_total", "Inbound PUBLISH refused by policy or limits.", func(s broker.Stats) int64 { return s.PublishRefused }, metrics.Counter)
+	gauge("fleetmq_mqtt_protocol_errors_total", "Connections ended by a protocol error.", func(s broker.Stats) int64 { return s.ProtocolErrors }, metrics.Counter)
+	gauge("fleetmq_mqtt_wills_published_total", "Will messages published.", func(s broker.Stats) int64 { return s.WillsPublished }, metrics.Counter)
+
+	packets := func(name, help string, f func(broker.Stats) [16]int64) {
+		reg.Add(metrics.Family{Name: name, Help: help, Kind: metrics.Counter, Collect: func() []metrics.Sample {
+			v := f(c.get())
+			var out []metrics.Sample
+			for t := packet.CONNECT; t <= packet.AUTH; t++ {
+				out = append(out, metrics.Sample{Labels: []string{"type", t.String()}, Value: float64(v[t])})
+			}
+			return out
+		}})
+	}
+	packets("fleetmq_mqtt_packets_received_total", "MQTT packets received by type.", func(s broker.Stats) [16]int64 { return s.PacketsIn })
+	packets("fleetmq_mqtt_packets_sent_total", "MQTT packets sent by type.", func(s broker.Stats) [16]int64 { return s.PacketsOut })
+	byQoS := func(name, help string, f func(broker.Stats) [3]int64) {
+		reg.Add(metrics.Family{Name: name, Help: help, Kind: metrics.Counter, Collect: func() []metrics.Sample {
+			v := f(c.get())
+			return []metrics.Sample{{Labels: []string{"qos", "0"}, Value: float64(v[0])}, {Labels: []string{"qos", "1"}, Value: float64(v[1])}, {Labels: []string{"qos", "2"}, Value: float64(v[2])}}
+		}})
+	}
+	byQoS("fleetmq_mqtt_publish_received_total", "Inbound PUBLISH by published QoS.", func(s broker.Stats) [3]int64 { return s.PublishIn })
+	byQoS("fleetmq_mqtt_publish_sent_total", "Outbound PUBLISH by delivered QoS.", func(s broker.Stats) [3]int64 { return s.PublishOut })
+	reg.Add(metrics.Family{Name: "fleetmq_mqtt_dropped_total", Help: "Messages not delivered to a session, by reason.", Kind: metrics.Counter, Collect: func() []metrics.Sample {
+		st := c.get()
+		var out []metrics.Sample
+		for i, name := range broker.DropNames() {
+			out = append(out, metrics.Sample{Labels: []string{"reason", name}, Value: float64(st.Drops[i])})
+		}
+		return out
+	}})
+}
