@@ -1,0 +1,205 @@
+package platform
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Meter counts usage in memory on the message path (atomics reached through
+// a pointer the session holds, no map lookup and no lock per message) and
+// hands the increments to a flush function periodically.
+type Meter struct {
+	mu       sync.Mutex
+	accounts map[string]*accountMeter
+	clients  map[clientKey]*clientMeter
+}
+
+type clientKey struct{ account, client string }
+
+// dayCounters are one UTC day's counters; two slots (day % 2) let the day
+// roll over without a lock.
+type dayCounters struct {
+	day       atomic.Int64 // days since the Unix epoch
+	messages  [3]atomic.Int64
+	bytes     [3]atomic.Int64
+	poolUsed  atomic.Int64
+	demotions atomic.Int64
+	refused   atomic.Int64
+	drops     [8]atomic.Int64 // by broker.DropReason
+}
+
+type accountMeter struct {
+	id   string
+	days [2]dayCounters
+}
+
+type clientMeter struct {
+	account, client string
+	days            [2]struct {
+		day      atomic.Int64
+		messages [3]atomic.Int64
+	}
+}
+
+// NewMeter returns an empty meter.
+func NewMeter() *Meter {
+	return &Meter{accounts: make(map[string]*accountMeter), clients: make(map[clientKey]*clientMeter)}
+}
+
+func dayNumber(t time.Time) int64 { return t.Unix() / 86400 }
+
+func dayString(n int64) string { return time.Unix(n*86400, 0).UTC().Format(time.DateOnly) }
+
+// account returns the account's meter (created once, kept for the
+// session's lifetime).
+func (m *Meter) account(id string) *accountMeter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := m.accounts[id]
+	if a == nil {
+		a = &accountMeter{id: id}
+		m.accounts[id] = a
+	}
+	return a
+}
+
+func (m *Meter) client(account, client string) *clientMeter {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := clientKey{account, client}
+	c := m.clients[k]
+	if c == nil {
+		c = &clientMeter{account: account, client: client}
+		m.clients[k] = c
+	}
+	return c
+}
+
+// slot returns today's counters, claiming the slot when the day changed.
+func (a *accountMeter) slot(now time.Time) *dayCounters {
+	d := dayNumber(now)
+	s := &a.days[d%2]
+	if s.day.Load() != d {
+		// The slot last held day d-2 (long flushed): reuse it.
+		if old := s.day.Load(); old != d && s.day.CompareAndSwap(old, d) {
+			for i := range s.messages {
+				s.messages[i].Store(0)
+				s.bytes[i].Store(0)
+			}
+			s.poolUsed.Store(0)
+			s.demotions.Store(0)
+			s.refused.Store(0)
+			for i := range s.drops {
+				s.drops[i].Store(0)
+			}
+		}
+	}
+	return s
+}
+
+func (c *clientMeter) count(now time.Time, qos byte) {
+	d := dayNumber(now)
+	s := &c.days[d%2]
+	if s.day.Load() != d {
+		if old := s.day.Load(); old != d && s.day.CompareAndSwap(old, d) {
+			for i := range s.messages {
+				s.messages[i].Store(0)
+			}
+		}
+	}
+	s.messages[qos].Add(1)
+}
+
+// DailyDelta is what a flush hands to the store: increments since the last
+// flush for one account and day.
+type DailyDelta struct {
+	AccountID string
+	Day       string // UTC date
+	Messages  [3]int64
+	Bytes     [3]int64
+	PoolUsed  int64
+	Demotions int64
+	Refused   int64
+	Drops     map[string]int64
+}
+
+// ClientDelta is the per-client QoS mix increment.
+type ClientDelta struct {
+	AccountID, ClientID, Day string
+	Messages                 [3]int64
+}
+
+// Collect takes the increments counted since the last Collect (resetting
+// them), sorted by account and day. dropNames names the drop indexes.
+func (m *Meter) Collect(dropNames []string) ([]DailyDelta, []ClientDelta) {
+	m.mu.Lock()
+	accounts := make([]*accountMeter, 0, len(m.accounts))
+	for _, a := range m.accounts {
+		accounts = append(accounts, a)
+	}
+	clients := make([]*clientMeter, 0, len(m.clients))
+	for _, c := range m.clients {
+		clients = append(clients, c)
+	}
+	m.mu.Unlock()
+	var out []DailyDelta
+	for _, a := range accounts {
+		for i := range a.days {
+			s := &a.days[i]
+			d := DailyDelta{AccountID: a.id, Day: dayString(s.day.Load())}
+			any := false
+			for q := range 3 {
+				d.Messages[q] = s.messages[q].Swap(0)
+				d.Bytes[q] = s.bytes[q].Swap(0)
+				any = any || d.Messages[q] != 0
+			}
+			d.PoolUsed = s.poolUsed.Swap(0)
+			d.Demotions = s.demotions.Swap(0)
+			d.Refused = s.refused.Swap(0)
+			for r := range s.drops {
+				if n := s.drops[r].Swap(0); n != 0 && r < len(dropNames) {
+					if d.Drops == nil {
+						d.Drops = make(map[string]int64)
+					}
+					d.Drops[dropNames[r]] += n
+				}
+			}
+			if any || d.PoolUsed != 0 || d.Demotions != 0 || d.Refused != 0 || d.Drops != nil {
+				out = append(out, d)
+			}
+		}
+	}
+	var cout []ClientDelta
+	for _, c := range clients {
+		for i := range c.days {
+			s := &c.days[i]
+			d := ClientDelta{AccountID: c.account, ClientID: c.client, Day: dayString(s.day.Load())}
+			any := false
+			for q := range 3 {
+				d.Messages[q] = s.messages[q].Swap(0)
+				any = any || d.Messages[q] != 0
+			}
+			if any {
+				cout = append(cout, d)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].AccountID != out[j].AccountID {
+			return out[i].AccountID < out[j].AccountID
+		}
+		return out[i].Day < out[j].Day
+	})
+	sort.Slice(cout, func(i, j int) bool {
+		if cout[i].AccountID != cout[j].AccountID {
+			return cout[i].AccountID < cout[j].AccountID
+		}
+		if cout[i].ClientID != cout[j].ClientID {
+			return cout[i].ClientID < cout[j].ClientID
+		}
+		return cout[i].Day < cout[j].Day
+	})
+	return out, cout
+}

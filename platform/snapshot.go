@@ -1,0 +1,92 @@
+package platform
+
+import (
+	"strings"
+	"time"
+)
+
+// Snapshot is the control-plane state the policy decides with: accounts,
+// their plans, add-ons and MQTT clients, credentials by username, and the
+// vendor layouts. It is immutable once built; the policy swaps in a new one
+// when the store changes.
+type Snapshot struct {
+	Version  int64
+	Accounts map[string]*Account    // by account id
+	Creds    map[string]*Credential // by username
+	Layouts  map[string][]*Layout   // by wire root (first topic level)
+}
+
+// Account is an account as the broker needs it.
+type Account struct {
+	ID        string
+	Suspended bool
+	// Plan limits; HasPlan is false without a base plan (no publishing
+	// clients can be registered then, but the account still exists).
+	HasPlan             bool
+	PlanName            string
+	MaxPublisherClients int
+	QoS2DailyPool       int64
+	QoS2AddOn           bool
+	Clients             map[string]*Client // by client id
+}
+
+// MaxQueued is the plan's catch-up bound: max_publisher_clients x 3.
+func (a *Account) MaxQueued() int {
+	if a.MaxPublisherClients <= 0 {
+		return 3
+	}
+	return a.MaxPublisherClients * 3
+}
+
+// Client is a registered MQTT client (publisher device).
+type Client struct {
+	ClientID      string
+	MaxPublishQoS byte
+}
+
+// Credential kinds.
+const (
+	KindPublisher  = "publisher"
+	KindSubscriber = "subscriber"
+)
+
+// Credential is a publisher (fleet) credential or a subscriber password.
+type Credential struct {
+	ID         string
+	AccountID  string
+	Kind       string
+	Username   string
+	SecretHash string    // hex SHA-256 of the secret
+	Filters    []string  // subscriber: granted filters (default {account_id}/#)
+	ExpiresAt  time.Time // zero: never
+}
+
+// Expired reports whether the credential has expired at now.
+func (c *Credential) Expired(now time.Time) bool {
+	return !c.ExpiresAt.IsZero() && !now.Before(c.ExpiresAt)
+}
+
+// Layout is a registered vendor wire layout.
+type Layout struct {
+	ID       string
+	Name     string
+	WireRoot string
+	Fanout   bool
+	// Normalize maps a wire topic to the client id it names and the
+	// platform subpath ("state/...", ...); ok is false when no rule
+	// matches.
+	Normalize func(wire string) (clientID, subpath string, ok bool)
+}
+
+// layoutFor finds the layout that maps a wire topic, if any. It reports
+// whether the topic's root is registered at all.
+func (s *Snapshot) layoutFor(wire string) (l *Layout, clientID, subpath string, rootKnown bool) {
+	root, _, _ := strings.Cut(wire, "/")
+	ls := s.Layouts[root]
+	for _, l := range ls {
+		if c, sp, ok := l.Normalize(wire); ok {
+			return l, c, sp, true
+		}
+	}
+	return nil, "", "", len(ls) > 0
+}
