@@ -45,6 +45,7 @@ type conn struct {
 	sess    *session
 	ka      time.Duration // keep alive enforced (1.5x), 0 = none
 	aliasIn map[uint16]string
+	ack     packet.Ack // reused for every inbound ack
 	will    *packet.Will
 	// problemInfo: v5 Request Problem Information (reason strings allowed).
 	problemInfo bool
@@ -232,6 +233,14 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			// Learn the protocol level early so a failed decode can be
 			// answered in the right form.
 			c.version = connectLevel(body)
+		}
+		if typ >= packet.PUBACK && typ <= packet.PUBCOMP {
+			// Acks are decoded into the connection's own Ack: no
+			// allocation per acknowledgement.
+			if err := packet.DecodeAck(header, body, c.version, &c.ack); err != nil {
+				return nil, err
+			}
+			return &c.ack, nil
 		}
 		return packet.Decode(header, body, c.version)
 	}

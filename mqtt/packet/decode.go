@@ -192,30 +192,50 @@ func checkTopicName(b []byte, what string) error {
 }
 
 func decodeAck(t Type, body []byte, v5 bool) (*Ack, error) {
+	a := &Ack{}
+	if err := decodeAckInto(a, t, body, v5); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// DecodeAck decodes a PUBACK, PUBREC, PUBREL or PUBCOMP into a, which the
+// caller owns and may reuse: the broker's per-message path decodes acks
+// without allocating. a's fields may alias body (like Decode's).
+func DecodeAck(header byte, body []byte, version byte, a *Ack) error {
+	t := Type(header >> 4)
+	if t < PUBACK || t > PUBCOMP {
+		return malformed("%s is not an acknowledgement", t)
+	}
+	if flags := header & 0x0F; flags != fixedFlags[t] {
+		return malformed("%s fixed header flags are 0x%X, must be 0x%X", t, flags, fixedFlags[t])
+	}
+	*a = Ack{}
+	return decodeAckInto(a, t, body, version == Version5)
+}
+
+func decodeAckInto(a *Ack, t Type, body []byte, v5 bool) error {
 	r := reader{b: body}
 	id, err := r.packetID(t)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	a := &Ack{Kind: t, PacketID: id}
+	a.Kind, a.PacketID = t, id
 	// v5 short forms: Remaining Length 2 means Success and no properties,
 	// 3 means a reason code and no properties (section 3.4.2.1).
 	if v5 && r.rest() > 0 {
 		rc, _ := r.byte("reason code")
 		a.ReasonCode = ReasonCode(rc)
 		if !ackCodes(t).has(a.ReasonCode) {
-			return nil, protocolErr("reason code 0x%02X is not valid in %s", rc, t)
+			return protocolErr("reason code 0x%02X is not valid in %s", rc, t)
 		}
 		if r.rest() > 0 {
 			if err := r.props(&a.Properties, t); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	if err := r.end(t); err != nil {
-		return nil, err
-	}
-	return a, nil
+	return r.end(t)
 }
 
 func decodeConnack(body []byte, v5 bool) (*Connack, error) {
