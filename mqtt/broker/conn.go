@@ -94,7 +94,9 @@ func (c *conn) run() {
 }
 
 func (c *conn) serve() error {
-	c.nc.SetReadDeadline(c.srv.now().Add(c.srv.opts.ConnectTimeout))
+	// Network deadlines use the real clock, not Options.Now (which tests
+	// move freely).
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
 	first, err := c.readPacket()
 	if err != nil {
 		c.failConnect(err)

@@ -121,10 +121,11 @@ type Policy interface {
 // published, acknowledgement at once. Embed it to override a few methods.
 type OpenPolicy struct{}
 
-// Authenticate accepts every client in the empty namespace.
+// Authenticate accepts every client in the empty namespace. Clients that
+// request response information get "response/{client_id}".
 func (OpenPolicy) Authenticate(_ context.Context, req *ConnectRequest) (*Identity, packet.ReasonCode) {
 	c := req.Connect
-	return &Identity{ClientID: c.ClientID, Username: c.Username}, packet.Success
+	return &Identity{ClientID: c.ClientID, Username: c.Username, ResponseInfo: "response/" + c.ClientID}, packet.Success
 }
 
 // Subscribe grants the requested QoS on the filter as given.
