@@ -38,6 +38,9 @@ type Options struct {
 	// TopicAliasMaximum is advertised to v5 clients for inbound aliases.
 	// Default 64.
 	TopicAliasMaximum uint16
+	// MaxTopicLevels bounds the levels of a topic name or filter; deeper
+	// ones are refused (TopicNameInvalid / TopicFilterInvalid). Default 128.
+	MaxTopicLevels int
 	// MaxKeepAlive caps the client's keep alive in seconds (v5 clients are
 	// told with Server Keep Alive). 0 means no cap. Default 0.
 	MaxKeepAlive uint16
@@ -73,6 +76,7 @@ const (
 	DefaultMaxPacketSize     = 1 << 20
 	DefaultTopicAliasMaximum = 64
 	DefaultMaxSessionExpiry  = 7 * 24 * 3600
+	DefaultMaxTopicLevels    = 128
 )
 
 func (o *Options) fill() {
@@ -99,6 +103,9 @@ func (o *Options) fill() {
 	}
 	if o.TopicAliasMaximum == 0 {
 		o.TopicAliasMaximum = DefaultTopicAliasMaximum
+	}
+	if o.MaxTopicLevels == 0 {
+		o.MaxTopicLevels = DefaultMaxTopicLevels
 	}
 	if o.MaxSessionExpiry == 0 {
 		o.MaxSessionExpiry = DefaultMaxSessionExpiry

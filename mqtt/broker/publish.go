@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"strings"
 	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -28,6 +29,9 @@ func (c *conn) publish(p *packet.Publish) error {
 	}
 	if err := topic.ValidateName(p.Topic); err != nil {
 		return c.protocolError(packet.TopicNameInvalid, err.Error())
+	}
+	if levels(p.Topic) > c.srv.opts.MaxTopicLevels {
+		return c.protocolError(packet.TopicNameInvalid, "too many topic levels")
 	}
 	if p.QoS > c.id.Limits.MaxQoS {
 		c.srv.stats.publishRefused.Add(1)
@@ -120,6 +124,9 @@ func (s *Server) clampRetained(m *Message) {
 		m.Expiry = limit
 	}
 }
+
+// levels counts the levels of a topic name or filter.
+func levels(t string) int { return strings.Count(t, "/") + 1 }
 
 // release gives back n units of the inbound Receive Maximum.
 func (c *conn) release(n int) {

@@ -37,7 +37,7 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 		if err == nil {
 			err = topic.ValidateFilter(req.Filter)
 		}
-		if err != nil {
+		if err != nil || levels(req.Filter) > c.srv.opts.MaxTopicLevels {
 			codes[i] = failCode(packet.TopicFilterInvalid, v5)
 			continue
 		}
