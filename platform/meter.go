@@ -203,3 +203,46 @@ func (m *Meter) Collect(dropNames []string) ([]DailyDelta, []ClientDelta) {
 	})
 	return out, cout
 }
+
+// restore adds back increments a failed flush took, so they are not lost.
+func (m *Meter) restore(daily []DailyDelta, clients []ClientDelta, dropNames []string) {
+	for _, d := range daily {
+		a := m.account(d.AccountID)
+		n := dayFromString(d.Day)
+		s := &a.days[n%2]
+		if s.day.Load() != n {
+			continue // the slot moved on to a later day; cannot happen within two days
+		}
+		for q := range 3 {
+			s.messages[q].Add(d.Messages[q])
+			s.bytes[q].Add(d.Bytes[q])
+		}
+		s.poolUsed.Add(d.PoolUsed)
+		s.demotions.Add(d.Demotions)
+		s.refused.Add(d.Refused)
+		for i, name := range dropNames {
+			if v := d.Drops[name]; v != 0 && i < len(s.drops) {
+				s.drops[i].Add(v)
+			}
+		}
+	}
+	for _, d := range clients {
+		c := m.client(d.AccountID, d.ClientID)
+		n := dayFromString(d.Day)
+		s := &c.days[n%2]
+		if s.day.Load() != n {
+			continue
+		}
+		for q := range 3 {
+			s.messages[q].Add(d.Messages[q])
+		}
+	}
+}
+
+func dayFromString(day string) int64 {
+	t, err := time.Parse(time.DateOnly, day)
+	if err != nil {
+		return -1
+	}
+	return dayNumber(t)
+}

@@ -1,0 +1,78 @@
+package platform
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// Source builds snapshots of the control plane (the store, in production).
+type Source interface {
+	// Version changes whenever anything a Snapshot holds changes.
+	Version(ctx context.Context) (int64, error)
+	// Load builds a snapshot of the current state.
+	Load(ctx context.Context) (*Snapshot, error)
+}
+
+// UsageSink stores metered usage increments.
+type UsageSink interface {
+	AddUsage(ctx context.Context, daily []DailyDelta, clients []ClientDelta) error
+}
+
+// Run keeps the policy current until ctx ends: every interval it reloads
+// the snapshot when the source's version moved, disconnects sessions that
+// are no longer valid (credential revoked or expired, account suspended,
+// client deleted), and flushes metered usage to sink. It flushes once more
+// on the way out.
+func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broker.Server, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := p.Snapshot().Version
+	for {
+		select {
+		case <-ctx.Done():
+			p.flush(context.Background(), sink, log)
+			return
+		case <-t.C:
+		}
+		if v, err := src.Version(ctx); err != nil {
+			log.Error("read control-plane version", "error", err)
+		} else if v != last {
+			snap, err := src.Load(ctx)
+			if err != nil {
+				log.Error("reload control plane", "error", err)
+			} else {
+				p.SetSnapshot(snap)
+				last = snap.Version
+				log.Debug("control plane reloaded", "version", last)
+			}
+		}
+		p.DisconnectInvalid(srv)
+		p.flush(ctx, sink, log)
+	}
+}
+
+// DisconnectInvalid ends the sessions that the snapshot in force no longer
+// allows (v5 clients get DISCONNECT 0x87 Not authorized).
+func (p *Policy) DisconnectInvalid(srv *broker.Server) int {
+	now := p.opts.Now()
+	return srv.Disconnect(func(id *broker.Identity) bool { return !p.StillValid(id, now) }, packet.NotAuthorized)
+}
+
+func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
+	if sink == nil {
+		return
+	}
+	daily, clients := p.meter.Collect(broker.DropNames())
+	if len(daily) == 0 && len(clients) == 0 {
+		return
+	}
+	if err := sink.AddUsage(ctx, daily, clients); err != nil {
+		// Put the increments back so the next flush retries them.
+		p.meter.restore(daily, clients, broker.DropNames())
+		log.Error("flush usage", "error", err)
+	}
+}
