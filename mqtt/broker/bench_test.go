@@ -1,95 +1,20 @@
 package broker_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
-// benchClient is a minimal MQTT 5 client on fleetmq's codec for benchmarks:
-// it costs far less than a client library, so the numbers are the broker's.
-type benchClient struct {
-	nc  net.Conn
-	r   *bufio.Reader
-	mu  sync.Mutex // guards w and buf
-	w   *bufio.Writer
-	buf []byte
-}
-
-func dialBench(tb testing.TB, addr, id string) *benchClient {
+// dialBench connects a raw MQTT 5 client for benchmarks.
+func dialBench(tb testing.TB, addr, id string) *rawClient {
 	tb.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { nc.Close() })
-	c := &benchClient{nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10)}
-	if err := c.send(&packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version5, CleanStart: true, ClientID: id}, true); err != nil {
-		tb.Fatal(err)
-	}
-	p, err := c.read()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if ack, ok := p.(*packet.Connack); !ok || ack.ReasonCode != packet.Success {
-		tb.Fatalf("connect %s: got %#v", id, p)
-	}
+	c, _ := connectRaw(tb, addr, &packet.Connect{CleanStart: true, ClientID: id})
 	return c
-}
-
-func (c *benchClient) send(p packet.Packet, flush bool) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var err error
-	if c.buf, err = packet.Encode(c.buf[:0], p, packet.Version5); err != nil {
-		return err
-	}
-	if _, err := c.w.Write(c.buf); err != nil {
-		return err
-	}
-	if flush {
-		return c.w.Flush()
-	}
-	return nil
-}
-
-func (c *benchClient) flush() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.w.Flush()
-}
-
-func (c *benchClient) read() (packet.Packet, error) {
-	var hdr [5]byte
-	n := 0
-	for {
-		b, err := c.r.ReadByte()
-		if err != nil {
-			return nil, err
-		}
-		hdr[n] = b
-		n++
-		if n >= 2 && b < 0x80 || n == 5 {
-			break
-		}
-	}
-	h, rem, _, err := packet.ParseHeader(hdr[:n])
-	if err != nil {
-		return nil, err
-	}
-	body := make([]byte, rem)
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return nil, err
-	}
-	return packet.Decode(h, body, packet.Version5)
 }
 
 // BenchmarkFanIn measures the broker's cost of one 200-byte message from a
@@ -155,7 +80,7 @@ func BenchmarkFanIn(b *testing.B) {
 }
 
 // subscriberLoop reads n PUBLISH packets, acknowledging each flow.
-func subscriberLoop(c *benchClient, n int) error {
+func subscriberLoop(c *rawClient, n int) error {
 	got := 0
 	for got < n {
 		p, err := c.read()
@@ -187,7 +112,7 @@ func subscriberLoop(c *benchClient, n int) error {
 }
 
 // publisherAcks completes the publisher's flows and frees window slots.
-func publisherAcks(c *benchClient, window chan struct{}) {
+func publisherAcks(c *rawClient, window chan struct{}) {
 	for {
 		p, err := c.read()
 		if err != nil {
