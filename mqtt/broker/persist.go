@@ -213,6 +213,7 @@ func (s *Server) loadState(path string) error {
 	now := s.now()
 	for i := range st.Retained {
 		m := st.Retained[i].message()
+		s.clampRetained(m) // RetainedMaxAge may be lower than when it was saved
 		if m.expired(now) {
 			continue
 		}

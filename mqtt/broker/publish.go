@@ -207,6 +207,7 @@ func (s *Server) Publish(m *Message) {
 	if m.Created.IsZero() {
 		m.Created = s.now()
 	}
+	s.clampRetained(m)
 	s.route(m, nil)
 }
 
