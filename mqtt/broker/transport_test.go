@@ -1,0 +1,418 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/eclipse/paho.golang/packets"
+	"github.com/eclipse/paho.golang/paho"
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// hdTransportPolicy is the open policy that records, per client id, which
+// listener kind the broker reported to Authenticate.
+type hdTransportPolicy struct {
+	broker.OpenPolicy
+	mu   sync.Mutex
+	seen map[string][2]bool // client id -> {TLS, WebSocket}
+}
+
+func (p *hdTransportPolicy) Authenticate(ctx context.Context, req *broker.ConnectRequest) (*broker.Identity, packet.ReasonCode) {
+	p.mu.Lock()
+	if p.seen == nil {
+		p.seen = make(map[string][2]bool)
+	}
+	p.seen[req.Connect.ClientID] = [2]bool{req.TLS, req.WebSocket}
+	p.mu.Unlock()
+	return p.OpenPolicy.Authenticate(ctx, req)
+}
+
+// check fails unless client id was authenticated with the given kind.
+func (p *hdTransportPolicy) check(tb testing.TB, id string, tlsWant, wsWant bool) {
+	tb.Helper()
+	p.mu.Lock()
+	got, ok := p.seen[id]
+	p.mu.Unlock()
+	if !ok || got != [2]bool{tlsWant, wsWant} {
+		tb.Fatalf("%s: policy saw (TLS, WebSocket) = %v (seen %v), want (%v, %v)", id, got, ok, tlsWant, wsWant)
+	}
+}
+
+// hdSelfSigned makes a self-signed ECDSA certificate for 127.0.0.1 and a
+// pool that trusts it.
+func hdSelfSigned(tb testing.TB) (tls.Certificate, *x509.CertPool) {
+	tb.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "fleetmq test broker"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// hdV5Over connects a paho.golang client over an already open connection
+// (TLS, WebSocket), with a clean session and the harness's channels.
+func hdV5Over(tb testing.TB, nc net.Conn, id string) *v5Client {
+	tb.Helper()
+	tb.Cleanup(func() { nc.Close() })
+	c := &v5Client{
+		Msgs: make(chan *paho.Publish, 1000),
+		Disc: make(chan *paho.Disconnect, 4),
+		Errs: make(chan error, 16),
+		Conn: nc,
+	}
+	c.Client = paho.NewClient(paho.ClientConfig{
+		ClientID: id,
+		Conn:     packets.NewThreadSafeConn(nc),
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+			func(pr paho.PublishReceived) (bool, error) {
+				c.Msgs <- pr.Packet
+				return true, nil
+			},
+		},
+		OnServerDisconnect: func(d *paho.Disconnect) { c.Disc <- d },
+		OnClientError: func(err error) {
+			select {
+			case c.Errs <- err:
+			default:
+			}
+		},
+		PacketTimeout: waitFor,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ack, err := c.Connect(ctx, clean(id))
+	if err != nil {
+		tb.Fatalf("connect %s: %v (connack %+v)", id, err, ack)
+	}
+	c.Props = ack
+	tb.Cleanup(func() { c.Disconnect(&paho.Disconnect{}) })
+	return c
+}
+
+// hdV3Sub subscribes a paho.mqtt.golang client and returns the channel its
+// messages arrive on.
+func hdV3Sub(tb testing.TB, c mqtt3.Client, filter string, qos byte) chan mqtt3.Message {
+	tb.Helper()
+	ch := make(chan mqtt3.Message, 1000)
+	wait(tb, "subscribe "+filter, c.Subscribe(filter, qos, func(_ mqtt3.Client, m mqtt3.Message) { ch <- m }))
+	return ch
+}
+
+// hdV3Next returns the next message on ch.
+func hdV3Next(tb testing.TB, ch chan mqtt3.Message) mqtt3.Message {
+	tb.Helper()
+	select {
+	case m := <-ch:
+		return m
+	case <-time.After(waitFor):
+		tb.Fatal("no message arrived")
+		return nil
+	}
+}
+
+// hdV3Expect checks the next message on ch has this topic, payload and QoS.
+func hdV3Expect(tb testing.TB, ch chan mqtt3.Message, topic, payload string, qos byte) {
+	tb.Helper()
+	m := hdV3Next(tb, ch)
+	if m.Topic() != topic || string(m.Payload()) != payload || m.Qos() != qos {
+		tb.Fatalf("got %q on %s at QoS %d, want %q on %s at QoS %d", m.Payload(), m.Topic(), m.Qos(), payload, topic, qos)
+	}
+}
+
+// hdExpectV5 checks the next message c receives.
+func hdExpectV5(tb testing.TB, c *v5Client, topic, payload string, qos byte) {
+	tb.Helper()
+	m := c.next(tb)
+	if m.Topic != topic || string(m.Payload) != payload || m.QoS != qos {
+		tb.Fatalf("got %q on %s at QoS %d, want %q on %s at QoS %d", m.Payload, m.Topic, m.QoS, payload, topic, qos)
+	}
+}
+
+// hdCrossTraffic checks that a v5 and a v3 client exchange messages both
+// ways at QoS 0, 1 and 2 (each subscribed at QoS 2).
+func hdCrossTraffic(tb testing.TB, v5 *v5Client, v3 mqtt3.Client, prefix string) {
+	tb.Helper()
+	v5.subscribe(tb, paho.SubscribeOptions{Topic: prefix + "/to5/#", QoS: 2})
+	in3 := hdV3Sub(tb, v3, prefix+"/to3/#", 2)
+	for q := byte(0); q <= 2; q++ {
+		p := string('0' + q)
+		wait(tb, "v3 publish", v3.Publish(prefix+"/to5/"+p, q, false, "from3-"+p))
+		hdExpectV5(tb, v5, prefix+"/to5/"+p, "from3-"+p, q)
+		v5.publish(tb, &paho.Publish{Topic: prefix + "/to3/" + p, QoS: q, Payload: []byte("from5-" + p)})
+		hdV3Expect(tb, in3, prefix+"/to3/"+p, "from5-"+p, q)
+	}
+}
+
+// TestTLSListener serves paho.golang and paho.mqtt.golang over TLS with a
+// self-signed certificate, and shows that a plain-TCP client on the TLS port
+// (one sending MQTT in clear, one sending nothing) is dropped without
+// disturbing the TLS clients.
+func TestTLSListener(t *testing.T) {
+	cert, pool := hdSelfSigned(t)
+	pol := &hdTransportPolicy{}
+	b := startBroker(t, broker.Options{Policy: pol, ConnectTimeout: 1500 * time.Millisecond})
+	ln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+
+	// A plain client that says nothing holds a handshake open: it must not
+	// block the listener.
+	silent, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	// A plain client speaking MQTT in clear gets no CONNACK: the
+	// connection is closed.
+	plain, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	connect, err := packet.Encode(nil, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 30, ClientID: "plain"}, packet.Version311)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Write(connect); err != nil {
+		t.Fatal(err)
+	}
+	plain.SetReadDeadline(time.Now().Add(waitFor))
+	got, err := io.ReadAll(plain)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("plain client on the TLS port was not disconnected")
+	}
+	if len(got) > 0 && got[0] == byte(packet.CONNACK)<<4 {
+		t.Fatalf("plain client on the TLS port got a CONNACK: % x", got)
+	}
+
+	// TLS clients of both libraries work meanwhile.
+	tc, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v5 := hdV5Over(t, tc, "tls-v5")
+	v3 := dialV3(t, "", "tls-v3", func(o *mqtt3.ClientOptions) {
+		o.Servers = nil
+		o.AddBroker("ssl://" + addr)
+		o.SetTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	})
+	hdCrossTraffic(t, v5, v3, "tls")
+	pol.check(t, "tls-v5", true, false)
+	pol.check(t, "tls-v3", true, false)
+	pol.mu.Lock()
+	_, leaked := pol.seen["plain"]
+	pol.mu.Unlock()
+	if leaked {
+		t.Fatal("the plain client's CONNECT reached the policy")
+	}
+
+	// The silent client is closed at ConnectTimeout; the TLS clients stay.
+	silent.SetReadDeadline(time.Now().Add(waitFor))
+	if _, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Fatal("silent client read data")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("silent plain client on the TLS port was never closed")
+	}
+	eventually(t, "only the two TLS clients connected", func() bool { return b.Stats().Connections == 2 })
+	wait(t, "v3 publish", v3.Publish("tls/to5/after", 1, false, "still here"))
+	if m := v5.next(t); string(m.Payload) != "still here" {
+		t.Fatalf("after the plain clients: got %q", m.Payload)
+	}
+}
+
+// TestWebSocketListener serves paho.mqtt.golang (gorilla) and paho.golang
+// over coder/websocket on ListenWebSocket's /mqtt path.
+func TestWebSocketListener(t *testing.T) {
+	pol := &hdTransportPolicy{}
+	b := startBroker(t, broker.Options{Policy: pol})
+	ln, err := b.ListenWebSocket("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := wsURL(ln.Addr().String())
+
+	v3 := dialV3(t, "", "ws-v3", func(o *mqtt3.ClientOptions) {
+		o.Servers = nil
+		o.AddBroker(url)
+	})
+	v5 := hdV5Over(t, hdDialWS(t, url, "mqtt"), "ws-v5")
+	hdCrossTraffic(t, v5, v3, "ws")
+	pol.check(t, "ws-v3", false, true)
+	pol.check(t, "ws-v5", false, true)
+
+	// A TCP client on the same broker sees WebSocket traffic too.
+	tcp := dialV5(t, b.Addr, clean("tcp-v5"))
+	tcp.subscribe(t, paho.SubscribeOptions{Topic: "ws/to5/#", QoS: 1})
+	wait(t, "v3 publish", v3.Publish("ws/to5/x", 1, false, "over ws"))
+	hdExpectV5(t, tcp, "ws/to5/x", "over ws", 1)
+	hdExpectV5(t, v5, "ws/to5/x", "over ws", 1)
+}
+
+// hdDialWS opens a coder/websocket connection offering subprotocol sp and
+// returns it as a binary net.Conn.
+func hdDialWS(tb testing.TB, url, sp string) net.Conn {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{sp}})
+	if err != nil {
+		tb.Fatalf("websocket dial %s: %v", url, err)
+	}
+	if ws.Subprotocol() != sp {
+		tb.Fatalf("negotiated subprotocol %q, want %q", ws.Subprotocol(), sp)
+	}
+	nctx, ncancel := context.WithCancel(context.Background())
+	tb.Cleanup(ncancel)
+	return websocket.NetConn(nctx, ws, websocket.MessageBinary)
+}
+
+// TestWebSocketSubprotocolRequired: the upgrade succeeds without the "mqtt"
+// subprotocol (the handshake cannot refuse it), but the broker closes the
+// WebSocket at once with 1008 Policy Violation before any MQTT is served;
+// this includes the "mqttv3.1" name of some older clients. A request that is
+// not a WebSocket upgrade gets 426 Upgrade Required.
+func TestWebSocketSubprotocolRequired(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	ln, err := b.ListenWebSocket("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := wsURL(ln.Addr().String())
+	before := b.Stats().ConnectionsTotal
+	for _, offered := range [][]string{nil, {"mqttv3.1"}, {"chat"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: offered})
+		if err != nil {
+			cancel()
+			t.Fatalf("offering %q: dial: %v", offered, err)
+		}
+		if resp.StatusCode != http.StatusSwitchingProtocols || ws.Subprotocol() != "" {
+			t.Fatalf("offering %q: status %d, subprotocol %q", offered, resp.StatusCode, ws.Subprotocol())
+		}
+		_, _, err = ws.Read(ctx)
+		cancel()
+		if st := websocket.CloseStatus(err); st != websocket.StatusPolicyViolation {
+			t.Fatalf("offering %q: read ended with %v (status %v), want close 1008", offered, err, st)
+		}
+		ws.CloseNow()
+	}
+	if got := b.Stats().ConnectionsTotal; got != before {
+		t.Fatalf("refused WebSockets became MQTT connections: total %d -> %d", before, got)
+	}
+
+	resp, err := http.Get("http" + strings.TrimPrefix(url, "ws"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUpgradeRequired {
+		t.Fatalf("plain GET: status %d, want 426", resp.StatusCode)
+	}
+
+	// The listener still serves MQTT afterwards.
+	v5 := hdV5Over(t, hdDialWS(t, url, "mqtt"), "ws-after")
+	v5.subscribe(t, paho.SubscribeOptions{Topic: "after", QoS: 1})
+	v5.publish(t, &paho.Publish{Topic: "after", QoS: 1, Payload: []byte("ok")})
+	hdExpectV5(t, v5, "after", "ok", 1)
+}
+
+// TestWebSocketHandlerMounted mounts Server.WebSocketHandler on a path of
+// the caller's own HTTP servers (plain and TLS) and exchanges messages with
+// a TCP client; the policy learns TLS from the HTTP request.
+func TestWebSocketHandlerMounted(t *testing.T) {
+	pol := &hdTransportPolicy{}
+	b := startBroker(t, broker.Options{Policy: pol})
+	mux := http.NewServeMux()
+	mux.Handle("/custom/mqtt", b.WebSocketHandler())
+	mux.HandleFunc("/other", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "other") })
+	hs := httptest.NewServer(mux)
+	defer hs.Close()
+	hts := httptest.NewTLSServer(mux)
+	defer hts.Close()
+	if !strings.HasPrefix(hs.URL, "http://127.0.0.1:") || !strings.HasPrefix(hts.URL, "https://127.0.0.1:") {
+		t.Fatalf("test servers not on loopback: %s %s", hs.URL, hts.URL)
+	}
+
+	tcp := dialV5(t, b.Addr, clean("mounted-tcp"))
+	tcp.subscribe(t, paho.SubscribeOptions{Topic: "mounted/up/#", QoS: 2})
+
+	ws := dialV3(t, "", "mounted-ws", func(o *mqtt3.ClientOptions) {
+		o.Servers = nil
+		o.AddBroker("ws" + strings.TrimPrefix(hs.URL, "http") + "/custom/mqtt")
+	})
+	pool := x509.NewCertPool()
+	pool.AddCert(hts.Certificate())
+	wss := dialV3(t, "", "mounted-wss", func(o *mqtt3.ClientOptions) {
+		o.Servers = nil
+		o.AddBroker("wss" + strings.TrimPrefix(hts.URL, "https") + "/custom/mqtt")
+		o.SetTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
+	})
+	pol.check(t, "mounted-ws", false, true)
+	pol.check(t, "mounted-wss", true, true)
+
+	wsIn := hdV3Sub(t, ws, "mounted/down/#", 2)
+	wssIn := hdV3Sub(t, wss, "mounted/down/#", 1)
+	for q := byte(0); q <= 2; q++ {
+		p := string('0' + q)
+		wait(t, "ws publish", ws.Publish("mounted/up/ws", q, false, "ws-"+p))
+		hdExpectV5(t, tcp, "mounted/up/ws", "ws-"+p, q)
+		wait(t, "wss publish", wss.Publish("mounted/up/wss", q, false, "wss-"+p))
+		hdExpectV5(t, tcp, "mounted/up/wss", "wss-"+p, q)
+		tcp.publish(t, &paho.Publish{Topic: "mounted/down/" + p, QoS: q, Payload: []byte("down-" + p)})
+		hdV3Expect(t, wsIn, "mounted/down/"+p, "down-"+p, q)
+		hdV3Expect(t, wssIn, "mounted/down/"+p, "down-"+p, min(q, 1))
+	}
+
+	// The rest of the caller's mux is untouched.
+	resp, err := http.Get(hs.URL + "/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "other" {
+		t.Fatalf("/other served %q", body)
+	}
+}
