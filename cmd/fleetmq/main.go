@@ -2,6 +2,7 @@
 // the operator tools in one program.
 //
 //	fleetmq broker   run the bare broker with an open policy
+//	fleetmq bench    the load harness (internal/loadtest)
 package main
 
 import (
@@ -31,6 +32,7 @@ const usage = `fleetmq — a multi-tenant MQTT platform in one binary
 
 Usage:
   fleetmq broker [flags]   run the bare MQTT broker (open policy: anonymous, any topic)
+  fleetmq bench MODE       load harness: pubsub, idle, or compare with Mosquitto
   fleetmq version          print the version
 
 Run "fleetmq COMMAND -h" for a command's flags.
@@ -47,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "broker":
 		return runBroker(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "fleetmq", version)
 		return nil

@@ -1,0 +1,248 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"text/tabwriter"
+	"time"
+)
+
+// brokerProc is a broker under test, started and stopped by compare.
+type brokerProc struct {
+	name string
+	addr string
+	cmd  *exec.Cmd
+}
+
+// startBroker runs argv and waits until addr accepts connections.
+func startBroker(ctx context.Context, name, addr string, argv []string, log io.Writer) (*brokerProc, error) {
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	b := &brokerProc{name: name, addr: addr, cmd: cmd}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return b, nil
+		}
+		if time.Now().After(deadline) {
+			b.stop()
+			return nil, fmt.Errorf("%s did not listen on %s: %w", name, addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits (SIGKILL after 10 s).
+func (b *brokerProc) stop() {
+	b.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { b.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		b.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// scenario is one standard load of the comparison.
+type scenario struct {
+	name string
+	qos  byte
+	rate int  // 0 = unthrottled
+	idle bool // idle-connections scenario
+}
+
+var scenarios = []scenario{
+	{name: "fixed-rate-qos0", qos: 0, rate: 4000},
+	{name: "fixed-rate-qos1", qos: 1, rate: 4000},
+	{name: "fixed-rate-qos2", qos: 2, rate: 4000},
+	{name: "unthrottled-qos1", qos: 1},
+	{name: "unthrottled-qos2", qos: 2},
+	{name: "idle", idle: true},
+}
+
+func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fleetmq := fs.String("fleetmq", "", "path to the fleetmq binary (required)")
+	mosquitto := fs.String("mosquitto", "/usr/sbin/mosquitto", "path to the mosquitto binary")
+	rounds := fs.Int("rounds", 3, "rounds; the order of the brokers alternates")
+	duration := fs.Duration("duration", 15*time.Second, "publishing time per pubsub run")
+	rate := fs.Int("rate", 4000, "offered msg/s of the fixed-rate loads")
+	pubs := fs.Int("publishers", 50, "publishers")
+	size := fs.Int("size", 200, "payload bytes")
+	conns := fs.Int("idle-conns", maxIdleConns, "connections of the idle load")
+	sources := fs.String("sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "source addresses of the idle load")
+	port := fs.Int("port", 18830, "first loopback port for the brokers")
+	only := fs.String("only", "", "run only this scenario")
+	out := fs.String("out", "", "also write every result as JSON lines to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *fleetmq == "" {
+		return errors.New("-fleetmq is required (build it with: go build -o fleetmq ./cmd/fleetmq)")
+	}
+	ips, err := parseSources(*sources)
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "fleetmq-compare-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	var jsonOut io.Writer = io.Discard
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		jsonOut = f
+	}
+
+	fleetAddr := "127.0.0.1:" + strconv.Itoa(*port)
+	mosqAddr := "127.0.0.1:" + strconv.Itoa(*port+1)
+	conf := filepath.Join(work, "mosquitto.conf")
+	// Mosquitto as shipped, except: loopback listener, anonymous access,
+	// unlimited queues (so it does not drop under the unthrottled loads),
+	// TCP_NODELAY like Go's default, and no persistence or logging.
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(`listener %d 127.0.0.1
+allow_anonymous true
+max_queued_messages 0
+max_queued_bytes 0
+max_inflight_messages 20
+set_tcp_nodelay true
+persistence false
+log_dest none
+`, *port+1)), 0o644); err != nil {
+		return err
+	}
+	// Raise the open-file limit for Mosquitto (Go does it for fleetmq).
+	brokers := map[string][]string{
+		"fleetmq":   {*fleetmq, "broker", "--listen", fleetAddr, "--max-inflight", "20", "--max-queued", "10000000", "--log-level", "error"},
+		"mosquitto": {"/bin/sh", "-c", `ulimit -n "$(ulimit -Hn)"; exec "$0" -c "$1"`, *mosquitto, conf},
+	}
+	addrs := map[string]string{"fleetmq": fleetAddr, "mosquitto": mosqAddr}
+
+	results := map[string]map[string][]*Result{} // scenario -> broker -> rounds
+	for round := 1; round <= *rounds; round++ {
+		order := []string{"fleetmq", "mosquitto"}
+		if round%2 == 0 {
+			order[0], order[1] = order[1], order[0]
+		}
+		for _, name := range order {
+			for _, sc := range scenarios {
+				if *only != "" && sc.name != *only {
+					continue
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				// A fresh broker per scenario, so no run inherits another's heap.
+				b, err := startBroker(ctx, name, addrs[name], brokers[name], stderr)
+				if err != nil {
+					return err
+				}
+				pid := b.cmd.Process.Pid
+				var r *Result
+				if sc.idle {
+					r, err = RunIdle(ctx, IdleConfig{Addr: b.addr, Conns: *conns, Sources: ips, BrokerPID: pid})
+				} else {
+					r, err = RunPubSub(ctx, PubSubConfig{Addr: b.addr, Publishers: *pubs, Subscribers: 1, QoS: sc.qos,
+						Size: *size, Rate: sc.rate * *rate / 4000, Duration: *duration, BrokerPID: pid})
+				}
+				b.stop()
+				if err != nil {
+					return fmt.Errorf("%s %s round %d: %w", name, sc.name, round, err)
+				}
+				r.Broker, r.Scenario, r.Round = name, sc.name, round
+				fmt.Fprintf(stdout, "round %d %-9s %-17s %s\n", round, name, sc.name, r.summary())
+				line, _ := json.Marshal(r)
+				fmt.Fprintf(jsonOut, "%s\n", line)
+				if results[sc.name] == nil {
+					results[sc.name] = map[string][]*Result{}
+				}
+				results[sc.name][name] = append(results[sc.name][name], r)
+			}
+		}
+	}
+	fmt.Fprintln(stdout)
+	writeTable(stdout, results)
+	return nil
+}
+
+// writeTable prints the medians of each scenario and the fleetmq/Mosquitto
+// ratio of the figure that scenario is judged by.
+func writeTable(w io.Writer, results map[string]map[string][]*Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "| scenario\t| figure (median)\t| fleetmq\t| mosquitto\t| fleetmq/mosquitto\t| fleetmq lost/dup\t| mosquitto lost/dup\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
+	for _, sc := range scenarios {
+		byBroker := results[sc.name]
+		if byBroker == nil {
+			continue
+		}
+		figure, get := "broker CPU µs/msg", func(r *Result) float64 { return r.CPUPerMsgUs }
+		switch {
+		case sc.idle:
+			figure, get = "KiB per idle connection", func(r *Result) float64 { return r.KiBPerConn }
+		case sc.rate == 0:
+			figure, get = "delivered msg/s", func(r *Result) float64 { return r.DeliveredPerSec }
+		}
+		f, m := median(byBroker["fleetmq"], get), median(byBroker["mosquitto"], get)
+		ratio := "n/a"
+		if m > 0 {
+			ratio = fmt.Sprintf("%.2f", f/m)
+		}
+		fmt.Fprintf(tw, "| %s\t| %s\t| %.2f\t| %.2f\t| %s\t| %s\t| %s\t|\n", sc.name, figure, f, m, ratio,
+			lostDup(byBroker["fleetmq"]), lostDup(byBroker["mosquitto"]))
+	}
+	tw.Flush()
+}
+
+func median(rs []*Result, get func(*Result) float64) float64 {
+	if len(rs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = get(r)
+	}
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func lostDup(rs []*Result) string {
+	var lost, dup int64
+	for _, r := range rs {
+		lost += r.Lost
+		dup += r.Duplicates
+	}
+	if len(rs) > 0 && rs[0].Mode == "idle" {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", lost, dup)
+}

@@ -1,0 +1,438 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// PubSubConfig describes one publish/subscribe load.
+type PubSubConfig struct {
+	Addr        string
+	Version     byte
+	Publishers  int
+	Subscribers int
+	QoS         byte // publish and subscribe QoS
+	Size        int  // payload bytes (at least headerSize)
+	Rate        int  // total messages per second; 0 = unthrottled
+	Duration    time.Duration
+	Window      int           // unacknowledged QoS 1/2 publishes per publisher (capped by Receive Maximum)
+	Drain       time.Duration // how long to wait for stragglers without progress
+	BrokerPID   int           // 0: no CPU/memory figures
+
+	// Topic and identity templates; "{i}" is replaced by the index.
+	PubClientID string
+	PubTopic    string
+	PubUsername string
+	PubPassword string
+	SubClientID string
+	SubFilter   string
+	SubUsername string
+	SubPassword string
+}
+
+func (c *PubSubConfig) fill() error {
+	if c.Version == 0 {
+		c.Version = packet.Version5
+	}
+	if c.Publishers <= 0 || c.Subscribers <= 0 {
+		return errors.New("need at least one publisher and one subscriber")
+	}
+	if c.QoS > 2 {
+		return fmt.Errorf("qos %d: must be 0, 1 or 2", c.QoS)
+	}
+	if c.Size < headerSize {
+		c.Size = headerSize
+	}
+	if c.Duration <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.Window <= 0 {
+		c.Window = 64
+	}
+	if c.Drain <= 0 {
+		c.Drain = 5 * time.Second
+	}
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.PubClientID, "bench-pub-{i}")
+	def(&c.PubTopic, "bench/{i}/telemetry")
+	def(&c.SubClientID, "bench-sub-{i}")
+	def(&c.SubFilter, "bench/#")
+	return nil
+}
+
+func expand(tmpl string, i int) string { return strings.ReplaceAll(tmpl, "{i}", strconv.Itoa(i)) }
+
+// headerSize is the part of each payload the harness reads back: publisher
+// index, sequence number and send time.
+const headerSize = 20
+
+// subscriber counts what one subscriber receives.
+type subscriber struct {
+	c         *conn
+	seen      [][]uint64 // per publisher, a bitset of sequence numbers
+	unique    atomic.Int64
+	dups      atomic.Int64
+	latencies []time.Duration // sampled
+	nth       int
+}
+
+// maxSamples bounds the latency samples each subscriber keeps.
+const maxSamples = 200_000
+
+func (s *subscriber) record(payload []byte, now time.Time) {
+	if len(payload) < headerSize {
+		return
+	}
+	pub := int(binary.BigEndian.Uint32(payload))
+	seq := binary.BigEndian.Uint64(payload[4:])
+	sent := int64(binary.BigEndian.Uint64(payload[12:]))
+	if pub >= len(s.seen) {
+		return
+	}
+	w, bit := seq/64, seq%64
+	bs := s.seen[pub]
+	for uint64(len(bs)) <= w {
+		bs = append(bs, 0)
+	}
+	s.seen[pub] = bs
+	if bs[w]&(1<<bit) != 0 {
+		s.dups.Add(1)
+		return
+	}
+	bs[w] |= 1 << bit
+	s.unique.Add(1)
+	s.nth++
+	if len(s.latencies) < maxSamples {
+		s.latencies = append(s.latencies, now.Sub(time.Unix(0, sent)))
+	} else if s.nth%8 == 0 { // keep sampling late messages too
+		s.latencies[s.nth/8%maxSamples] = now.Sub(time.Unix(0, sent))
+	}
+}
+
+// loop reads until the connection closes, acknowledging every flow.
+func (s *subscriber) loop() error {
+	for {
+		p, err := s.c.read()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		more := s.c.r.Buffered() > 0
+		switch p := p.(type) {
+		case *packet.Publish:
+			s.record(p.Payload, time.Now())
+			switch p.QoS {
+			case 1:
+				err = s.c.sendAck(packet.PUBACK, p.PacketID, !more)
+			case 2:
+				err = s.c.sendAck(packet.PUBREC, p.PacketID, !more)
+			default:
+				if !more {
+					err = s.c.flush()
+				}
+			}
+		case *packet.Ack:
+			if p.Kind == packet.PUBREL {
+				err = s.c.sendAck(packet.PUBCOMP, p.PacketID, !more)
+			}
+		case *packet.Disconnect:
+			return fmt.Errorf("server disconnected the subscriber: %v", p.ReasonCode)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// publisher sends numbered messages.
+type publisher struct {
+	idx    int
+	c      *conn
+	window chan struct{} // a slot per unacknowledged QoS 1/2 publish
+	sent   atomic.Int64
+	acked  atomic.Int64
+}
+
+// acks completes the publisher's QoS 1/2 flows.
+func (p *publisher) acks() error {
+	for {
+		pk, err := p.c.read()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		a, ok := pk.(*packet.Ack)
+		if !ok {
+			if d, ok := pk.(*packet.Disconnect); ok {
+				return fmt.Errorf("server disconnected publisher %d: %v", p.idx, d.ReasonCode)
+			}
+			continue
+		}
+		if a.ReasonCode >= 0x80 {
+			return fmt.Errorf("publisher %d: %v refused: %v", p.idx, a.Kind, a.ReasonCode)
+		}
+		switch a.Kind {
+		case packet.PUBACK, packet.PUBCOMP:
+			p.acked.Add(1)
+			<-p.window
+		case packet.PUBREC:
+			if err := p.c.sendAck(packet.PUBREL, a.PacketID, p.c.r.Buffered() == 0); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// run publishes until ctx ends, at rate msgs/s (0 = as fast as the window
+// allows).
+func (p *publisher) run(ctx context.Context, cfg *PubSubConfig, rate float64) error {
+	topic := expand(cfg.PubTopic, p.idx)
+	payload := make([]byte, cfg.Size)
+	for i := headerSize; i < len(payload); i++ {
+		payload[i] = 'x'
+	}
+	binary.BigEndian.PutUint32(payload, uint32(p.idx))
+	pk := &packet.Publish{Topic: topic, QoS: cfg.QoS, Payload: payload}
+	var interval time.Duration
+	if rate > 0 {
+		interval = time.Duration(float64(time.Second) / rate)
+	}
+	start := time.Now()
+	var pid uint16
+	for seq := uint64(0); ; seq++ {
+		if ctx.Err() != nil {
+			return p.c.flush()
+		}
+		if interval > 0 {
+			if d := time.Until(start.Add(time.Duration(seq) * interval)); d > 0 {
+				select {
+				case <-ctx.Done():
+					return p.c.flush()
+				case <-time.After(d):
+				}
+			}
+		}
+		if cfg.QoS > 0 {
+			select {
+			case p.window <- struct{}{}:
+			default:
+				if err := p.c.flush(); err != nil {
+					return err
+				}
+				select {
+				case p.window <- struct{}{}:
+				case <-ctx.Done():
+					return nil
+				}
+			}
+			pid = pid%65535 + 1
+			pk.PacketID = pid
+		}
+		binary.BigEndian.PutUint64(payload[4:], seq)
+		binary.BigEndian.PutUint64(payload[12:], uint64(time.Now().UnixNano()))
+		flush := interval > 0 || seq%32 == 31
+		if err := p.c.send(pk, flush); err != nil {
+			return err
+		}
+		p.sent.Add(1)
+	}
+}
+
+// RunPubSub runs one load and reports what was delivered.
+func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	d := dialer{addr: cfg.Addr, version: cfg.Version, timeout: 10 * time.Second}
+	var closers []*conn
+	defer func() {
+		for _, c := range closers {
+			c.close()
+		}
+	}()
+
+	subs := make([]*subscriber, cfg.Subscribers)
+	for i := range subs {
+		c, _, err := d.connect(ctx, connectPacket(expand(cfg.SubClientID, i), cfg.SubUsername, cfg.SubPassword), 64<<10)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, c)
+		if err := c.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: cfg.SubFilter, QoS: cfg.QoS}}}, true); err != nil {
+			return nil, err
+		}
+		c.nc.SetReadDeadline(time.Now().Add(d.timeout))
+		p, err := c.read()
+		c.nc.SetReadDeadline(time.Time{})
+		if err != nil {
+			return nil, fmt.Errorf("subscribe: %w", err)
+		}
+		if sa, ok := p.(*packet.Suback); !ok || len(sa.ReasonCodes) != 1 || sa.ReasonCodes[0] >= 0x80 {
+			return nil, fmt.Errorf("subscribe %q refused: %+v", cfg.SubFilter, p)
+		}
+		subs[i] = &subscriber{c: c, seen: make([][]uint64, cfg.Publishers)}
+	}
+	pubs := make([]*publisher, cfg.Publishers)
+	for i := range pubs {
+		c, rm, err := d.connect(ctx, connectPacket(expand(cfg.PubClientID, i), cfg.PubUsername, cfg.PubPassword), 16<<10)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, c)
+		w := min(cfg.Window, int(rm))
+		pubs[i] = &publisher{idx: i, c: c, window: make(chan struct{}, w)}
+	}
+
+	errs := make(chan error, len(pubs)*2+len(subs))
+	var readers sync.WaitGroup
+	for _, s := range subs {
+		readers.Add(1)
+		go func() { defer readers.Done(); errs <- s.loop() }()
+	}
+	for _, p := range pubs {
+		readers.Add(1)
+		go func() { defer readers.Done(); errs <- p.acks() }()
+	}
+
+	cpu0, _ := procCPU(cfg.BrokerPID)
+	start := time.Now()
+	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	var writers sync.WaitGroup
+	perPub := float64(cfg.Rate) / float64(cfg.Publishers)
+	for _, p := range pubs {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			if err := p.run(runCtx, &cfg, perPub); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	writers.Wait()
+	cancel()
+	pubEnd := time.Now()
+
+	var sent int64
+	for _, p := range pubs {
+		sent += p.sent.Load()
+	}
+	expected := sent * int64(len(subs))
+	delivered := func() int64 {
+		var n int64
+		for _, s := range subs {
+			n += s.unique.Load()
+		}
+		return n
+	}
+	// Wait for deliveries (and publisher acks) until complete or stalled.
+	last, lastChange := int64(-1), time.Now()
+	var lastDelivery time.Time
+	for {
+		n := delivered()
+		var acked int64
+		for _, p := range pubs {
+			acked += p.acked.Load()
+		}
+		if n != last {
+			last, lastChange = n, time.Now()
+			lastDelivery = lastChange
+		}
+		if n >= expected && (cfg.QoS == 0 || acked >= sent) {
+			break
+		}
+		if time.Since(lastChange) > cfg.Drain || ctx.Err() != nil {
+			break
+		}
+		select {
+		case err := <-errs:
+			if err != nil {
+				return nil, err
+			}
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	end := time.Now()
+	if lastDelivery.After(pubEnd) {
+		end = lastDelivery
+	}
+	cpu1, _ := procCPU(cfg.BrokerPID)
+	rss, _ := procRSS(cfg.BrokerPID)
+	for _, c := range closers {
+		c.close()
+	}
+	readers.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+
+	n := delivered()
+	var dups int64
+	var lat []time.Duration
+	for _, s := range subs {
+		dups += s.dups.Load()
+		lat = append(lat, s.latencies...)
+	}
+	r := &Result{
+		Mode: "pubsub", QoS: int(cfg.QoS), Publishers: cfg.Publishers, Subscribers: cfg.Subscribers,
+		Size: cfg.Size, Rate: cfg.Rate, Sent: sent, Expected: expected, Delivered: n,
+		Lost: expected - n, Duplicates: dups, Seconds: end.Sub(start).Seconds(),
+	}
+	r.DeliveredPerSec = float64(n) / r.Seconds
+	r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs = percentiles(lat)
+	if cfg.BrokerPID > 0 {
+		r.BrokerCPUSeconds = cpu1 - cpu0
+		if n > 0 {
+			r.CPUPerMsgUs = r.BrokerCPUSeconds / float64(n) * 1e6
+		}
+		r.BrokerRSSKiB = rss
+	}
+	return r, nil
+}
+
+func connectPacket(id, user, pass string) *packet.Connect {
+	c := &packet.Connect{ClientID: id, CleanStart: true, KeepAlive: 300}
+	if user != "" {
+		c.HasUsername, c.Username = true, user
+	}
+	if pass != "" {
+		c.HasPassword, c.Password = true, []byte(pass)
+	}
+	// Ask for a large outbound window so the broker's own window limits.
+	c.Properties.SetUint16(packet.PropReceiveMaximum, 65535)
+	return c
+}
+
+func percentiles(d []time.Duration) (p50, p90, p99, worst float64) {
+	if len(d) == 0 {
+		return
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(d)))) - 1
+		return float64(d[max(i, 0)]) / 1e6
+	}
+	return at(0.50), at(0.90), at(0.99), float64(d[len(d)-1]) / 1e6
+}
