@@ -1,0 +1,416 @@
+package broker_test
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// TestSubackGrantedQoS: SUBACK reports the granted QoS of each filter.
+func TestSubackGrantedQoS(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	c := dialV5(t, b.Addr, clean("c"))
+	sa := c.subscribe(t,
+		paho.SubscribeOptions{Topic: "g/2", QoS: 2},
+		paho.SubscribeOptions{Topic: "g/0", QoS: 0},
+		paho.SubscribeOptions{Topic: "g/1", QoS: 1})
+	if want := []byte{2, 0, 1}; string(sa.Reasons) != string(want) {
+		t.Fatalf("SUBACK reasons %v, want %v", sa.Reasons, want)
+	}
+	// The granted QoS caps delivery.
+	pub := dialV5(t, b.Addr, clean("pub"))
+	for _, f := range []string{"g/0", "g/1", "g/2"} {
+		pub.publish(t, &paho.Publish{Topic: f, QoS: 2, Payload: []byte(f)})
+		if m := c.expect(t, f)[0]; m.QoS != f[2]-'0' {
+			t.Fatalf("%s delivered at QoS %d", f, m.QoS)
+		}
+	}
+}
+
+// TestSubscribeInvalidFilters: invalid filters are refused with 0x8F one by
+// one while the valid filters of the same SUBSCRIBE are granted and work.
+func TestSubscribeInvalidFilters(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	pub := dialV5(t, b.Addr, clean("pub"))
+	c := hbDial(t, b.Addr, "c")
+	opts := []paho.SubscribeOptions{
+		{Topic: "ok/1", QoS: 1},
+		{Topic: "bad/#/x", QoS: 1},
+		{Topic: "bad+", QoS: 0},
+		{Topic: "ok/+/2", QoS: 0},
+		{Topic: "$share/g", QoS: 1},
+		{Topic: "bad/#x", QoS: 1},
+	}
+	sa, err := c.Subscribe(t.Context(), &paho.Subscribe{Subscriptions: opts})
+	if sa == nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	want := []byte{1, 0x8F, 0x8F, 0, 0x8F, 0x8F}
+	if string(sa.Reasons) != string(want) {
+		t.Fatalf("SUBACK reasons % x, want % x", sa.Reasons, want)
+	}
+	pub.publish(t, &paho.Publish{Topic: "ok/1", QoS: 1, Payload: []byte("one")})
+	pub.publish(t, &paho.Publish{Topic: "ok/a/2", QoS: 1, Payload: []byte("two")})
+	c.expect(t, "one", "two")
+	c.quiet(t, pub)
+	if n := b.Stats().Subscriptions; n != 3 { // the two valid ones and the barrier
+		t.Fatalf("Stats().Subscriptions = %d, want 3", n)
+	}
+}
+
+func hbSubID(m *paho.Publish) int {
+	if m.Properties == nil || m.Properties.SubscriptionIdentifier == nil {
+		return 0
+	}
+	return *m.Properties.SubscriptionIdentifier
+}
+
+// TestSubscriptionIdentifiers: a message carries the identifier of the
+// subscription it matched; with two overlapping subscriptions it is
+// delivered once per subscription, each copy at that subscription's QoS and
+// with its identifier (docs/broker.md, "Overlapping subscriptions").
+func TestSubscriptionIdentifiers(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	pub := dialV5(t, b.Addr, clean("pub"))
+	c := hbDial(t, b.Addr, "c")
+	sub := func(id int, o paho.SubscribeOptions) {
+		t.Helper()
+		sa, err := c.Subscribe(t.Context(), &paho.Subscribe{
+			Properties:    &paho.SubscribeProperties{SubscriptionIdentifier: &id},
+			Subscriptions: []paho.SubscribeOptions{o},
+		})
+		if err != nil || sa.Reasons[0] >= 0x80 {
+			t.Fatalf("subscribe %s id %d: %v %v", o.Topic, id, err, sa)
+		}
+	}
+	sub(7, paho.SubscribeOptions{Topic: "sid/only", QoS: 1})
+	pub.publish(t, &paho.Publish{Topic: "sid/only", QoS: 1, Payload: []byte("x")})
+	if m := c.expect(t, "x")[0]; hbSubID(m) != 7 {
+		t.Fatalf("subscription id %d, want 7", hbSubID(m))
+	}
+	// The barrier subscription has no identifier.
+	pub.publish(t, &paho.Publish{Topic: c.bar, QoS: 1, Payload: []byte("nobody")})
+	if m := c.expect(t, "nobody")[0]; hbSubID(m) != 0 {
+		t.Fatalf("subscription without identifier delivered id %d", hbSubID(m))
+	}
+
+	sub(1, paho.SubscribeOptions{Topic: "ov/#", QoS: 0})
+	sub(2, paho.SubscribeOptions{Topic: "ov/+", QoS: 1})
+	pub.publish(t, &paho.Publish{Topic: "ov/a", QoS: 1, Payload: []byte("both")})
+	byID := map[int]*paho.Publish{}
+	for _, m := range c.expect(t, "both", "both") {
+		byID[hbSubID(m)] = m
+	}
+	if byID[1] == nil || byID[2] == nil {
+		t.Fatalf("copies carry ids %v, want one with 1 and one with 2", byID)
+	}
+	if byID[1].QoS != 0 || byID[2].QoS != 1 {
+		t.Fatalf("copy for id 1 at QoS %d (want 0), id 2 at QoS %d (want 1)", byID[1].QoS, byID[2].QoS)
+	}
+	c.quiet(t, pub)
+	// Only one subscription matches: one copy, its id.
+	pub.publish(t, &paho.Publish{Topic: "ov/a/b", QoS: 1, Payload: []byte("deep")})
+	if m := c.expect(t, "deep")[0]; hbSubID(m) != 1 {
+		t.Fatalf("ov/a/b: id %d, want 1", hbSubID(m))
+	}
+	c.quiet(t, pub)
+}
+
+// TestSubscriptionIdentifiersRaw checks on the wire (paho.golang keeps
+// only one identifier per PUBLISH) that each copy of an overlapping match
+// carries exactly its own subscription's identifier.
+func TestSubscriptionIdentifiersRaw(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "raw", CleanStart: true, KeepAlive: 30})
+	for i, f := range []string{"w/#", "w/+", "w/x"} {
+		s := &packet.Subscribe{PacketID: uint16(i + 1), Subscriptions: []packet.Subscription{{Filter: f, QoS: 1}}}
+		s.Properties.SubscriptionIDs = []uint32{uint32(10 + i)}
+		rc.must(t, s)
+		if sa := rc.expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != 1 {
+			t.Fatalf("%s: SUBACK %v", f, sa.ReasonCodes)
+		}
+	}
+	rc.must(t, &packet.Publish{Topic: "w/x", Payload: []byte("p")}) // QoS 0, own message (No Local off)
+	seen := map[uint32]bool{}
+	for range 3 {
+		p := rc.expect(t, packet.PUBLISH).(*packet.Publish)
+		ids := p.Properties.SubscriptionIDs
+		if len(ids) != 1 || seen[ids[0]] {
+			t.Fatalf("copy carries ids %v (already seen %v)", ids, seen)
+		}
+		seen[ids[0]] = true
+	}
+	if !seen[10] || !seen[11] || !seen[12] {
+		t.Fatalf("ids seen %v, want 10, 11 and 12", seen)
+	}
+	// Nothing else: a PINGRESP is the next packet.
+	rc.must(t, &packet.Pingreq{})
+	rc.expect(t, packet.PINGRESP)
+}
+
+// TestNoLocal: with No Local a client does not receive its own messages;
+// other clients' messages still arrive, and without No Local its own do.
+func TestNoLocal(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	other := dialV5(t, b.Addr, clean("other"))
+	nl := hbDial(t, b.Addr, "nl")
+	nl.subscribe(t, paho.SubscribeOptions{Topic: "nl/#", QoS: 1, NoLocal: true})
+	loc := hbDial(t, b.Addr, "loc")
+	loc.subscribe(t, paho.SubscribeOptions{Topic: "nl/#", QoS: 1})
+
+	nl.publish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-nl")})
+	loc.publish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-loc")})
+	other.publish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-other")})
+	nl.expect(t, "from-loc", "from-other")
+	nl.quiet(t, other)
+	loc.expect(t, "from-nl", "from-loc", "from-other")
+	loc.quiet(t, other)
+}
+
+// TestSharedSubscriptions: members of one group share the messages
+// round-robin (each exactly once across the group), every group gets every
+// message, and a shared subscribe gets no retained messages.
+func TestSharedSubscriptions(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	pub := dialV5(t, b.Addr, clean("pub"))
+	hbRetain(t, pub, "sh/ret", "retained")
+	var members []*hbPeer
+	for i := range 2 {
+		m := hbDial(t, b.Addr, fmt.Sprintf("g1m%d", i))
+		m.subscribe(t, paho.SubscribeOptions{Topic: "$share/g1/sh/#", QoS: 1})
+		members = append(members, m)
+	}
+	g2 := hbDial(t, b.Addr, "g2m0")
+	g2.subscribe(t, paho.SubscribeOptions{Topic: "$share/g2/sh/+", QoS: 1})
+	for _, m := range append(members, g2) {
+		m.quiet(t, pub) // no retained message on a shared subscribe
+	}
+
+	const n = 20
+	var want []string
+	for i := range n {
+		p := "m" + strconv.Itoa(i)
+		want = append(want, p)
+		pub.publish(t, &paho.Publish{Topic: "sh/x", QoS: 1, Payload: []byte(p)})
+	}
+	g2.expect(t, want...)
+	g2.quiet(t, pub)
+
+	got := map[string]int{}
+	counts := make([]int, len(members))
+	deadline := time.After(waitFor)
+	for len(got) < n {
+		select {
+		case m := <-members[0].Msgs:
+			got[string(m.Payload)]++
+			counts[0]++
+		case m := <-members[1].Msgs:
+			got[string(m.Payload)]++
+			counts[1]++
+		case <-deadline:
+			t.Fatalf("group g1 received %d of %d messages", len(got), n)
+		}
+	}
+	for _, m := range members {
+		m.quiet(t, pub) // no duplicates arrive later
+	}
+	for p, k := range got {
+		if k != 1 {
+			t.Fatalf("%s delivered %d times in group g1", p, k)
+		}
+	}
+	if counts[0] != n/2 || counts[1] != n/2 {
+		t.Fatalf("round-robin split %v, want %d each", counts, n/2)
+	}
+}
+
+// TestUnsubscribe: UNSUBACK says 0x00 for a removed subscription and 0x11
+// for an unknown filter, and nothing arrives after unsubscribing.
+func TestUnsubscribe(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	pub := dialV5(t, b.Addr, clean("pub"))
+	c := hbDial(t, b.Addr, "c")
+	c.subscribe(t, paho.SubscribeOptions{Topic: "un/a", QoS: 1}, paho.SubscribeOptions{Topic: "un/+", QoS: 0})
+	pub.publish(t, &paho.Publish{Topic: "un/a", QoS: 1, Payload: []byte("before")})
+	c.expect(t, "before", "before")
+
+	ua, err := c.Unsubscribe(t.Context(), &paho.Unsubscribe{Topics: []string{"un/a", "un/never", "un/+"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{0x00, 0x11, 0x00}; string(ua.Reasons) != string(want) {
+		t.Fatalf("UNSUBACK reasons % x, want % x", ua.Reasons, want)
+	}
+	pub.publish(t, &paho.Publish{Topic: "un/a", QoS: 1, Payload: []byte("after")})
+	c.quiet(t, pub)
+	ua, err = c.Unsubscribe(t.Context(), &paho.Unsubscribe{Topics: []string{"un/a"}})
+	if err != nil || ua.Reasons[0] != 0x11 {
+		t.Fatalf("second unsubscribe: %v % x, want 0x11", err, ua.Reasons)
+	}
+}
+
+// TestDollarTopicsNotMatchedByWildcards: topics starting with '$' are not
+// matched by '#' or '+/...' (live or retained), only by filters naming the
+// first level.
+func TestDollarTopicsNotMatchedByWildcards(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	pub := dialV5(t, b.Addr, clean("pub"))
+	hbRetain(t, pub, "$SYS/x", "sys-retained")
+
+	all := dialV5(t, b.Addr, clean("all"))
+	all.subscribe(t, paho.SubscribeOptions{Topic: "#", QoS: 1})
+	plus := dialV5(t, b.Addr, clean("plus"))
+	plus.subscribe(t, paho.SubscribeOptions{Topic: "+/x", QoS: 1})
+	sys := dialV5(t, b.Addr, clean("sys"))
+	sys.subscribe(t, paho.SubscribeOptions{Topic: "$SYS/#", QoS: 1})
+	sys.expect(t, "sys-retained")
+
+	pub.publish(t, &paho.Publish{Topic: "$SYS/x", QoS: 1, Payload: []byte("sys-live")})
+	pub.publish(t, &paho.Publish{Topic: "$app/x", QoS: 1, Payload: []byte("app-live")})
+	sys.expect(t, "sys-live")
+	// The markers match "#" and "+/x" respectively: each must be next.
+	all.barrier(t, pub, "barrier")
+	plus.barrier(t, pub, "barrier/x")
+}
+
+// TestPerTopicOrdering: 500 QoS 1 messages published back to back on one
+// topic arrive in order at a QoS 1 and a QoS 0 subscriber.
+func TestPerTopicOrdering(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	s1 := dialV5(t, b.Addr, clean("s1"))
+	s1.subscribe(t, paho.SubscribeOptions{Topic: "ord/t", QoS: 1})
+	s0 := dialV5(t, b.Addr, clean("s0"))
+	s0.subscribe(t, paho.SubscribeOptions{Topic: "ord/t", QoS: 0})
+
+	const n = 500
+	// The publisher pipelines all 500 (paho.golang would wait for each
+	// PUBACK), so many are in flight in the broker at once.
+	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 30})
+	want := make([]string, n)
+	for i := range n {
+		want[i] = strconv.Itoa(i)
+		if err := pub.send(&packet.Publish{QoS: 1, Topic: "ord/t", PacketID: uint16(i + 1), Payload: []byte(want[i])}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		a := pub.expect(t, packet.PUBACK).(*packet.Ack)
+		if a.PacketID != uint16(i+1) || a.ReasonCode != packet.Success {
+			t.Fatalf("PUBACK %d: id %d code %v", i, a.PacketID, a.ReasonCode)
+		}
+	}
+	for _, m := range s1.expect(t, want...) {
+		if m.QoS != 1 {
+			t.Fatalf("QoS 1 subscriber got QoS %d", m.QoS)
+		}
+	}
+	for _, m := range s0.expect(t, want...) {
+		if m.QoS != 0 {
+			t.Fatalf("QoS 0 subscriber got QoS %d", m.QoS)
+		}
+	}
+}
+
+// hbV3 is a paho.mqtt.golang client whose messages land in one channel.
+type hbV3 struct {
+	mqtt3.Client
+	msgs chan mqtt3.Message
+	bar  string
+}
+
+func hbDialV3(tb testing.TB, addr, id string) *hbV3 {
+	tb.Helper()
+	c := &hbV3{Client: dialV3(tb, addr, id), msgs: make(chan mqtt3.Message, 1000), bar: "hbbar3/" + id}
+	c.sub(tb, c.bar, 1)
+	return c
+}
+
+func (c *hbV3) sub(tb testing.TB, filter string, qos byte) byte {
+	tb.Helper()
+	tok := c.Subscribe(filter, qos, func(_ mqtt3.Client, m mqtt3.Message) { c.msgs <- m })
+	wait(tb, "subscribe "+filter, tok)
+	return tok.(*mqtt3.SubscribeToken).Result()[filter]
+}
+
+func (c *hbV3) pub(tb testing.TB, topic string, qos byte, retain bool, payload string) {
+	tb.Helper()
+	wait(tb, "publish "+topic, c.Publish(topic, qos, retain, payload))
+}
+
+func (c *hbV3) next(tb testing.TB) mqtt3.Message {
+	tb.Helper()
+	select {
+	case m := <-c.msgs:
+		return m
+	case <-time.After(waitFor):
+		tb.Fatal("no message arrived")
+		return nil
+	}
+}
+
+func (c *hbV3) expect(tb testing.TB, topic, payload string, qos byte, retained bool) {
+	tb.Helper()
+	m := c.next(tb)
+	if m.Topic() != topic || string(m.Payload()) != payload || m.Qos() != qos || m.Retained() != retained {
+		tb.Fatalf("got %s %q qos %d retain %v, want %s %q qos %d retain %v",
+			m.Topic(), m.Payload(), m.Qos(), m.Retained(), topic, payload, qos, retained)
+	}
+}
+
+// quiet proves nothing else has arrived (see v5Client.barrier).
+func (c *hbV3) quiet(tb testing.TB, pub *hbV3) {
+	tb.Helper()
+	marker := fmt.Sprintf("barrier-%d", time.Now().UnixNano())
+	pub.pub(tb, c.bar, 1, false, marker)
+	c.expect(tb, c.bar, marker, 1, false)
+}
+
+// TestV3SubscribeBehaviours: the same behaviours under MQTT 3.1.1 with
+// paho.mqtt.golang: retained set and clear, wildcards, QoS downgrade to the
+// granted QoS, unsubscribe.
+func TestV3SubscribeBehaviours(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	pub := hbDialV3(t, b.Addr, "v3pub")
+	pub.pub(t, "v3/r", 1, true, "keep")
+
+	s0 := hbDialV3(t, b.Addr, "v3s0")
+	if g := s0.sub(t, "v3/#", 0); g != 0 {
+		t.Fatalf("granted %d, want 0", g)
+	}
+	s0.expect(t, "v3/r", "keep", 0, true) // retained, downgraded to QoS 0
+	s1 := hbDialV3(t, b.Addr, "v3s1")
+	if g := s1.sub(t, "v3/+/b", 1); g != 1 {
+		t.Fatalf("granted %d, want 1", g)
+	}
+	s1.quiet(t, pub) // v3/r does not match v3/+/b
+
+	pub.pub(t, "v3/a/b", 2, false, "live")
+	s0.expect(t, "v3/a/b", "live", 0, false)
+	s1.expect(t, "v3/a/b", "live", 1, false)
+	pub.pub(t, "v3/a/c", 1, false, "other")
+	s0.expect(t, "v3/a/c", "other", 0, false)
+	s1.quiet(t, pub)
+
+	// Clear: existing subscribers see the empty message, later ones nothing.
+	pub.pub(t, "v3/r", 1, true, "")
+	s0.expect(t, "v3/r", "", 0, false)
+	s2 := hbDialV3(t, b.Addr, "v3s2")
+	s2.sub(t, "v3/#", 1)
+	s2.quiet(t, pub)
+
+	wait(t, "unsubscribe", s0.Unsubscribe("v3/#"))
+	pub.pub(t, "v3/a/b", 1, false, "gone")
+	s0.quiet(t, pub)
+	s1.expect(t, "v3/a/b", "gone", 1, false)
+	s2.expect(t, "v3/a/b", "gone", 1, false)
+}
