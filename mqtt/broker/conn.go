@@ -112,6 +112,12 @@ func (c *conn) serve() error {
 	for {
 		p, err := c.readPacket()
 		if err != nil {
+			var pe *packet.Error
+			if errors.As(err, &pe) {
+				// Malformed or over the maximum size: v5 clients get
+				// DISCONNECT with the reason code.
+				c.closeWith(pe.Code, pe.Reason)
+			}
 			return err
 		}
 		if err := c.handle(p); err != nil {
