@@ -26,4 +26,6 @@ pkgs=("$@")
 echo "==> go vet"
 go vet "${pkgs[@]}"
 echo "==> go test -race"
+# The tools installed above are present: tests that use them must not skip.
+export FLEETMQ_REQUIRE_TOOLS=1
 go test -race -count=1 -timeout 20m "${pkgs[@]}"
