@@ -147,17 +147,23 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 	key := id.SessionKey()
 	now := s.now()
 	s.mu.Lock()
-	if t, ok := s.wills[key]; ok {
-		// Reconnected within the will delay: the will is not published.
-		t.Stop()
-		delete(s.wills, key)
-	}
 	ss := s.sessions[key]
 	var prev *session // a session this connection replaces
 	if ss != nil && (clean || ss.expiredAt(now)) {
 		prev, ss = ss, nil
 	}
 	present := ss != nil
+	if t, ok := s.wills[key]; ok {
+		if present {
+			// Resumed within the will delay: the will is not published.
+			t.Stop()
+			delete(s.wills, key)
+		} else {
+			// The session ends (clean start or expired), and with it the
+			// will delay: the will is published now.
+			t.Reset(0)
+		}
+	}
 	if ss == nil {
 		ss = &session{srv: s, key: key, subs: make(map[string]*subscription)}
 		s.sessions[key] = ss
@@ -253,18 +259,21 @@ func (s *Server) detach(c *conn, err error) {
 	id := c.id
 	key := ss.key
 	s.mu.Lock()
-	s.wills[key] = time.AfterFunc(time.Duration(delay)*time.Second, func() {
+	var timer *time.Timer
+	timer = time.AfterFunc(time.Duration(delay)*time.Second, func() {
 		s.mu.Lock()
 		t, ok := s.wills[key]
+		ok = ok && t == timer // not a newer connection's will
 		if ok {
 			delete(s.wills, key)
 		}
 		closed := s.closed
 		s.mu.Unlock()
-		if ok && t != nil && !closed {
+		if ok && !closed {
 			s.publishWill(id, will)
 		}
 	})
+	s.wills[key] = timer
 	s.mu.Unlock()
 }
 
