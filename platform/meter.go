@@ -1,6 +1,8 @@
 package platform
 
 import (
+	"github.com/fleetmq/fleetmq"
+
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -114,22 +116,10 @@ func (c *clientMeter) count(now time.Time, qos byte) {
 
 // DailyDelta is what a flush hands to the store: increments since the last
 // flush for one account and day.
-type DailyDelta struct {
-	AccountID string
-	Day       string // UTC date
-	Messages  [3]int64
-	Bytes     [3]int64
-	PoolUsed  int64
-	Demotions int64
-	Refused   int64
-	Drops     map[string]int64
-}
+type DailyDelta = fleetmq.DailyUsage
 
 // ClientDelta is the per-client QoS mix increment.
-type ClientDelta struct {
-	AccountID, ClientID, Day string
-	Messages                 [3]int64
-}
+type ClientDelta = fleetmq.ClientUsage
 
 // Collect takes the increments counted since the last Collect (resetting
 // them), sorted by account and day. dropNames names the drop indexes.

@@ -1,11 +1,11 @@
 package platform
 
 import (
+	"github.com/fleetmq/fleetmq"
+
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"sync"
@@ -119,10 +119,7 @@ func SessionOf(id *broker.Identity) *Session {
 }
 
 // hashSecret is the stored form of a generated secret.
-func hashSecret(secret []byte) string {
-	h := sha256.Sum256(secret)
-	return hex.EncodeToString(h[:])
-}
+func hashSecret(secret []byte) string { return fleetmq.HashSecret(string(secret)) }
 
 // dummyHash is compared against for unknown usernames so that unknown and
 // wrong credentials take the same time.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -10,19 +9,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/internal/metrics"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
 
 // brokerConfig is the configuration of `fleetmq broker`. Each flag has a
 // FLEETMQ_* environment variable (named in its help text); a flag on the
-// command line wins over the variable, which wins over the default.
+// command line wins over the environment.
 type brokerConfig struct {
-	Listen         string
-	TLSListen      string
-	TLSCert        string
-	TLSKey         string
-	WSListen       string
+	app.Listeners
 	HTTPListen     string
 	StatePath      string
 	MaxInflight    int
@@ -33,11 +29,7 @@ type brokerConfig struct {
 }
 
 func (c *brokerConfig) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "listen", "127.0.0.1:1883", "MQTT TCP listen address (empty to disable) [FLEETMQ_MQTT_LISTEN]")
-	fs.StringVar(&c.TLSListen, "tls-listen", "", "MQTT over TLS listen address [FLEETMQ_MQTT_TLS_LISTEN]")
-	fs.StringVar(&c.TLSCert, "tls-cert", "", "TLS certificate file (PEM) [FLEETMQ_TLS_CERT]")
-	fs.StringVar(&c.TLSKey, "tls-key", "", "TLS key file (PEM) [FLEETMQ_TLS_KEY]")
-	fs.StringVar(&c.WSListen, "ws-listen", "", "MQTT over WebSocket listen address, path /mqtt [FLEETMQ_MQTT_WS_LISTEN]")
+	c.Listeners.Flags(fs, "127.0.0.1:1883")
 	fs.StringVar(&c.HTTPListen, "http-listen", "", "HTTP address for /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
 	fs.StringVar(&c.StatePath, "state", "", "file to save retained messages and sessions in (empty: in memory only) [FLEETMQ_BROKER_STATE]")
 	fs.IntVar(&c.MaxInflight, "max-inflight", broker.DefaultMaxInflight, "unacknowledged QoS 1/2 messages per session [FLEETMQ_MAX_INFLIGHT]")
@@ -45,16 +37,6 @@ func (c *brokerConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxPacketSize, "max-packet-size", broker.DefaultMaxPacketSize, "largest accepted packet in bytes [FLEETMQ_MAX_PACKET_SIZE]")
 	fs.DurationVar(&c.RetainedMaxAge, "retained-max-age", 0, "maximum age of retained messages, 0 for none [FLEETMQ_RETAINED_MAX_AGE]")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
-}
-
-func (c *brokerConfig) Validate() error {
-	if c.Listen == "" && c.TLSListen == "" && c.WSListen == "" {
-		return fmt.Errorf("no listener: set -listen, -tls-listen or -ws-listen")
-	}
-	if c.TLSListen != "" && (c.TLSCert == "" || c.TLSKey == "") {
-		return fmt.Errorf("-tls-listen needs -tls-cert and -tls-key")
-	}
-	return nil
 }
 
 func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -65,7 +47,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Listeners.Validate(); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, cfg.LogLevel)
@@ -84,40 +66,18 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	// Open every listener before announcing, so a busy port fails at once.
-	var listening []string
 	fail := func(err error) error {
 		srv.Close(context.Background())
 		return err
 	}
-	if cfg.Listen != "" {
-		ln, err := srv.ListenTCP(cfg.Listen)
-		if err != nil {
-			return fail(err)
-		}
-		listening = append(listening, "mqtt://"+ln.Addr().String())
-	}
-	if cfg.TLSListen != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-		if err != nil {
-			return fail(fmt.Errorf("load TLS key pair: %w", err))
-		}
-		ln, err := srv.ListenTLS(cfg.TLSListen, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
-		if err != nil {
-			return fail(err)
-		}
-		listening = append(listening, "mqtts://"+ln.Addr().String())
-	}
-	if cfg.WSListen != "" {
-		ln, err := srv.ListenWebSocket(cfg.WSListen)
-		if err != nil {
-			return fail(err)
-		}
-		listening = append(listening, "ws://"+ln.Addr().String()+"/mqtt")
+	listening, err := cfg.Listeners.Open(srv)
+	if err != nil {
+		return fail(err)
 	}
 	if cfg.HTTPListen != "" {
 		reg := &metrics.Registry{}
-		registerBroker(reg, srv)
-		hs, addr, err := startHTTP(cfg.HTTPListen, healthMux(reg, func() error { return nil }), log)
+		app.RegisterBroker(reg, srv)
+		hs, addr, err := app.StartHTTP(cfg.HTTPListen, app.HealthMux(reg, func() error { return nil }), log)
 		if err != nil {
 			return fail(err)
 		}

@@ -1,6 +1,8 @@
 // Command fleetmq is the fleetmq binary: the MQTT broker, the platform and
 // the operator tools in one program.
 //
+//	fleetmq serve    run the platform (broker, policy, store, HTTP)
+//	fleetmq account, plan, client, credential, layout   operator commands
 //	fleetmq broker   run the bare broker with an open policy
 //	fleetmq bench    the load harness (internal/loadtest)
 package main
@@ -31,6 +33,12 @@ func main() {
 const usage = `fleetmq — a multi-tenant MQTT platform in one binary
 
 Usage:
+  fleetmq serve [flags]    run the platform on a data directory (default ./data)
+  fleetmq account ...      accounts: create, list, show, suspend, resume, set-plan, addon, usage
+  fleetmq plan ...         the plan catalog: list, set
+  fleetmq client ...       MQTT clients of an account: add, list, set, remove
+  fleetmq credential ...   publisher credentials and subscriber passwords: create, list, revoke
+  fleetmq layout ...       vendor wire layouts: add, list, remove, dry-run
   fleetmq broker [flags]   run the bare MQTT broker (open policy: anonymous, any topic)
   fleetmq bench MODE       load harness: pubsub, idle, or compare with Mosquitto
   fleetmq version          print the version
@@ -49,6 +57,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "broker":
 		return runBroker(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr)
+	case "account":
+		return runAdmin(ctx, "account", accountCmds(), args[1:], stdout, stderr)
+	case "plan":
+		return runAdmin(ctx, "plan", planCmds(), args[1:], stdout, stderr)
+	case "client":
+		return runAdmin(ctx, "client", clientCmds(), args[1:], stdout, stderr)
+	case "credential":
+		return runAdmin(ctx, "credential", credentialCmds(), args[1:], stdout, stderr)
+	case "layout":
+		return runAdmin(ctx, "layout", layoutCmds(), args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "version":

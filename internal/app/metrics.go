@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"sync"
@@ -7,6 +7,7 @@ import (
 	"github.com/fleetmq/fleetmq/internal/metrics"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
+	"github.com/fleetmq/fleetmq/platform"
 )
 
 // statsCache reads the broker's Stats at most once per scrape burst, so
@@ -27,8 +28,8 @@ func (c *statsCache) get() broker.Stats {
 	return c.st
 }
 
-// registerBroker adds the broker's counters to reg.
-func registerBroker(reg *metrics.Registry, srv *broker.Server) {
+// RegisterBroker adds the broker's counters to reg.
+func RegisterBroker(reg *metrics.Registry, srv *broker.Server) {
 	c := &statsCache{srv: srv}
 	gauge := func(name, help string, f func(broker.Stats) int64, kind metrics.Kind) {
 		reg.Add(metrics.Family{Name: name, Help: help, Kind: kind, Collect: metrics.Value(func() float64 { return float64(f(c.get())) })})
@@ -75,4 +76,19 @@ func registerBroker(reg *metrics.Registry, srv *broker.Server) {
 		}
 		return out
 	}})
+}
+
+// RegisterPlatform adds the platform policy's totals to reg. Labels stay
+// bounded: no per-account series (per-account usage is in the store).
+func RegisterPlatform(reg *metrics.Registry, p *platform.Policy) {
+	reg.Add(metrics.Family{Name: "fleetmq_platform_messages_total", Help: "Accepted messages by effective QoS.", Kind: metrics.Counter, Collect: func() []metrics.Sample {
+		t := p.Totals()
+		return []metrics.Sample{{Labels: []string{"qos", "0"}, Value: float64(t.Effective[0])}, {Labels: []string{"qos", "1"}, Value: float64(t.Effective[1])}, {Labels: []string{"qos", "2"}, Value: float64(t.Effective[2])}}
+	}})
+	one := func(name, help string, f func(platform.Totals) int64) {
+		reg.Add(metrics.Family{Name: name, Help: help, Kind: metrics.Counter, Collect: metrics.Value(func() float64 { return float64(f(p.Totals())) })})
+	}
+	one("fleetmq_platform_qos2_pool_used_total", "QoS 2 pool units used (all accounts).", func(t platform.Totals) int64 { return t.QoS2Pool })
+	one("fleetmq_platform_demotions_total", "QoS 2 publishes demoted to QoS 1 because the daily pool was used up.", func(t platform.Totals) int64 { return t.Demotions })
+	one("fleetmq_platform_publish_refused_total", "Publishes refused by the platform rules.", func(t platform.Totals) int64 { return t.Refused })
 }

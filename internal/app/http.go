@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// healthMux serves /metrics, /livez (the process is up) and /readyz (ready
+// HealthMux serves /metrics, /livez (the process is up) and /readyz (ready
 // reports nil when the service can take traffic).
-func healthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
+func HealthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metricsHandler)
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
@@ -26,9 +26,9 @@ func healthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
 	return mux
 }
 
-// startHTTP opens the listener first (so a busy port fails at once), then
+// StartHTTP opens the listener first (so a busy port fails at once), then
 // serves in the background. It returns the bound address.
-func startHTTP(addr string, h http.Handler, log *slog.Logger) (*http.Server, string, error) {
+func StartHTTP(addr string, h http.Handler, log *slog.Logger) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", err

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleetmq/internal/app"
+)
+
+// runServe is "fleetmq serve": the whole platform on a data directory.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg app.Config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataFlag(fs, &cfg.DataDir)
+	cfg.Listeners.Flags(fs, ":1883")
+	fs.StringVar(&cfg.HTTPListen, "http-listen", ":8080", "HTTP address for /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
+	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "optional topic_prefix: devices publish under PREFIX/{account_id}/... [FLEETMQ_TOPIC_PREFIX]")
+	fs.DurationVar(&cfg.ReloadInterval, "reload-interval", time.Second, "how often to pick up control-plane changes and flush usage [FLEETMQ_RELOAD_INTERVAL]")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if p := cfg.TopicPrefix; p != "" && (strings.ContainsAny(p, "+#") || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.HasPrefix(p, "$")) {
+		return fmt.Errorf("-topic-prefix %q: must be a topic without wildcards, '$' or leading/trailing '/'", p)
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	a, err := app.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	log.Info("fleetmq serving", "data", cfg.DataDir, "listeners", strings.Join(a.URLs, " "))
+	fmt.Fprintf(stdout, "fleetmq serving %s on %s\n", cfg.DataDir, strings.Join(a.URLs, " "))
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return a.Close(sctx)
+}
+
+// dataFlag registers -data, shared by serve and the operator commands.
+func dataFlag(fs *flag.FlagSet, dir *string) {
+	fs.StringVar(dir, "data", "./data", "data directory (SQLite database and broker state) [FLEETMQ_DATA]")
+}

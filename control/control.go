@@ -1,0 +1,349 @@
+// Package control is the control-plane service: the operations the
+// operator CLI, the REST API and the portal perform on accounts, plans,
+// add-ons, MQTT clients, credentials and vendor layouts, with their
+// validation and rules (plan limits, the QoS 2 add-on, secrets shown once
+// and stored hashed). It sits between those interfaces and the store.
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
+	"github.com/fleetmq/fleetmq/platform"
+)
+
+// Store is what the service needs from storage.
+type Store interface {
+	fleetmq.ControlStore
+	fleetmq.UsageStore
+}
+
+// Service performs control-plane operations.
+type Service struct {
+	Store Store
+	Now   func() time.Time
+}
+
+// New returns a service on store with the real clock.
+func New(store Store) *Service { return &Service{Store: store, Now: time.Now} }
+
+func (s *Service) now() time.Time { return s.Now().UTC() }
+
+// NewAccount is the input of CreateAccount.
+type NewAccount struct {
+	Name       string
+	OwnerEmail string
+	Plan       string // optional base plan
+}
+
+// CreateAccount creates an account and returns it with the owner's first
+// portal password (shown once; only its argon2id hash is kept).
+func (s *Service) CreateAccount(ctx context.Context, in NewAccount) (*fleetmq.Account, string, error) {
+	f := map[string]string{}
+	in.Name = strings.TrimSpace(in.Name)
+	email := strings.ToLower(strings.TrimSpace(in.OwnerEmail))
+	if in.Name == "" || utf8.RuneCountInString(in.Name) > 200 {
+		f["name"] = "must be 1-200 characters"
+	}
+	if a, err := mail.ParseAddress(email); err != nil || a.Address != email {
+		f["owner_email"] = "must be an e-mail address"
+	}
+	if len(f) > 0 {
+		return nil, "", fleetmq.Invalid(f)
+	}
+	if in.Plan != "" {
+		if _, err := s.Store.Plan(ctx, in.Plan); err != nil {
+			return nil, "", err
+		}
+	}
+	password := randomString(20)
+	hash, err := HashPassword(password)
+	if err != nil {
+		return nil, "", err
+	}
+	a := &fleetmq.Account{ID: newUUID(), Name: in.Name, OwnerEmail: email, Plan: in.Plan, CreatedAt: s.now()}
+	if err := s.Store.CreateAccount(ctx, a, hash); err != nil {
+		return nil, "", err
+	}
+	a, err = s.Store.Account(ctx, a.ID)
+	return a, password, err
+}
+
+// SetPlan sets an account's base plan ("" removes it).
+func (s *Service) SetPlan(ctx context.Context, accountID, plan string) error {
+	return s.Store.SetPlan(ctx, accountID, plan, s.now())
+}
+
+// SetAddOn switches an add-on on or off.
+func (s *Service) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn, on bool) error {
+	if _, ok := fleetmq.ParseAddOn(string(x)); !ok {
+		return fleetmq.Invalid(map[string]string{"addon": fmt.Sprintf("unknown add-on %q", x)})
+	}
+	return s.Store.SetAddOn(ctx, accountID, x, on, s.now())
+}
+
+// account loads an account and its plan (nil without one).
+func (s *Service) account(ctx context.Context, id string) (*fleetmq.Account, *fleetmq.Plan, error) {
+	a, err := s.Store.Account(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if a.Plan == "" {
+		return a, nil, nil
+	}
+	p, err := s.Store.Plan(ctx, a.Plan)
+	return a, p, err
+}
+
+// ClientInput is the input of CreateClient and UpdateClient; nil fields
+// keep their value (CreateClient: label "" and max_publish_qos 1).
+type ClientInput struct {
+	ClientID      string
+	Label         *string
+	MaxPublishQoS *int
+}
+
+func checkClientFields(a *fleetmq.Account, in ClientInput, f map[string]string) error {
+	if in.Label != nil && utf8.RuneCountInString(*in.Label) > fleetmq.MaxLabel {
+		f["label"] = fmt.Sprintf("must be at most %d characters", fleetmq.MaxLabel)
+	}
+	if q := in.MaxPublishQoS; q != nil {
+		if *q < 0 || *q > 2 {
+			f["max_publish_qos"] = "must be 0, 1 or 2"
+		} else if *q == 2 && !a.HasAddOn(fleetmq.AddOnQoS2) {
+			if len(f) == 0 {
+				return &fleetmq.Error{Code: fleetmq.CodeAddOnRequired, AddOn: string(fleetmq.AddOnQoS2),
+					Message: "max_publish_qos 2 needs the " + fleetmq.AddOnQoS2.Title() + " add-on"}
+			}
+			f["max_publish_qos"] = "2 needs the " + fleetmq.AddOnQoS2.Title() + " add-on"
+		}
+	}
+	if len(f) > 0 {
+		return fleetmq.Invalid(f)
+	}
+	return nil
+}
+
+// CreateClient registers an MQTT client within the plan's
+// max_publisher_clients.
+func (s *Service) CreateClient(ctx context.Context, accountID string, in ClientInput) (*fleetmq.MQTTClient, error) {
+	a, plan, err := s.account(ctx, accountID)
+	if err != nil {
+		return nil, err
+	}
+	f := map[string]string{}
+	if !fleetmq.ValidClientID(in.ClientID) {
+		f["client_id"] = "must be 1-128 letters, digits or . _ : @ -, starting with a letter or digit"
+	}
+	if err := checkClientFields(a, in, f); err != nil {
+		return nil, err
+	}
+	if plan == nil {
+		return nil, &fleetmq.Error{Code: fleetmq.CodeBasePlanRequired, Message: "registering MQTT clients needs a base plan"}
+	}
+	c := &fleetmq.MQTTClient{AccountID: accountID, ClientID: in.ClientID, MaxPublishQoS: 1, CreatedAt: s.now()}
+	if in.Label != nil {
+		c.Label = strings.TrimSpace(*in.Label)
+	}
+	if in.MaxPublishQoS != nil {
+		c.MaxPublishQoS = *in.MaxPublishQoS
+	}
+	if err := s.Store.CreateClient(ctx, c, plan.MaxPublisherClients); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// UpdateClient changes a client's label and/or max_publish_qos.
+func (s *Service) UpdateClient(ctx context.Context, accountID string, in ClientInput) (*fleetmq.MQTTClient, error) {
+	a, _, err := s.account(ctx, accountID)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.Store.Client(ctx, accountID, in.ClientID)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkClientFields(a, in, map[string]string{}); err != nil {
+		return nil, err
+	}
+	if in.Label != nil {
+		c.Label = strings.TrimSpace(*in.Label)
+	}
+	if in.MaxPublishQoS != nil {
+		c.MaxPublishQoS = *in.MaxPublishQoS
+	}
+	return c, s.Store.UpdateClient(ctx, c)
+}
+
+// DeleteClient removes a client; its live sessions are disconnected when
+// the broker reloads.
+func (s *Service) DeleteClient(ctx context.Context, accountID, clientID string) error {
+	return s.Store.DeleteClient(ctx, accountID, clientID)
+}
+
+// NewCredential is the input of CreateCredential.
+type NewCredential struct {
+	Kind          string // fleetmq.KindPublisher or fleetmq.KindSubscriber
+	Label         string
+	ExpiresInDays int      // 0: never
+	Filters       []string // subscriber: within the account; default {account_id}/#
+}
+
+// MaxExpiryDays bounds "expires in (days)".
+const MaxExpiryDays = 3650
+
+// CreateCredential creates a publisher credential or a subscriber MQTT
+// password and returns it with the password (shown once).
+func (s *Service) CreateCredential(ctx context.Context, accountID string, in NewCredential) (*fleetmq.Credential, string, error) {
+	a, _, err := s.account(ctx, accountID)
+	if err != nil {
+		return nil, "", err
+	}
+	f := map[string]string{}
+	prefix := ""
+	switch in.Kind {
+	case fleetmq.KindPublisher:
+		prefix = "pub-"
+		if len(in.Filters) > 0 {
+			f["filters"] = "only subscriber passwords have topic filters"
+		}
+	case fleetmq.KindSubscriber:
+		prefix = "sub-"
+		if len(in.Filters) == 0 {
+			in.Filters = []string{a.ID + "/#"}
+		}
+		for _, flt := range in.Filters {
+			if err := topic.ValidateFilter(flt); err != nil || strings.HasPrefix(flt, "$") || !platform.Covers(a.ID+"/#", flt) {
+				f["filters"] = fmt.Sprintf("%q: must be a topic filter under %s/", flt, a.ID)
+				break
+			}
+		}
+	default:
+		f["kind"] = "must be publisher or subscriber"
+	}
+	if utf8.RuneCountInString(in.Label) > fleetmq.MaxLabel {
+		f["label"] = fmt.Sprintf("must be at most %d characters", fleetmq.MaxLabel)
+	}
+	if in.ExpiresInDays < 0 || in.ExpiresInDays > MaxExpiryDays {
+		f["expires_in_days"] = fmt.Sprintf("must be between 0 (never) and %d", MaxExpiryDays)
+	}
+	if len(f) > 0 {
+		return nil, "", fleetmq.Invalid(f)
+	}
+	secret := randomString(32)
+	now := s.now()
+	c := &fleetmq.Credential{ID: newUUID(), AccountID: accountID, Kind: in.Kind, Username: prefix + strings.ToLower(randomString(16)),
+		Label: strings.TrimSpace(in.Label), SecretHash: fleetmq.HashSecret(secret), Filters: in.Filters, CreatedAt: now}
+	if in.ExpiresInDays > 0 {
+		c.ExpiresAt = now.AddDate(0, 0, in.ExpiresInDays)
+	}
+	if err := s.Store.CreateCredential(ctx, c); err != nil {
+		return nil, "", err
+	}
+	return c, secret, nil
+}
+
+// RevokeCredential revokes a credential of the account; its live sessions
+// are disconnected when the broker reloads.
+func (s *Service) RevokeCredential(ctx context.Context, accountID, id string) error {
+	return s.Store.RevokeCredential(ctx, accountID, id, s.now())
+}
+
+// PutLayout registers (or replaces, by name) a vendor layout after
+// checking its rules.
+func (s *Service) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
+	f := map[string]string{}
+	if !layoutNameOK(l.Name) {
+		f["name"] = "must be 1-40 lowercase letters, digits, '-' or '_'"
+	}
+	if _, err := platform.CompileLayout(l); err != nil {
+		f["rules"] = err.Error()
+	}
+	if len(f) > 0 {
+		return fleetmq.Invalid(f)
+	}
+	if l.ID == "" {
+		l.ID = newUUID()
+	}
+	l.CreatedAt = s.now()
+	return s.Store.PutLayout(ctx, l)
+}
+
+func layoutNameOK(n string) bool {
+	p := fleetmq.Plan{Name: n, MaxPublisherClients: 1, HistoryRetentionDays: 1}
+	return p.Validate() == nil
+}
+
+// DryRun is the result of matching a wire topic against the layouts.
+type DryRun struct {
+	Layout   string // "" when nothing matched
+	ClientID string
+	Subpath  string
+	Fanout   bool
+	Reason   string // why nothing matched
+}
+
+// DryRunLayout shows what the broker would do with a publish on wire.
+func (s *Service) DryRunLayout(ctx context.Context, wire string) (*DryRun, error) {
+	if err := topic.ValidateName(wire); err != nil {
+		return nil, fleetmq.Invalid(map[string]string{"topic": err.Error()})
+	}
+	ls, err := s.Store.Layouts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	root, _, _ := strings.Cut(wire, "/")
+	rootKnown := false
+	for _, l := range ls {
+		if l.WireRoot != root {
+			continue
+		}
+		rootKnown = true
+		cl, err := platform.CompileLayout(l)
+		if err != nil {
+			return nil, err
+		}
+		if c, sp, ok := cl.Normalize(wire); ok {
+			return &DryRun{Layout: l.Name, ClientID: c, Subpath: sp, Fanout: l.Fanout}, nil
+		}
+	}
+	if !rootKnown {
+		return &DryRun{Reason: fmt.Sprintf("no layout is registered for wire root %q: the publish is refused", root)}, nil
+	}
+	return &DryRun{Reason: "the wire root is registered but no rule matches: the publish is refused"}, nil
+}
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// randomString returns n base62 characters from crypto/rand (no modulo
+// bias: bytes >= 248 are redrawn).
+func randomString(n int) string {
+	out := make([]byte, 0, n)
+	var buf [64]byte
+	for len(out) < n {
+		rand.Read(buf[:])
+		for _, b := range buf {
+			if b < 248 && len(out) < n {
+				out = append(out, base62[b%62])
+			}
+		}
+	}
+	return string(out)
+}
+
+// newUUID returns a random (version 4) UUID, lowercase 8-4-4-4-12.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}

@@ -1,0 +1,458 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// us stores a time as Unix microseconds; the zero time is NULL.
+func us(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func fromUS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMicro(v.Int64).UTC()
+}
+
+// Version implements fleetmq.ControlStore.
+func (s *Store) Version(ctx context.Context) (int64, error) {
+	var v int64
+	err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'control_version'`).Scan(&v)
+	return v, err
+}
+
+// CreateAccount implements fleetmq.ControlStore.
+func (s *Store) CreateAccount(ctx context.Context, a *fleetmq.Account, ownerPasswordHash string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO accounts (id, name, owner_email, owner_password_hash, suspended, plan, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			a.ID, a.Name, a.OwnerEmail, ownerPasswordHash, a.Suspended, nullString(a.Plan), a.CreatedAt.UnixMicro())
+		if isUnique(err) {
+			return fleetmq.Conflictf("an account with owner e-mail %q or id %q already exists", a.OwnerEmail, a.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if a.Plan != "" {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, 'plan', ?)`, a.ID, a.CreatedAt.UnixMicro(), a.Plan); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+const accountCols = `id, name, owner_email, suspended, COALESCE(plan, ''), created_at`
+
+func scanAccount(sc interface{ Scan(...any) error }) (*fleetmq.Account, error) {
+	var a fleetmq.Account
+	var created int64
+	if err := sc.Scan(&a.ID, &a.Name, &a.OwnerEmail, &a.Suspended, &a.Plan, &created); err != nil {
+		return nil, err
+	}
+	a.CreatedAt = time.UnixMicro(created).UTC()
+	a.AddOns = map[fleetmq.AddOn]bool{}
+	return &a, nil
+}
+
+// Account implements fleetmq.ControlStore.
+func (s *Store) Account(ctx context.Context, id string) (*fleetmq.Account, error) {
+	a, err := scanAccount(s.db.QueryRowContext(ctx, `SELECT `+accountCols+` FROM accounts WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fleetmq.NotFound("account", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT addon FROM account_addons WHERE account_id = ?`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var x string
+		if err := rows.Scan(&x); err != nil {
+			return nil, err
+		}
+		a.AddOns[fleetmq.AddOn(x)] = true
+	}
+	return a, rows.Err()
+}
+
+// Accounts implements fleetmq.ControlStore.
+func (s *Store) Accounts(ctx context.Context) ([]*fleetmq.Account, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+accountCols+` FROM accounts ORDER BY created_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*fleetmq.Account
+	byID := map[string]*fleetmq.Account{}
+	for rows.Next() {
+		a, err := scanAccount(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+		byID[a.ID] = a
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	ar, err := s.db.QueryContext(ctx, `SELECT account_id, addon FROM account_addons`)
+	if err != nil {
+		return nil, err
+	}
+	defer ar.Close()
+	for ar.Next() {
+		var id, x string
+		if err := ar.Scan(&id, &x); err != nil {
+			return nil, err
+		}
+		if a := byID[id]; a != nil {
+			a.AddOns[fleetmq.AddOn(x)] = true
+		}
+	}
+	return out, ar.Err()
+}
+
+// SetSuspended implements fleetmq.ControlStore.
+func (s *Store) SetSuspended(ctx context.Context, id string, suspended bool) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		return mustAffect(tx.ExecContext(ctx, `UPDATE accounts SET suspended = ? WHERE id = ?`, suspended, id))("account", id)
+	})
+}
+
+// mustAffect turns "no row changed" into not_found.
+func mustAffect(r sql.Result, err error) func(what, id string) error {
+	return func(what, id string) error {
+		if err != nil {
+			return err
+		}
+		if n, err := r.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return fleetmq.NotFound(what, id)
+		}
+		return nil
+	}
+}
+
+// OwnerPasswordHash implements fleetmq.ControlStore.
+func (s *Store) OwnerPasswordHash(ctx context.Context, email string) (string, string, error) {
+	var id, hash string
+	err := s.db.QueryRowContext(ctx, `SELECT id, owner_password_hash FROM accounts WHERE owner_email = ?`, strings.ToLower(email)).Scan(&id, &hash)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", fleetmq.NotFound("owner", email)
+	}
+	return id, hash, err
+}
+
+// Plans implements fleetmq.ControlStore.
+func (s *Store) Plans(ctx context.Context) ([]fleetmq.Plan, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, max_publisher_clients, qos2_daily_pool, history_retention_days FROM plans ORDER BY max_publisher_clients, name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []fleetmq.Plan
+	for rows.Next() {
+		var p fleetmq.Plan
+		if err := rows.Scan(&p.Name, &p.MaxPublisherClients, &p.QoS2DailyPool, &p.HistoryRetentionDays); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Plan implements fleetmq.ControlStore.
+func (s *Store) Plan(ctx context.Context, name string) (*fleetmq.Plan, error) {
+	var p fleetmq.Plan
+	err := s.db.QueryRowContext(ctx, `SELECT name, max_publisher_clients, qos2_daily_pool, history_retention_days FROM plans WHERE name = ?`, name).
+		Scan(&p.Name, &p.MaxPublisherClients, &p.QoS2DailyPool, &p.HistoryRetentionDays)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fleetmq.NotFound("plan", name)
+	}
+	return &p, err
+}
+
+// PutPlan implements fleetmq.ControlStore (insert or update).
+func (s *Store) PutPlan(ctx context.Context, p fleetmq.Plan) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO plans (name, max_publisher_clients, qos2_daily_pool, history_retention_days) VALUES (?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET max_publisher_clients = excluded.max_publisher_clients, qos2_daily_pool = excluded.qos2_daily_pool, history_retention_days = excluded.history_retention_days`,
+			p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays)
+		return err
+	})
+}
+
+// SetPlan implements fleetmq.ControlStore.
+func (s *Store) SetPlan(ctx context.Context, accountID, plan string, at time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if plan != "" {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM plans WHERE name = ?`, plan).Scan(&n); err != nil {
+				return err
+			}
+			if n == 0 {
+				return fleetmq.NotFound("plan", plan)
+			}
+		}
+		if err := mustAffect(tx.ExecContext(ctx, `UPDATE accounts SET plan = ? WHERE id = ?`, nullString(plan), accountID))("account", accountID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, 'plan', ?)`, accountID, at.UnixMicro(), plan)
+		return err
+	})
+}
+
+// SetAddOn implements fleetmq.ControlStore.
+func (s *Store) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn, on bool, at time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM accounts WHERE id = ?`, accountID).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fleetmq.NotFound("account", accountID)
+		}
+		var r sql.Result
+		var err error
+		kind := "addon_off"
+		if on {
+			kind = "addon_on"
+			r, err = tx.ExecContext(ctx, `INSERT INTO account_addons (account_id, addon) VALUES (?, ?) ON CONFLICT DO NOTHING`, accountID, string(x))
+		} else {
+			r, err = tx.ExecContext(ctx, `DELETE FROM account_addons WHERE account_id = ? AND addon = ?`, accountID, string(x))
+		}
+		if err != nil {
+			return err
+		}
+		if n, _ := r.RowsAffected(); n == 0 {
+			return nil // already so: nothing to record
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, ?, ?)`, accountID, at.UnixMicro(), kind, string(x))
+		return err
+	})
+}
+
+// SubscriptionChanges implements fleetmq.ControlStore.
+func (s *Store) SubscriptionChanges(ctx context.Context, accountID string) ([]fleetmq.SubscriptionChange, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT at, kind, value FROM subscription_changes WHERE account_id = ? ORDER BY at, id`, accountID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []fleetmq.SubscriptionChange
+	for rows.Next() {
+		var c fleetmq.SubscriptionChange
+		var at int64
+		if err := rows.Scan(&at, &c.Kind, &c.Value); err != nil {
+			return nil, err
+		}
+		c.At = time.UnixMicro(at).UTC()
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// CreateClient implements fleetmq.ControlStore. The count and the insert
+// run in one (immediate) transaction, so concurrent registrations cannot
+// pass the plan limit together.
+func (s *Store) CreateClient(ctx context.Context, c *fleetmq.MQTTClient, max int) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM mqtt_clients WHERE account_id = ?`, c.AccountID).Scan(&n); err != nil {
+			return err
+		}
+		if n >= max {
+			return fleetmq.Conflictf("the plan allows %d publisher clients and %d are registered", max, n)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO mqtt_clients (account_id, client_id, label, max_publish_qos, created_at) VALUES (?, ?, ?, ?, ?)`,
+			c.AccountID, c.ClientID, c.Label, c.MaxPublishQoS, c.CreatedAt.UnixMicro())
+		if isUnique(err) {
+			return fleetmq.Conflictf("client id %q is already registered", c.ClientID)
+		}
+		return err
+	})
+}
+
+const clientCols = `account_id, client_id, label, max_publish_qos, created_at`
+
+func scanClient(sc interface{ Scan(...any) error }) (*fleetmq.MQTTClient, error) {
+	var c fleetmq.MQTTClient
+	var created int64
+	if err := sc.Scan(&c.AccountID, &c.ClientID, &c.Label, &c.MaxPublishQoS, &created); err != nil {
+		return nil, err
+	}
+	c.CreatedAt = time.UnixMicro(created).UTC()
+	return &c, nil
+}
+
+// Client implements fleetmq.ControlStore.
+func (s *Store) Client(ctx context.Context, accountID, clientID string) (*fleetmq.MQTTClient, error) {
+	c, err := scanClient(s.db.QueryRowContext(ctx, `SELECT `+clientCols+` FROM mqtt_clients WHERE account_id = ? AND client_id = ?`, accountID, clientID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fleetmq.NotFound("client", clientID)
+	}
+	return c, err
+}
+
+func (s *Store) queryClients(ctx context.Context, q string, args ...any) ([]*fleetmq.MQTTClient, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*fleetmq.MQTTClient
+	for rows.Next() {
+		c, err := scanClient(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Clients implements fleetmq.ControlStore.
+func (s *Store) Clients(ctx context.Context, accountID string) ([]*fleetmq.MQTTClient, error) {
+	return s.queryClients(ctx, `SELECT `+clientCols+` FROM mqtt_clients WHERE account_id = ? ORDER BY client_id`, accountID)
+}
+
+// AllClients implements fleetmq.ControlStore.
+func (s *Store) AllClients(ctx context.Context) ([]*fleetmq.MQTTClient, error) {
+	return s.queryClients(ctx, `SELECT `+clientCols+` FROM mqtt_clients`)
+}
+
+// UpdateClient implements fleetmq.ControlStore (label and max QoS).
+func (s *Store) UpdateClient(ctx context.Context, c *fleetmq.MQTTClient) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		return mustAffect(tx.ExecContext(ctx, `UPDATE mqtt_clients SET label = ?, max_publish_qos = ? WHERE account_id = ? AND client_id = ?`,
+			c.Label, c.MaxPublishQoS, c.AccountID, c.ClientID))("client", c.ClientID)
+	})
+}
+
+// DeleteClient implements fleetmq.ControlStore.
+func (s *Store) DeleteClient(ctx context.Context, accountID, clientID string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		return mustAffect(tx.ExecContext(ctx, `DELETE FROM mqtt_clients WHERE account_id = ? AND client_id = ?`, accountID, clientID))("client", clientID)
+	})
+}
+
+// CreateCredential implements fleetmq.ControlStore.
+func (s *Store) CreateCredential(ctx context.Context, c *fleetmq.Credential) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO credentials (id, account_id, kind, username, label, secret_hash, filters, created_at, expires_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			c.ID, c.AccountID, c.Kind, c.Username, c.Label, c.SecretHash, strings.Join(c.Filters, "\n"), c.CreatedAt.UnixMicro(), us(c.ExpiresAt), us(c.RevokedAt))
+		if isUnique(err) {
+			return fleetmq.Conflictf("username %q is taken", c.Username)
+		}
+		return err
+	})
+}
+
+const credCols = `id, account_id, kind, username, label, secret_hash, filters, created_at, expires_at, revoked_at`
+
+func (s *Store) queryCreds(ctx context.Context, q string, args ...any) ([]*fleetmq.Credential, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*fleetmq.Credential
+	for rows.Next() {
+		var c fleetmq.Credential
+		var filters string
+		var created int64
+		var expires, revoked sql.NullInt64
+		if err := rows.Scan(&c.ID, &c.AccountID, &c.Kind, &c.Username, &c.Label, &c.SecretHash, &filters, &created, &expires, &revoked); err != nil {
+			return nil, err
+		}
+		if filters != "" {
+			c.Filters = strings.Split(filters, "\n")
+		}
+		c.CreatedAt, c.ExpiresAt, c.RevokedAt = time.UnixMicro(created).UTC(), fromUS(expires), fromUS(revoked)
+		out = append(out, &c)
+	}
+	return out, rows.Err()
+}
+
+// Credentials implements fleetmq.ControlStore; kind "" lists both kinds.
+func (s *Store) Credentials(ctx context.Context, accountID, kind string) ([]*fleetmq.Credential, error) {
+	return s.queryCreds(ctx, `SELECT `+credCols+` FROM credentials WHERE account_id = ? AND (? = '' OR kind = ?) ORDER BY created_at, id`, accountID, kind, kind)
+}
+
+// ActiveCredentials implements fleetmq.ControlStore.
+func (s *Store) ActiveCredentials(ctx context.Context) ([]*fleetmq.Credential, error) {
+	return s.queryCreds(ctx, `SELECT `+credCols+` FROM credentials WHERE revoked_at IS NULL`)
+}
+
+// RevokeCredential implements fleetmq.ControlStore. Revoking twice is not
+// an error; revoking another account's credential is not_found.
+func (s *Store) RevokeCredential(ctx context.Context, accountID, id string, at time.Time) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		if err := mustAffect(tx.ExecContext(ctx, `UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?) WHERE account_id = ? AND id = ?`, at.UnixMicro(), accountID, id))("credential", id); err != nil {
+			return err
+		}
+		return nil
+	})
+}
+
+// PutLayout implements fleetmq.ControlStore (insert or replace by name).
+func (s *Store) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO layouts (id, name, wire_root, rules, fanout, created_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET wire_root = excluded.wire_root, rules = excluded.rules, fanout = excluded.fanout`,
+			l.ID, l.Name, l.WireRoot, strings.Join(l.Rules, "\n"), l.Fanout, l.CreatedAt.UnixMicro())
+		return err
+	})
+}
+
+// Layouts implements fleetmq.ControlStore.
+func (s *Store) Layouts(ctx context.Context) ([]*fleetmq.Layout, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, name, wire_root, rules, fanout, created_at FROM layouts ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*fleetmq.Layout
+	for rows.Next() {
+		var l fleetmq.Layout
+		var rules string
+		var created int64
+		if err := rows.Scan(&l.ID, &l.Name, &l.WireRoot, &rules, &l.Fanout, &created); err != nil {
+			return nil, err
+		}
+		l.Rules = strings.Split(rules, "\n")
+		l.CreatedAt = time.UnixMicro(created).UTC()
+		out = append(out, &l)
+	}
+	return out, rows.Err()
+}
+
+// DeleteLayout implements fleetmq.ControlStore.
+func (s *Store) DeleteLayout(ctx context.Context, name string) error {
+	return s.write(ctx, func(tx *sql.Tx) error {
+		return mustAffect(tx.ExecContext(ctx, `DELETE FROM layouts WHERE name = ?`, name))("layout", name)
+	})
+}
