@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -75,6 +76,12 @@ type conn struct {
 	closed  bool
 	full    bool // the pump stopped because wbuf was over the high mark
 	sockMu  sync.Mutex
+	// raw is the socket of a plain TCP connection, for non-blocking direct
+	// writes (nil for TLS and WebSocket).
+	raw syscall.RawConn
+	// flushes lists the connections this reader wrote routed messages to
+	// and owes a flush (reader-owned; see endWrite).
+	flushes []*conn
 }
 
 // highWater is how many encoded bytes a connection buffers before the pump
@@ -84,12 +91,16 @@ const highWater = 256 << 10
 func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
 	c := &conn{srv: s, nc: nc, kind: kind}
 	c.buf = c.small[:]
+	if tc, ok := nc.(*net.TCPConn); ok {
+		c.raw, _ = tc.SyscallConn()
+	}
 	return c
 }
 
 // run serves the connection until it ends.
 func (c *conn) run() {
 	err := c.serve()
+	c.flushPending() // flushes this reader still owes others
 	c.finish(err)
 }
 
@@ -204,6 +215,7 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			// Before reading, flush what the packets handled so far
 			// produced (acks, SUBACKs): this is where own writes go out.
 			c.flushInline()
+			c.flushPending()
 			if err := c.fill(); err != nil {
 				return nil, err
 			}

@@ -114,7 +114,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 	ss.mu.Lock()
 	if ss.c == c {
 		ss.resendLocked()
-		ss.pumpLocked(true)
+		ss.pumpLocked(ss.c)
 	}
 	ss.mu.Unlock()
 	return nil

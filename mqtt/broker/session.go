@@ -108,7 +108,7 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from
 		return
 	}
 	ss.push(&delivery{msg: m, qos: qos, retain: retain, subID: subID})
-	ss.pumpLocked(ss.c != nil && ss.c == from)
+	ss.pumpLocked(from)
 }
 
 func (ss *session) dropLocked(m *Message, r DropReason) {
@@ -119,8 +119,10 @@ func (ss *session) dropLocked(m *Message, r DropReason) {
 // pumpLocked moves queued deliveries onto the connection while the inflight
 // window and the connection's write buffer allow.
 //
-// own is true when called from the connection's own reader goroutine.
-func (ss *session) pumpLocked(own bool) {
+// from is the connection whose reader goroutine calls (nil when none
+// does): its own writes are flushed inline, and others' it flushes directly
+// before it next blocks (see conn.flushPending).
+func (ss *session) pumpLocked(from *conn) {
 	c := ss.c
 	if c == nil {
 		return
@@ -147,7 +149,7 @@ func (ss *session) pumpLocked(own bool) {
 			ss.ninfl++
 			ss.srv.stats.inflight.Add(1)
 		}
-		if !c.writePublish(ss, d, false, now, own) {
+		if !c.writePublish(ss, d, false, now, from) {
 			// Too large for this client: not sent, counted.
 			if d.qos > 0 {
 				ss.removeInflight(d.pid)
@@ -240,7 +242,7 @@ func (ss *session) ack(kind packet.Type, pid uint16, code packet.ReasonCode) boo
 		}
 		ss.removeInflight(pid)
 	}
-	ss.pumpLocked(true)
+	ss.pumpLocked(ss.c)
 	return true
 }
 
@@ -248,7 +250,7 @@ func (ss *session) ack(kind packet.Type, pid uint16, code packet.ReasonCode) boo
 // the writer after it drained a full buffer).
 func (ss *session) pump() {
 	ss.mu.Lock()
-	ss.pumpLocked(false)
+	ss.pumpLocked(nil)
 	ss.mu.Unlock()
 }
 
@@ -265,7 +267,7 @@ func (ss *session) resendLocked() {
 			c.writeAck(packet.PUBREL, d.pid, packet.Success, true)
 			continue
 		}
-		c.writePublish(ss, d, true, now, true)
+		c.writePublish(ss, d, true, now, c)
 	}
 }
 

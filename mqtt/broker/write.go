@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"syscall"
 	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -22,7 +23,12 @@ func (c *conn) beginWrite() bool {
 // writes (from this connection's reader goroutine) are flushed inline before
 // the reader next blocks; others start a short-lived writer goroutine unless
 // one is running.
-func (c *conn) endWrite(typ packet.Type, own bool) {
+//
+// from, when not nil, is the connection whose reader goroutine is writing
+// to c (a routed message): if c is a plain TCP connection, from flushes it
+// with one non-blocking write before it next blocks (flushPending), which
+// saves waking another goroutine per message at moderate rates.
+func (c *conn) endWrite(typ packet.Type, own bool, from *conn) {
 	start := !c.writing && !own
 	if start {
 		c.writing = true
@@ -30,7 +36,11 @@ func (c *conn) endWrite(typ packet.Type, own bool) {
 	c.wmu.Unlock()
 	c.srv.stats.packetsOut[typ&15].Add(1)
 	if start {
-		go c.flushLoop()
+		if from != nil && from != c && c.raw != nil {
+			from.flushes = append(from.flushes, c)
+		} else {
+			go c.flushLoop()
+		}
 	}
 }
 
@@ -41,7 +51,7 @@ func (c *conn) writeAck(kind packet.Type, pid uint16, code packet.ReasonCode, ow
 	}
 	a := packet.Ack{Kind: kind, PacketID: pid, ReasonCode: code}
 	c.wbuf = packet.AppendAck(c.wbuf, &a, c.version)
-	c.endWrite(kind, own)
+	c.endWrite(kind, own, nil)
 }
 
 // writePacket queues any other packet from the reader goroutine.
@@ -55,7 +65,7 @@ func (c *conn) writePacket(p packet.Packet) {
 	} else {
 		c.wbuf = out
 	}
-	c.endWrite(p.Type(), true)
+	c.endWrite(p.Type(), true, nil)
 }
 
 // sendNow writes a packet synchronously (CONNACK refusals, DISCONNECT)
@@ -154,7 +164,7 @@ func (c *conn) flushInline() {
 // writePublish encodes a delivery for this connection. It reports false,
 // writing nothing, when the packet is over the client's Maximum Packet
 // Size. Called with the session mutex held.
-func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, own bool) bool {
+func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, from *conn) bool {
 	m := d.msg
 	p := packet.Publish{
 		Dup:        dup,
@@ -198,7 +208,81 @@ func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, o
 		return true // closed: the delivery stays inflight for a resume
 	}
 	c.wbuf = packet.AppendPublish(c.wbuf, &p, c.version)
-	c.endWrite(packet.PUBLISH, own)
+	c.endWrite(packet.PUBLISH, from == c, from)
 	c.srv.stats.publishOut[d.qos].Add(1)
 	return true
+}
+
+// flushPending makes the direct flushes this reader owes (see endWrite).
+func (c *conn) flushPending() {
+	for i, t := range c.flushes {
+		c.flushes[i] = nil
+		t.flushDirect()
+	}
+	c.flushes = c.flushes[:0]
+}
+
+// flushDirect writes t's buffer with one non-blocking write from the
+// calling reader goroutine. Whatever the socket does not take at once (or
+// the whole buffer, when another goroutine holds the socket) is left to a
+// writer goroutine, so a slow client never stalls the publisher's reader.
+func (t *conn) flushDirect() {
+	if !t.sockMu.TryLock() {
+		go t.flushLoop()
+		return
+	}
+	t.wmu.Lock()
+	if len(t.wbuf) == 0 || t.closed {
+		t.writing = false
+		t.wmu.Unlock()
+		t.sockMu.Unlock()
+		return
+	}
+	buf := t.wbuf
+	t.wbuf = t.spare[:0]
+	t.spare = nil
+	wasFull := t.full
+	t.full = false
+	t.wmu.Unlock()
+
+	n, err := 0, error(nil)
+	werr := t.raw.Write(func(fd uintptr) bool {
+		n, err = syscall.Write(int(fd), buf)
+		return true // one attempt: never wait for the socket here
+	})
+	if n < 0 {
+		n = 0
+	}
+	t.srv.stats.bytesOut.Add(int64(n))
+	if werr != nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR {
+		t.wmu.Lock()
+		t.closed = true
+		t.writing = false
+		t.wmu.Unlock()
+		t.sockMu.Unlock()
+		t.nc.Close() // the reader sees the error and cleans up
+		return
+	}
+	t.wmu.Lock()
+	if n < len(buf) {
+		// Put the rest back in front of anything appended meanwhile; the
+		// writer goroutine takes over (and pumps after draining if the
+		// pump was waiting).
+		rest := append(buf[:0:0], buf[n:]...)
+		t.wbuf = append(rest, t.wbuf...)
+		t.full = t.full || wasFull
+	} else if cap(buf) <= 4*highWater && t.spare == nil {
+		t.spare = buf[:0]
+	}
+	more := len(t.wbuf) > 0
+	if !more {
+		t.writing = false
+	}
+	t.wmu.Unlock()
+	t.sockMu.Unlock()
+	if more {
+		go t.flushLoop() // still owed: writing stays true for it
+	} else if wasFull && t.sess != nil {
+		t.sess.pump() // the buffer drained: let the session send more
+	}
 }
