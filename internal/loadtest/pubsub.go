@@ -307,11 +307,11 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	var readers sync.WaitGroup
 	for _, s := range subs {
 		readers.Add(1)
-		go func() { defer readers.Done(); errs <- s.loop() }()
+		go func() { defer readers.Done(); errs <- ignoreClosed(s.loop()) }()
 	}
 	for _, p := range pubs {
 		readers.Add(1)
-		go func() { defer readers.Done(); errs <- p.acks() }()
+		go func() { defer readers.Done(); errs <- ignoreClosed(p.acks()) }()
 	}
 
 	cpu0, _ := procCPU(cfg.BrokerPID)
@@ -435,4 +435,13 @@ func percentiles(d []time.Duration) (p50, p90, p99, worst float64) {
 		return float64(d[max(i, 0)]) / 1e6
 	}
 	return at(0.50), at(0.90), at(0.99), float64(d[len(d)-1]) / 1e6
+}
+
+// ignoreClosed drops the error of a connection the harness closed itself
+// at the end of a run (a reader may be writing an ack at that moment).
+func ignoreClosed(err error) error {
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
 }
