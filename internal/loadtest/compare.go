@@ -122,6 +122,12 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 	fleetAddr := "127.0.0.1:" + strconv.Itoa(*port)
 	mosqAddr := "127.0.0.1:" + strconv.Itoa(*port+1)
+	platAddr := "127.0.0.1:" + strconv.Itoa(*port+2)
+	platDir := filepath.Join(work, "platform-data")
+	plat, err := provisionPlatform(ctx, platDir, *pubs)
+	if err != nil {
+		return fmt.Errorf("provision the platform: %w", err)
+	}
 	conf := filepath.Join(work, "mosquitto.conf")
 	// Mosquitto as shipped, except: loopback listener, anonymous access,
 	// unlimited queues (so it does not drop under the unthrottled loads),
@@ -142,13 +148,17 @@ log_dest none
 		"fleetmq":   {*fleetmq, "broker", "--listen", fleetAddr, "--max-inflight", "20", "--max-queued", "10000000", "--log-level", "error"},
 		"mosquitto": {"/bin/sh", "-c", `ulimit -n "$(ulimit -Hn)"; exec "$0" -c "$1"`, *mosquitto, conf},
 	}
-	addrs := map[string]string{"fleetmq": fleetAddr, "mosquitto": mosqAddr}
+	// "platform" is fleetmq serve: authenticated clients under real plan
+	// rules (per-session queue bound max_publisher_clients x 3 = 3000).
+	brokers["platform"] = []string{*fleetmq, "serve", "-data", platDir, "-listen", platAddr, "-http-listen", "", "-log-level", "error"}
+	addrs := map[string]string{"fleetmq": fleetAddr, "mosquitto": mosqAddr, "platform": platAddr}
 
 	results := map[string]map[string][]*Result{} // scenario -> broker -> rounds
 	for round := 1; round <= *rounds; round++ {
-		order := []string{"fleetmq", "mosquitto"}
-		if round%2 == 0 {
-			order[0], order[1] = order[1], order[0]
+		// Rotate the order each round, so no broker always runs first.
+		order := []string{"fleetmq", "mosquitto", "platform"}
+		for i := 1; i < round; i++ {
+			order = append(order[1:], order[0])
 		}
 		for _, name := range order {
 			for _, sc := range scenarios {
@@ -166,10 +176,18 @@ log_dest none
 				pid := b.cmd.Process.Pid
 				var r *Result
 				if sc.idle {
-					r, err = RunIdle(ctx, IdleConfig{Addr: b.addr, Conns: *conns, Sources: ips, BrokerPID: pid})
+					ic := IdleConfig{Addr: b.addr, Conns: *conns, Sources: ips, BrokerPID: pid}
+					if name == "platform" {
+						plat.idle(&ic)
+					}
+					r, err = RunIdle(ctx, ic)
 				} else {
-					r, err = RunPubSub(ctx, PubSubConfig{Addr: b.addr, Publishers: *pubs, Subscribers: 1, QoS: sc.qos,
-						Size: *size, Rate: sc.rate * *rate / 4000, Duration: *duration, BrokerPID: pid})
+					pc := PubSubConfig{Addr: b.addr, Publishers: *pubs, Subscribers: 1, QoS: sc.qos,
+						Size: *size, Rate: sc.rate * *rate / 4000, Duration: *duration, BrokerPID: pid}
+					if name == "platform" {
+						plat.pubsub(&pc)
+					}
+					r, err = RunPubSub(ctx, pc)
 				}
 				b.stop()
 				if err != nil {
@@ -195,8 +213,8 @@ log_dest none
 // ratio of the figure that scenario is judged by.
 func writeTable(w io.Writer, results map[string]map[string][]*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "| scenario\t| figure (median)\t| fleetmq\t| mosquitto\t| fleetmq/mosquitto\t| fleetmq lost/dup\t| mosquitto lost/dup\t|")
-	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
+	fmt.Fprintln(tw, "| scenario\t| figure (median)\t| fleetmq broker\t| mosquitto\t| fleetmq platform\t| broker/mosquitto\t| platform/broker\t| lost/dup: broker, mosquitto, platform\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|---\t|---\t|---\t|")
 	for _, sc := range scenarios {
 		byBroker := results[sc.name]
 		if byBroker == nil {
@@ -209,15 +227,18 @@ func writeTable(w io.Writer, results map[string]map[string][]*Result) {
 		case sc.rate == 0:
 			figure, get = "delivered msg/s", func(r *Result) float64 { return r.DeliveredPerSec }
 		}
-		f, m := median(byBroker["fleetmq"], get), median(byBroker["mosquitto"], get)
-		ratio := "n/a"
-		if m > 0 {
-			ratio = fmt.Sprintf("%.2f", f/m)
-		}
-		fmt.Fprintf(tw, "| %s\t| %s\t| %.2f\t| %.2f\t| %s\t| %s\t| %s\t|\n", sc.name, figure, f, m, ratio,
-			lostDup(byBroker["fleetmq"]), lostDup(byBroker["mosquitto"]))
+		f, m, p := median(byBroker["fleetmq"], get), median(byBroker["mosquitto"], get), median(byBroker["platform"], get)
+		fmt.Fprintf(tw, "| %s\t| %s\t| %.2f\t| %.2f\t| %.2f\t| %s\t| %s\t| %s, %s, %s\t|\n", sc.name, figure, f, m, p, ratio(f, m), ratio(p, f),
+			lostDup(byBroker["fleetmq"]), lostDup(byBroker["mosquitto"]), lostDup(byBroker["platform"]))
 	}
 	tw.Flush()
+}
+
+func ratio(a, b float64) string {
+	if a == 0 || b == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", a/b)
 }
 
 func median(rs []*Result, get func(*Result) float64) float64 {
@@ -241,7 +262,7 @@ func lostDup(rs []*Result) string {
 		lost += r.Lost
 		dup += r.Duplicates
 	}
-	if len(rs) > 0 && rs[0].Mode == "idle" {
+	if len(rs) == 0 || rs[0].Mode == "idle" {
 		return "-"
 	}
 	return fmt.Sprintf("%d/%d", lost, dup)

@@ -146,15 +146,15 @@ func TestCompareEndToEnd(t *testing.T) {
 		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, &out, &errs)
 	}
 	table := out.String()
-	if !strings.Contains(table, "| fixed-rate-qos1") || !strings.Contains(table, "round 1 fleetmq") || !strings.Contains(table, "round 1 mosquitto") {
+	if !strings.Contains(table, "| fixed-rate-qos1") || !strings.Contains(table, "round 1 fleetmq") || !strings.Contains(table, "round 1 mosquitto") || !strings.Contains(table, "round 1 platform") {
 		t.Fatalf("no comparison in:\n%s", table)
 	}
 	lines, err := os.ReadFile(jsonl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(lines), "\n"); n != 2 {
-		t.Fatalf("%d JSON results, want 2:\n%s", n, lines)
+	if n := strings.Count(string(lines), "\n"); n != 3 {
+		t.Fatalf("%d JSON results, want 3:\n%s", n, lines)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
 		var r Result

@@ -1,0 +1,73 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/sqlstore"
+)
+
+// platformSetup is what the platform loads authenticate with: one account
+// on the scale plan with the QoS 2 add-on, publishers dev0..devN-1 allowed
+// QoS 2, a fleet credential and a subscriber password.
+type platformSetup struct {
+	account          string
+	pubUser, pubPass string
+	subUser, subPass string
+}
+
+// provisionPlatform creates the benchmark account in a data directory.
+func provisionPlatform(ctx context.Context, dir string, publishers int) (*platformSetup, error) {
+	store, err := sqlstore.OpenDir(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	svc := control.New(store)
+	// Plenty of clients and pool, so the loads run under the real rules
+	// without the plan itself refusing them.
+	if err := store.PutPlan(ctx, fleetmq.Plan{Name: "bench", MaxPublisherClients: max(publishers, 1000), QoS2DailyPool: 100_000_000, HistoryRetentionDays: 1}); err != nil {
+		return nil, err
+	}
+	acc, _, err := svc.CreateAccount(ctx, control.NewAccount{Name: "bench", OwnerEmail: "bench@fleetmq.invalid", Plan: "bench"})
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.SetAddOn(ctx, acc.ID, fleetmq.AddOnQoS2, true); err != nil {
+		return nil, err
+	}
+	two := 2
+	for i := range publishers {
+		if _, err := svc.CreateClient(ctx, acc.ID, control.ClientInput{ClientID: fmt.Sprintf("dev%d", i), MaxPublishQoS: &two}); err != nil {
+			return nil, err
+		}
+	}
+	pub, pubPass, err := svc.CreateCredential(ctx, acc.ID, control.NewCredential{Kind: fleetmq.KindPublisher, Label: "bench"})
+	if err != nil {
+		return nil, err
+	}
+	sub, subPass, err := svc.CreateCredential(ctx, acc.ID, control.NewCredential{Kind: fleetmq.KindSubscriber, Label: "bench"})
+	if err != nil {
+		return nil, err
+	}
+	return &platformSetup{account: acc.ID, pubUser: pub.Username, pubPass: pubPass, subUser: sub.Username, subPass: subPass}, nil
+}
+
+// pubsub fills a load's identities and topics: devices publish on state/
+// (where QoS 2 stays QoS 2 under the add-on) and the subscriber follows
+// the whole account.
+func (p *platformSetup) pubsub(c *PubSubConfig) {
+	c.PubClientID = "dev{i}"
+	c.PubTopic = p.account + "/dev{i}/state/bench"
+	c.PubUsername, c.PubPassword = p.pubUser, p.pubPass
+	c.SubFilter = p.account + "/#"
+	c.SubUsername, c.SubPassword = p.subUser, p.subPass
+}
+
+// idle fills an idle load's credentials (subscriber passwords connect with
+// any client id).
+func (p *platformSetup) idle(c *IdleConfig) {
+	c.Username, c.Password = p.subUser, p.subPass
+}
