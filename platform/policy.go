@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,9 +229,8 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 		return p.refuse(s, packet.NotAuthorized)
 	}
 	if pk.QoS > cl.MaxPublishQoS {
-		p.refused.Add(1)
-		s.acct.slot(p.opts.Now()).refused.Add(1)
-		return packet.QoSNotSupported // the broker disconnects (v5 0x9B)
+		// The broker disconnects (v5 0x9B); Disconnected counts the refusal.
+		return packet.QoSNotSupported
 	}
 	info := &MessageInfo{AccountID: s.AccountID, ClientID: s.ClientID, WireTopic: pk.Topic}
 	own := s.AccountID + "/" + s.ClientID + "/"
@@ -336,8 +336,16 @@ func (p *Policy) Dropped(id *broker.Identity, _ *broker.Message, r broker.DropRe
 	}
 }
 
-// Disconnected does nothing.
-func (p *Policy) Disconnected(*broker.Identity, error) {}
+// Disconnected counts a PUBLISH above the client's max_publish_qos as
+// refused: the broker ends such a connection with QoSNotSupported, usually
+// before Publish is called (the limit from CONNECT), sometimes in Publish
+// (a max lowered since).
+func (p *Policy) Disconnected(id *broker.Identity, err error) {
+	var pe *packet.Error
+	if errors.As(err, &pe) && pe.Code == packet.QoSNotSupported {
+		p.refuse(SessionOf(id), pe.Code)
+	}
+}
 
 // StillValid reports whether a connected identity is still allowed under
 // the snapshot in force at now: its credential exists and has not expired,
