@@ -41,6 +41,7 @@ const disconnectWithin = 2 * time.Second
 // account is refused with 0x87 / 5 and its live sessions are disconnected
 // within 2 s while the other account carries on.
 func TestPlatformConnect(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	A := p.newTenant(t, "A", "starter", false, "dev1")
 	B := p.newTenant(t, "B", "starter", false, "dev1", "bonly")
@@ -144,6 +145,7 @@ func TestPlatformConnect(t *testing.T) {
 // two devices. Connecting one does not take the other over; both keep
 // publishing and receiving, and each sees only its own account's messages.
 func TestPlatformSameClientIDInTwoAccounts(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	A := p.newTenant(t, "A", "starter", false, "dev1")
 	B := p.newTenant(t, "B", "starter", false, "dev1")
@@ -185,6 +187,7 @@ func TestPlatformSameClientIDInTwoAccounts(t *testing.T) {
 // classes are refused, accounts never see each other's messages, and a
 // subscriber password limited to one client sees only that client.
 func TestPlatformConfinement(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	A := p.newTenant(t, "A", "starter", false, "dev1", "dev2")
 	B := p.newTenant(t, "B", "starter", false, "dev1")
@@ -270,6 +273,7 @@ func TestPlatformConfinement(t *testing.T) {
 // the prefix both ways; unprefixed publishes and filters outside the
 // account are refused.
 func TestPlatformTopicPrefix(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t, func(c *app.Config) { c.TopicPrefix = "fleet" })
 	A := p.newTenant(t, "A", "starter", false, "dev1")
 	B := p.newTenant(t, "B", "starter", false, "dev1")
@@ -304,6 +308,7 @@ func TestPlatformTopicPrefix(t *testing.T) {
 // v5 CONNACK; a PUBLISH above it ends the connection (v5 DISCONNECT 0x9B,
 // 3.1.1 closed) and is counted as refused; max 2 needs the QoS 2 add-on.
 func TestPlatformMaxPublishQoS(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	A := p.newTenant(t, "A", "starter", false, "dev1")
 	B := p.newTenant(t, "B", "starter", true, "dev1")
@@ -386,6 +391,7 @@ func TestPlatformMaxPublishQoS(t *testing.T) {
 // the add-on every QoS 2 is QoS 1; UTC midnight refills the pool; the
 // stored usage shows it all.
 func TestPlatformEffectiveQoSAndPool(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	p.clock.Set(time.Date(2030, 3, 10, 23, 59, 0, 0, time.UTC))
 	day1 := p.day()
@@ -468,6 +474,7 @@ func TestPlatformEffectiveQoSAndPool(t *testing.T) {
 // after 24 h + 1 s none is delivered and Sweep removes them. The other
 // account never receives them.
 func TestPlatformRetained(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	A := p.newTenant(t, "A", "starter", false, "dev1", "dev3")
 	B := p.newTenant(t, "B", "starter", false, "dev1")
@@ -539,6 +546,7 @@ func TestPlatformRetained(t *testing.T) {
 // excess is dropped and metered; live messages are unaffected; another
 // account's bigger plan gets its whole set.
 func TestPlatformRetainedBurst(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	p.plan(t, "one", 1, 0)
 	A := p.newTenant(t, "A", "one", false, "dev1") // burst 3
@@ -585,6 +593,7 @@ func TestPlatformRetainedBurst(t *testing.T) {
 // roots are refused; without fanout the message is accepted but not
 // delivered.
 func TestPlatformVendorLayouts(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	A := p.newTenant(t, "A", "starter", false, "dev1", "dev2")
 	B := p.newTenant(t, "B", "starter", false, "dev1")
@@ -636,6 +645,7 @@ func TestPlatformVendorLayouts(t *testing.T) {
 // the reconnect; other credentials, clients and the other account are
 // untouched.
 func TestPlatformRevokeAndDelete(t *testing.T) {
+	t.Parallel()
 	p := startPlatform(t)
 	A := p.newTenant(t, "A", "starter", false, "dev1", "dev2")
 	B := p.newTenant(t, "B", "starter", false, "dev1", "dev2")
