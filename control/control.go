@@ -221,7 +221,9 @@ func (s *Service) CreateCredential(ctx context.Context, accountID string, in New
 			in.Filters = []string{a.ID + "/#"}
 		}
 		for _, flt := range in.Filters {
-			if err := topic.ValidateFilter(flt); err != nil || strings.HasPrefix(flt, "$") || !platform.Covers(a.ID+"/#", flt) {
+			// Filters are stored one per line: a line break would split one
+			// into two, the second unchecked (e.g. another account's "B/#").
+			if err := topic.ValidateFilter(flt); err != nil || strings.ContainsAny(flt, "\r\n") || strings.HasPrefix(flt, "$") || !platform.Covers(a.ID+"/#", flt) {
 				f["filters"] = fmt.Sprintf("%q: must be a topic filter under %s/", flt, a.ID)
 				break
 			}
@@ -266,6 +268,13 @@ func (s *Service) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	}
 	if _, err := platform.CompileLayout(l); err != nil {
 		f["rules"] = err.Error()
+	}
+	for _, r := range l.Rules {
+		// Rules are stored one per line: a line break would split a rule
+		// into ones never checked, which then fail every snapshot load.
+		if strings.ContainsAny(r, "\r\n") {
+			f["rules"] = fmt.Sprintf("rule %q: must be one line", r)
+		}
 	}
 	if len(f) > 0 {
 		return fleetmq.Invalid(f)

@@ -287,7 +287,8 @@ func TestCredentials(t *testing.T) {
 	if len(narrow.Filters) != 3 {
 		t.Fatalf("filters %q", narrow.Filters)
 	}
-	for _, flt := range []string{"#", "+/#", accB + "/#", "$SYS/#", "$share/g/" + accA + "/#", accA + "x/#", accA + "/#/x", accA + "/a+", ""} {
+	for _, flt := range []string{"#", "+/#", accB + "/#", "$SYS/#", "$share/g/" + accA + "/#", accA + "x/#", accA + "/#/x", accA + "/a+", "",
+		accA + "/a\n" + accB + "/#"} { // stored one per line: must not smuggle in B's filter
 		_, _, err := f.svc.CreateCredential(f.ctx, accA, control.NewCredential{Kind: fleetmq.KindSubscriber, Filters: []string{accA + "/ok/#", flt}})
 		invalid(t, "subscriber filter "+flt, err, "filters")
 	}
@@ -392,6 +393,7 @@ func TestPutLayout(t *testing.T) {
 		{"pattern off the root", fleetmq.Layout{Name: "x", WireRoot: "vend", Rules: []string{"other/{client_id}/s=state/s"}}, "rules"},
 		{"no =", fleetmq.Layout{Name: "x", WireRoot: "vend", Rules: []string{"vend/{client_id}/s"}}, "rules"},
 		{"no rules", fleetmq.Layout{Name: "x", WireRoot: "vend"}, "rules"},
+		{"line break", fleetmq.Layout{Name: "x", WireRoot: "vend", Rules: []string{"vend/{client_id}/s=state/s\nvend/x=bad"}}, "rules"},
 		{"bad name", fleetmq.Layout{Name: "Bad Name", WireRoot: "vend", Rules: []string{"vend/{client_id}/s=state/s"}}, "name"},
 	}
 	for _, tt := range bad {
