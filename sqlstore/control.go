@@ -3,7 +3,9 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -363,7 +365,7 @@ func (s *Store) DeleteClient(ctx context.Context, accountID, clientID string) er
 func (s *Store) CreateCredential(ctx context.Context, c *fleetmq.Credential) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO credentials (id, account_id, kind, username, label, secret_hash, filters, created_at, expires_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			c.ID, c.AccountID, c.Kind, c.Username, c.Label, c.SecretHash, strings.Join(c.Filters, "\n"), c.CreatedAt.UnixMicro(), us(c.ExpiresAt), us(c.RevokedAt))
+			c.ID, c.AccountID, c.Kind, c.Username, c.Label, c.SecretHash, encodeList(c.Filters), c.CreatedAt.UnixMicro(), us(c.ExpiresAt), us(c.RevokedAt))
 		if isUnique(err) {
 			return fleetmq.Conflictf("username %q is taken", c.Username)
 		}
@@ -388,8 +390,8 @@ func (s *Store) queryCreds(ctx context.Context, q string, args ...any) ([]*fleet
 		if err := rows.Scan(&c.ID, &c.AccountID, &c.Kind, &c.Username, &c.Label, &c.SecretHash, &filters, &created, &expires, &revoked); err != nil {
 			return nil, err
 		}
-		if filters != "" {
-			c.Filters = strings.Split(filters, "\n")
+		if c.Filters, err = decodeList(filters); err != nil {
+			return nil, fmt.Errorf("credential %s filters: %w", c.ID, err)
 		}
 		c.CreatedAt, c.ExpiresAt, c.RevokedAt = time.UnixMicro(created).UTC(), fromUS(expires), fromUS(revoked)
 		out = append(out, &c)
@@ -423,7 +425,7 @@ func (s *Store) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO layouts (id, name, wire_root, rules, fanout, created_at) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET wire_root = excluded.wire_root, rules = excluded.rules, fanout = excluded.fanout`,
-			l.ID, l.Name, l.WireRoot, strings.Join(l.Rules, "\n"), l.Fanout, l.CreatedAt.UnixMicro())
+			l.ID, l.Name, l.WireRoot, encodeList(l.Rules), l.Fanout, l.CreatedAt.UnixMicro())
 		return err
 	})
 }
@@ -443,7 +445,9 @@ func (s *Store) Layouts(ctx context.Context) ([]*fleetmq.Layout, error) {
 		if err := rows.Scan(&l.ID, &l.Name, &l.WireRoot, &rules, &l.Fanout, &created); err != nil {
 			return nil, err
 		}
-		l.Rules = strings.Split(rules, "\n")
+		if l.Rules, err = decodeList(rules); err != nil {
+			return nil, fmt.Errorf("layout %s rules: %w", l.Name, err)
+		}
 		l.CreatedAt = time.UnixMicro(created).UTC()
 		out = append(out, &l)
 	}
@@ -455,4 +459,26 @@ func (s *Store) DeleteLayout(ctx context.Context, name string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		return mustAffect(tx.ExecContext(ctx, `DELETE FROM layouts WHERE name = ?`, name))("layout", name)
 	})
+}
+
+// encodeList stores a list of strings as a JSON array, so no value can be
+// mistaken for two (a filter with a line break, say).
+func encodeList(v []string) string {
+	if len(v) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// decodeList reads encodeList's form.
+func decodeList(s string) ([]string, error) {
+	var v []string
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return nil, err
+	}
+	if len(v) == 0 {
+		return nil, nil
+	}
+	return v, nil
 }

@@ -515,3 +515,34 @@ func TestAddUsageAccumulates(t *testing.T) {
 		t.Fatalf("ClientUsage(B) = %+v", cu)
 	}
 }
+
+// TestListsRoundTripWhole: a filter or rule is stored as one value whatever
+// it contains, so a line break can never turn one filter into two (the
+// control service refuses such values too; the store does not rely on it).
+func TestListsRoundTripWhole(t *testing.T) {
+	s := newStore(t)
+	twoAccounts(t, s)
+	ctx := ctxT(t)
+	c := cred(accA, "c1", "sub-lines", fleetmq.KindSubscriber)
+	c.Filters = []string{accA + "/a\n" + accB + "/#"}
+	must(t, s.CreateCredential(ctx, c))
+	got, err := s.Credentials(ctx, accA, fleetmq.KindSubscriber)
+	must(t, err)
+	if len(got) != 1 || len(got[0].Filters) != 1 || got[0].Filters[0] != c.Filters[0] {
+		t.Fatalf("filters came back as %q", got[0].Filters)
+	}
+	l := &fleetmq.Layout{ID: "l1", Name: "acme", WireRoot: "acme", Rules: []string{"acme/{client_id}/a=state/a\nacme/x=state/b", "acme/{client_id}/b=state/b"}, CreatedAt: t0}
+	must(t, s.PutLayout(ctx, l))
+	ls, err := s.Layouts(ctx)
+	must(t, err)
+	if len(ls) != 1 || len(ls[0].Rules) != 2 || ls[0].Rules[0] != l.Rules[0] {
+		t.Fatalf("rules came back as %q", ls[0].Rules)
+	}
+	pub := cred(accA, "c2", "pub-none", fleetmq.KindPublisher)
+	must(t, s.CreateCredential(ctx, pub))
+	got, err = s.Credentials(ctx, accA, fleetmq.KindPublisher)
+	must(t, err)
+	if len(got) != 1 || got[0].Filters != nil {
+		t.Fatalf("publisher filters %q, want none", got[0].Filters)
+	}
+}

@@ -56,7 +56,7 @@ CREATE TABLE credentials (
 	username    TEXT NOT NULL UNIQUE,
 	label       TEXT NOT NULL,
 	secret_hash TEXT NOT NULL,
-	filters     TEXT NOT NULL, -- newline-separated
+	filters     TEXT NOT NULL, -- JSON array of strings
 	created_at  INTEGER NOT NULL,
 	expires_at  INTEGER,
 	revoked_at  INTEGER
@@ -67,7 +67,7 @@ CREATE TABLE layouts (
 	id         TEXT PRIMARY KEY,
 	name       TEXT NOT NULL UNIQUE,
 	wire_root  TEXT NOT NULL,
-	rules      TEXT NOT NULL, -- newline-separated
+	rules      TEXT NOT NULL, -- JSON array of strings
 	fanout     INTEGER NOT NULL,
 	created_at INTEGER NOT NULL
 );
