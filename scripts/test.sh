@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 
 need=()
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
-command -v mosquitto >/dev/null 2>&1 || need+=(mosquitto)
+command -v mosquitto >/dev/null 2>&1 || [[ -x /usr/sbin/mosquitto ]] || need+=(mosquitto)
+command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev) # cgo: the SQLite driver
 if ((${#need[@]})); then
   echo "==> installing Debian packages: ${need[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
