@@ -82,7 +82,19 @@ type conn struct {
 	// flushes lists the connections this reader wrote routed messages to
 	// and owes a flush (reader-owned; see endWrite).
 	flushes []*conn
+	// congested is set (by this reader) when a message it routed was
+	// dropped because a subscriber's queue was full; the reader then pauses
+	// briefly before reading more (see readPacket).
+	congested bool
 }
+
+// congestionPause is how long a publisher's reader waits before reading
+// more after its messages overflowed a subscriber's queue. Besides easing
+// wasted work, the pause lets the Go scheduler poll the network: publishers
+// whose sockets always hold data never park, and a subscriber's
+// acknowledgements would otherwise wait for the runtime's 10 ms background
+// poll, starving the very session that overflowed.
+const congestionPause = time.Millisecond
 
 // highWater is how many encoded bytes a connection buffers before the pump
 // leaves messages in the session queue.
@@ -216,6 +228,10 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			// produced (acks, SUBACKs): this is where own writes go out.
 			c.flushInline()
 			c.flushPending()
+			if c.congested {
+				c.congested = false
+				time.Sleep(congestionPause)
+			}
 			if err := c.fill(); err != nil {
 				return nil, err
 			}

@@ -172,7 +172,9 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 	old := ss.c
 	ss.c = c
 	ss.id = id
+	ss.ident.Store(id)
 	ss.limits = id.Limits
+	ss.updateFull()
 	ss.window = window
 	ss.expiry = expiry
 	ss.ended = false

@@ -226,6 +226,7 @@ func (s *Server) loadState(path string) error {
 		if ss.expiredAt(now) {
 			continue
 		}
+		ss.ident.Store(id)
 		for _, x := range sv.Subs {
 			sub := &subscription{sess: ss, wire: x.Wire, filter: x.Filter, qos: x.QoS, noLocal: x.NoLocal, rap: x.RAP,
 				retainHandling: x.RetainHandling, id: x.ID}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -41,6 +42,13 @@ type session struct {
 	srv *Server
 	key string
 
+	// full mirrors qlen() >= limits.MaxQueued (kept under mu) and ident the
+	// identity, so that messages for a session whose queue is at its bound
+	// are dropped without taking mu: publishers outrunning a subscriber
+	// must not contend for the lock its own acknowledgements need.
+	full  atomic.Bool
+	ident atomic.Pointer[Identity]
+
 	mu       sync.Mutex
 	id       *Identity
 	c        *conn // nil while offline
@@ -59,12 +67,21 @@ type session struct {
 	ended          bool
 }
 
+// updateFull refreshes full after the queue or the limits changed.
+func (ss *session) updateFull() {
+	full := ss.qlen() >= ss.limits.MaxQueued
+	if ss.full.Load() != full {
+		ss.full.Store(full)
+	}
+}
+
 // qlen is the number of queued deliveries.
 func (ss *session) qlen() int { return len(ss.queue) - ss.qhead }
 
 func (ss *session) push(d *delivery) {
 	ss.queue = append(ss.queue, d)
 	ss.srv.stats.queued.Add(1)
+	ss.updateFull()
 }
 
 func (ss *session) pop() *delivery {
@@ -81,6 +98,7 @@ func (ss *session) pop() *delivery {
 		ss.qhead = 0
 	}
 	ss.srv.stats.queued.Add(-1)
+	ss.updateFull()
 	return d
 }
 
@@ -94,6 +112,15 @@ func (ss *session) expiredAt(now time.Time) bool {
 // enqueue hands a message to the session: it is queued (or dropped when the
 // queue is full) and the pump moves what it can to the connection.
 func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from *conn) {
+	if ss.full.Load() {
+		// At its bound: dropped without the lock (see full).
+		ss.srv.stats.drops[DropQueueFull].Add(1)
+		ss.srv.policy.Dropped(ss.ident.Load(), m, DropQueueFull)
+		if from != nil {
+			from.congested = true
+		}
+		return
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
