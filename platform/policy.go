@@ -33,12 +33,18 @@ type Options struct {
 	Sink Sink
 }
 
-// Sink receives accepted messages (for durable storage). Accept must call
-// m.Ack once the message may be acknowledged, and must not block longer
-// than back-pressure requires.
+// Sink receives the history record of every accepted message (ingest).
+// Accept is called on the publisher's connection goroutine in receive
+// order; it may block to apply back-pressure (the connection is not read
+// meanwhile). It must call ack.Ack exactly once when the record is durable
+// (or, for a QoS 0 record, whenever it likes: the call does nothing).
 type Sink interface {
-	Accept(m *broker.Message)
+	Accept(rec *fleetmq.Record, ack Acker)
 }
+
+// Acker acknowledges an accepted message to its publisher (PUBACK for
+// QoS 1, PUBREC for QoS 2); *broker.Message is one.
+type Acker interface{ Ack() }
 
 // Policy implements broker.Policy with the platform's rules.
 type Policy struct {
@@ -316,14 +322,43 @@ func stationControllerID(payload []byte) string {
 	return ""
 }
 
-// Accepted hands the message to the sink (ingest), deferring the
-// acknowledgement until it is stored.
+// Accepted hands the message's history record to the sink (ingest),
+// deferring the acknowledgement until it is stored.
 func (p *Policy) Accepted(_ *broker.Identity, m *broker.Message) bool {
 	if p.opts.Sink == nil {
 		return false
 	}
-	p.opts.Sink.Accept(m)
+	info, _ := m.Data.(*MessageInfo)
+	if info == nil {
+		return false
+	}
+	p.opts.Sink.Accept(NewRecord(m, info), m)
 	return true
+}
+
+// NewRecord is the history record of an accepted message.
+func NewRecord(m *broker.Message, info *MessageInfo) *fleetmq.Record {
+	r := &fleetmq.Record{
+		AccountID:                 info.AccountID,
+		ClientID:                  info.ClientID,
+		Topic:                     m.Topic,
+		Class:                     info.Class,
+		QoS:                       m.QoS,
+		PublishedQoS:              m.PublishedQoS,
+		Retain:                    m.Retain,
+		Payload:                   m.Payload,
+		ContentType:               m.Properties.ContentType,
+		PayloadFormat:             m.Properties.PayloadFormat,
+		StationControllerDeviceID: info.StationControllerDeviceID,
+		Received:                  m.Created.UTC().Truncate(time.Microsecond),
+	}
+	if n := len(m.Properties.User); n > 0 {
+		r.UserProperties = make([]fleetmq.UserProperty, n)
+		for i, u := range m.Properties.User {
+			r.UserProperties[i] = fleetmq.UserProperty{Key: u.Key, Value: u.Value}
+		}
+	}
+	return r
 }
 
 // Delivered is not metered separately (ingest meters by effective QoS).

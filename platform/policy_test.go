@@ -25,7 +25,7 @@ type clock struct {
 	t  time.Time
 }
 
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 func testSnapshot(t *testing.T) *Snapshot {
@@ -155,7 +155,7 @@ func TestPolicySubscribeConfinement(t *testing.T) {
 		}
 		if prefix != "" {
 			tests = append(tests, struct {
-				id               *broker.Identity
+				id                     *broker.Identity
 				name, filter, internal string
 			}{subA, "without the prefix", accA + "/#", ""})
 		}

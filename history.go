@@ -1,0 +1,87 @@
+package fleetmq
+
+import (
+	"context"
+	"time"
+)
+
+// Record is one message of stored history: an accepted publish after
+// topic_prefix stripping and vendor-layout normalization.
+type Record struct {
+	ID        int64  // assigned by the store, increasing in insert order
+	AccountID string // from the credential, never from the topic
+	ClientID  string
+	Topic     string // platform path {account_id}/{client_id}/<subpath>, no topic_prefix
+	Class     string // state, event, telemetry or sample
+	// QoS is the effective QoS (what metering counts); PublishedQoS the QoS
+	// of the inbound PUBLISH.
+	QoS          byte
+	PublishedQoS byte
+	Retain       bool
+	Payload      []byte
+	// MQTT 5 properties of the message (zero for 3.1.1).
+	ContentType    string
+	PayloadFormat  byte // 1: UTF-8 text, 0: unspecified bytes
+	UserProperties []UserProperty
+	// StationControllerDeviceID is the payload's station_controller_device_id
+	// field (DESIGN.md), "" when absent.
+	StationControllerDeviceID string
+	Received                  time.Time // broker receive time, microsecond precision, UTC
+}
+
+// UserProperty is an MQTT 5 user property.
+type UserProperty struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Position is a record's place in history order: its receive time, then
+// its id. Cursors encode a Position.
+type Position struct {
+	Received time.Time
+	ID       int64
+}
+
+// Position returns the record's place in history order.
+func (r *Record) Position() Position { return Position{Received: r.Received, ID: r.ID} }
+
+// HistoryQuery selects records of one account. Zero fields do not filter.
+// Package history builds queries from user input (MQTT topic filters,
+// cursors, time ranges) and validates them.
+type HistoryQuery struct {
+	AccountID string // required
+	ClientID  string
+	// TopicRegex is an anchored regular expression over the platform topic,
+	// in the syntax common to Go's regexp and PostgreSQL (history.FilterRegex
+	// builds one from an MQTT filter).
+	TopicRegex                string
+	Class                     string
+	StationControllerDeviceID string
+	From, To                  time.Time // From inclusive, To exclusive
+	// Ascending orders oldest first; the default is newest first.
+	Ascending bool
+	// After continues from a position: only records strictly after it in
+	// the query's order.
+	After *Position
+	// Limit bounds the records returned; 0 means all (exports).
+	Limit int
+}
+
+// HistoryStore keeps stored history. Every method is scoped by account.
+type HistoryStore interface {
+	// AppendHistory stores records in one transaction and sets their IDs;
+	// they are durable when it returns nil.
+	AppendHistory(ctx context.Context, recs []*Record) error
+	// QueryHistory calls fn for each matching record in the query's order,
+	// streaming: it never holds the result in memory. fn must not keep the
+	// record after it returns. An error from fn stops the query and is
+	// returned.
+	QueryHistory(ctx context.Context, q *HistoryQuery, fn func(*Record) error) error
+	// LatestHistory returns the newest record of each topic of a client
+	// (for live views), ordered by topic.
+	LatestHistory(ctx context.Context, accountID, clientID string) ([]*Record, error)
+	// DeleteHistory deletes at most limit of an account's records received
+	// before the given time, oldest first, and returns how many it deleted.
+	// Retention calls it in small batches so that ingest never waits long.
+	DeleteHistory(ctx context.Context, accountID string, before time.Time, limit int) (int64, error)
+}
