@@ -1,0 +1,283 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+var _ fleetmq.HistoryStore = (*Store)(nil)
+
+// historyColumns are the columns of a history row, in insert order.
+const historyColumns = `account_id, client_id, topic, class, qos, published_qos, retain, payload, content_type, payload_format, user_properties, station_controller_device_id, received_us`
+
+const historyColumnCount = 13
+
+// insertChunk is how many rows one INSERT statement carries.
+const insertChunk = 64
+
+// AppendHistory implements fleetmq.HistoryStore: one transaction, multi-row
+// INSERTs, and the latest-per-topic table updated with the newest record of
+// each topic in the batch.
+func (s *Store) AppendHistory(ctx context.Context, recs []*fleetmq.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		args := make([]any, 0, insertChunk*historyColumnCount)
+		for start := 0; start < len(recs); start += insertChunk {
+			chunk := recs[start:min(start+insertChunk, len(recs))]
+			args = args[:0]
+			for _, r := range chunk {
+				var props any
+				if len(r.UserProperties) > 0 {
+					b, err := json.Marshal(r.UserProperties)
+					if err != nil {
+						return err
+					}
+					props = string(b)
+				}
+				payload := r.Payload
+				if payload == nil {
+					payload = []byte{}
+				}
+				args = append(args, r.AccountID, r.ClientID, r.Topic, r.Class, r.QoS, r.PublishedQoS, r.Retain,
+					payload, r.ContentType, r.PayloadFormat, props, r.StationControllerDeviceID, r.Received.UnixMicro())
+			}
+			res, err := tx.ExecContext(ctx, s.rebindHistory(insertSQL(len(chunk))), args...)
+			if err != nil {
+				return err
+			}
+			// SQLite gives each new row of a rowid table the largest rowid
+			// plus one, row by row, and the transaction holds the write lock:
+			// the chunk's ids are consecutive and end at the last insert id.
+			last, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			for i, r := range chunk {
+				r.ID = last - int64(len(chunk)-1-i)
+			}
+		}
+		return s.updateLatest(ctx, tx, recs)
+	})
+}
+
+// insertSQL is a multi-row INSERT of n history rows.
+func insertSQL(n int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO history (")
+	b.WriteString(historyColumns)
+	b.WriteString(") VALUES ")
+	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", historyColumnCount), ", ") + ")"
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	return b.String()
+}
+
+// updateLatest records the newest record of each (account, client, topic)
+// of a batch.
+func (s *Store) updateLatest(ctx context.Context, tx *sql.Tx, recs []*fleetmq.Record) error {
+	type key struct{ account, client, topic string }
+	newest := make(map[key]*fleetmq.Record, 8)
+	order := make([]key, 0, 8)
+	for _, r := range recs {
+		k := key{r.AccountID, r.ClientID, r.Topic}
+		if _, ok := newest[k]; !ok {
+			order = append(order, k)
+		}
+		newest[k] = r
+	}
+	q := s.rebindHistory(`INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
+		WHERE excluded.received_us >= history_latest.received_us`)
+	for _, k := range order {
+		r := newest[k]
+		if _, err := tx.ExecContext(ctx, q, k.account, k.client, k.topic, r.ID, r.Received.UnixMicro()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// QueryHistory implements fleetmq.HistoryStore. The account, client,
+// class, device and time filters and the keyset position run in SQL on the
+// (account, time) or (account, client, time) index; the topic expression
+// runs here, after a literal-prefix range in SQL, so both backends apply
+// exactly Go's regexp semantics.
+func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn func(*fleetmq.Record) error) error {
+	if q.AccountID == "" {
+		return &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "history query without an account"}
+	}
+	var re *regexp.Regexp
+	where := []string{"account_id = ?"}
+	args := []any{q.AccountID}
+	if q.TopicRegex != "" {
+		var err error
+		if re, err = regexp.Compile(q.TopicRegex); err != nil {
+			return &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "topic expression: " + err.Error()}
+		}
+		if prefix, _ := re.LiteralPrefix(); prefix != "" && strings.HasPrefix(q.TopicRegex, "^") {
+			where = append(where, "topic >= ?")
+			args = append(args, prefix)
+			if upper, ok := prefixUpperBound(prefix); ok {
+				where = append(where, "topic < ?")
+				args = append(args, upper)
+			}
+		}
+	}
+	if q.ClientID != "" {
+		where = append(where, "client_id = ?")
+		args = append(args, q.ClientID)
+	}
+	if q.Class != "" {
+		where = append(where, "class = ?")
+		args = append(args, q.Class)
+	}
+	if q.StationControllerDeviceID != "" {
+		where = append(where, "station_controller_device_id = ?")
+		args = append(args, q.StationControllerDeviceID)
+	}
+	if !q.From.IsZero() {
+		where = append(where, "received_us >= ?")
+		args = append(args, q.From.UnixMicro())
+	}
+	if !q.To.IsZero() {
+		where = append(where, "received_us < ?")
+		args = append(args, q.To.UnixMicro())
+	}
+	dir, cmp := "DESC", "<"
+	if q.Ascending {
+		dir, cmp = "ASC", ">"
+	}
+	if q.After != nil {
+		where = append(where, "(received_us, id) "+cmp+" (?, ?)")
+		args = append(args, q.After.Received.UnixMicro(), q.After.ID)
+	}
+	query := "SELECT id, " + historyColumns + " FROM history WHERE " + strings.Join(where, " AND ") +
+		" ORDER BY received_us " + dir + ", id " + dir
+	if q.Limit > 0 && re == nil {
+		query += fmt.Sprintf(" LIMIT %d", q.Limit)
+	}
+	rows, err := s.db.QueryContext(ctx, s.rebindHistory(query), args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var (
+		r        fleetmq.Record
+		payload  sql.RawBytes
+		props    sql.NullString
+		received int64
+		n        int
+	)
+	for rows.Next() {
+		if err := rows.Scan(&r.ID, &r.AccountID, &r.ClientID, &r.Topic, &r.Class, &r.QoS, &r.PublishedQoS, &r.Retain,
+			&payload, &r.ContentType, &r.PayloadFormat, &props, &r.StationControllerDeviceID, &received); err != nil {
+			return err
+		}
+		if re != nil && !re.MatchString(r.Topic) {
+			continue
+		}
+		r.Payload = payload
+		r.Received = time.UnixMicro(received).UTC()
+		r.UserProperties = r.UserProperties[:0]
+		if props.Valid {
+			if err := json.Unmarshal([]byte(props.String), &r.UserProperties); err != nil {
+				return fmt.Errorf("history record %d: user properties: %w", r.ID, err)
+			}
+		}
+		if len(r.UserProperties) == 0 {
+			r.UserProperties = nil
+		}
+		if err := fn(&r); err != nil {
+			return err
+		}
+		n++
+		if q.Limit > 0 && n >= q.Limit {
+			break
+		}
+	}
+	return rows.Err()
+}
+
+// prefixUpperBound is the smallest string greater than every string with
+// the prefix (byte order), if there is one.
+func prefixUpperBound(prefix string) (string, bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}
+
+// LatestHistory implements fleetmq.HistoryStore.
+func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) ([]*fleetmq.Record, error) {
+	rows, err := s.db.QueryContext(ctx, s.rebindHistory(`SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
+		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
+		FROM history_latest l JOIN history h ON h.id = l.record_id
+		WHERE l.account_id = ? AND l.client_id = ? AND h.account_id = ?
+		ORDER BY l.topic`), accountID, clientID, accountID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*fleetmq.Record
+	for rows.Next() {
+		r := new(fleetmq.Record)
+		var props sql.NullString
+		var received int64
+		if err := rows.Scan(&r.ID, &r.AccountID, &r.ClientID, &r.Topic, &r.Class, &r.QoS, &r.PublishedQoS, &r.Retain,
+			&r.Payload, &r.ContentType, &r.PayloadFormat, &props, &r.StationControllerDeviceID, &received); err != nil {
+			return nil, err
+		}
+		r.Received = time.UnixMicro(received).UTC()
+		if props.Valid {
+			if err := json.Unmarshal([]byte(props.String), &r.UserProperties); err != nil {
+				return nil, fmt.Errorf("history record %d: user properties: %w", r.ID, err)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// DeleteHistory implements fleetmq.HistoryStore.
+func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time.Time, limit int) (int64, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.rebindHistory(`DELETE FROM history WHERE id IN (
+			SELECT id FROM history WHERE account_id = ? AND received_us < ? ORDER BY received_us, id LIMIT ?)`),
+			accountID, before.UnixMicro(), limit)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.rebindHistory(`DELETE FROM history_latest WHERE account_id = ? AND received_us < ?`),
+			accountID, before.UnixMicro())
+		return err
+	})
+	return n, err
+}
+
+// rebindHistory adapts a query written with ? placeholders to the store's
+// database.
+func (s *Store) rebindHistory(q string) string { return q }
