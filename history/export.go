@@ -1,0 +1,318 @@
+package history
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// Format is an export format.
+type Format string
+
+// Export formats.
+const (
+	JSON   Format = "json"   // one JSON array
+	NDJSON Format = "ndjson" // one JSON object per line
+	CSV    Format = "csv"    // RFC 4180, with a header row
+)
+
+// ParseFormat accepts a format name or a media type.
+func ParseFormat(s string) (Format, bool) {
+	switch s {
+	case "json", "application/json":
+		return JSON, true
+	case "ndjson", "jsonl", "application/x-ndjson", "application/jsonl":
+		return NDJSON, true
+	case "csv", "text/csv":
+		return CSV, true
+	}
+	return "", false
+}
+
+// ContentType is the media type of a format.
+func (f Format) ContentType() string {
+	switch f {
+	case NDJSON:
+		return "application/x-ndjson"
+	case CSV:
+		return "text/csv; charset=utf-8"
+	}
+	return "application/json"
+}
+
+// Export streams every record of q to w in the format, as the store reads
+// them: memory stays flat however large the result. It returns the number
+// of records written.
+func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery, f Format) (int64, error) {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var (
+		n   int64
+		buf []byte
+	)
+	switch f {
+	case JSON:
+		bw.WriteString("[")
+	case CSV:
+		bw.WriteString(csvHeader)
+	}
+	err := st.QueryHistory(ctx, q, func(r *fleetmq.Record) error {
+		buf = buf[:0]
+		switch f {
+		case CSV:
+			buf = AppendCSV(buf, r)
+		case JSON:
+			if n > 0 {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, '\n')
+			buf = AppendJSON(buf, r)
+		default:
+			buf = AppendJSON(buf, r)
+			buf = append(buf, '\n')
+		}
+		n++
+		_, err := bw.Write(buf)
+		return err
+	})
+	if err != nil {
+		return n, err
+	}
+	if f == JSON {
+		if n > 0 {
+			bw.WriteString("\n")
+		}
+		bw.WriteString("]\n")
+	}
+	return n, bw.Flush()
+}
+
+// AppendJSON appends the JSON object of a record (the REST API's record
+// representation): a payload that is JSON is embedded as JSON, any other
+// payload is base64 with "payload_encoding": "base64".
+func AppendJSON(b []byte, r *fleetmq.Record) []byte {
+	b = append(b, `{"id":`...)
+	b = strconv.AppendInt(b, r.ID, 10)
+	b = append(b, `,"account_id":`...)
+	b = appendString(b, r.AccountID)
+	b = append(b, `,"client_id":`...)
+	b = appendString(b, r.ClientID)
+	b = append(b, `,"topic":`...)
+	b = appendString(b, r.Topic)
+	b = append(b, `,"class":`...)
+	b = appendString(b, r.Class)
+	b = append(b, `,"qos":`...)
+	b = strconv.AppendUint(b, uint64(r.QoS), 10)
+	b = append(b, `,"published_qos":`...)
+	b = strconv.AppendUint(b, uint64(r.PublishedQoS), 10)
+	b = append(b, `,"retain":`...)
+	b = strconv.AppendBool(b, r.Retain)
+	b = append(b, `,"received_at":"`...)
+	b = r.Received.UTC().AppendFormat(b, timeFormat)
+	b = append(b, '"')
+	if r.StationControllerDeviceID != "" {
+		b = append(b, `,"station_controller_device_id":`...)
+		b = appendString(b, r.StationControllerDeviceID)
+	}
+	if r.ContentType != "" {
+		b = append(b, `,"content_type":`...)
+		b = appendString(b, r.ContentType)
+	}
+	if r.PayloadFormat != 0 {
+		b = append(b, `,"payload_format":`...)
+		b = strconv.AppendUint(b, uint64(r.PayloadFormat), 10)
+	}
+	if len(r.UserProperties) > 0 {
+		b = append(b, `,"user_properties":[`...)
+		for i, u := range r.UserProperties {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"key":`...)
+			b = appendString(b, u.Key)
+			b = append(b, `,"value":`...)
+			b = appendString(b, u.Value)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if isJSONPayload(r.Payload) {
+		b = append(b, `,"payload_encoding":"json","payload":`...)
+		b = appendCompact(b, r.Payload)
+	} else {
+		b = append(b, `,"payload_encoding":"base64","payload":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.Payload)
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
+
+// timeFormat is RFC 3339 with microseconds (what the store keeps).
+const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
+
+// isJSONPayload reports whether a payload is a JSON value that can be
+// embedded as is.
+func isJSONPayload(p []byte) bool {
+	return len(p) > 0 && json.Valid(p)
+}
+
+// appendCompact appends valid JSON without insignificant whitespace (so an
+// NDJSON line never breaks).
+func appendCompact(b, p []byte) []byte {
+	if bytes.IndexByte(p, '\n') < 0 && bytes.IndexByte(p, '\r') < 0 {
+		return append(b, p...)
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, p); err != nil {
+		return append(b, p...) // not reached: p is valid JSON
+	}
+	return append(b, out.Bytes()...)
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 || r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			if r == utf8.RuneError {
+				b = append(b, `\ufffd`...)
+			} else {
+				b = append(b, `\u202`...)
+				b = append(b, hex[r&0xf])
+			}
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+const csvHeader = "id,received_at,account_id,client_id,topic,class,qos,published_qos,retain,station_controller_device_id,content_type,payload_encoding,payload\n"
+
+// AppendCSV appends one CSV row (RFC 4180 quoting). A payload that is
+// valid UTF-8 is written as text ("payload_encoding" utf-8), any other as
+// base64.
+func AppendCSV(b []byte, r *fleetmq.Record) []byte {
+	b = strconv.AppendInt(b, r.ID, 10)
+	b = append(b, ',')
+	b = r.Received.UTC().AppendFormat(b, timeFormat)
+	for _, f := range []string{r.AccountID, r.ClientID, r.Topic, r.Class} {
+		b = append(b, ',')
+		b = appendCSVField(b, f)
+	}
+	b = append(b, ',')
+	b = strconv.AppendUint(b, uint64(r.QoS), 10)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, uint64(r.PublishedQoS), 10)
+	b = append(b, ',')
+	b = strconv.AppendBool(b, r.Retain)
+	b = append(b, ',')
+	b = appendCSVField(b, r.StationControllerDeviceID)
+	b = append(b, ',')
+	b = appendCSVField(b, r.ContentType)
+	if utf8.Valid(r.Payload) {
+		b = append(b, ",utf-8,"...)
+		b = appendCSVField(b, string(r.Payload))
+	} else {
+		b = append(b, ",base64,"...)
+		b = base64.StdEncoding.AppendEncode(b, r.Payload)
+	}
+	return append(b, '\n')
+}
+
+func appendCSVField(b []byte, s string) []byte {
+	quote := false
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"', ',', '\n', '\r':
+			quote = true
+		}
+	}
+	if len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		quote = true
+	}
+	if !quote {
+		return append(b, s...)
+	}
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' {
+			b = append(b, '"')
+		}
+		b = append(b, s[i])
+	}
+	return append(b, '"')
+}
+
+// Record is the JSON form of a record, for clients of the API that decode
+// it (tests, the CLI).
+type Record struct {
+	ID                        int64                  `json:"id"`
+	AccountID                 string                 `json:"account_id"`
+	ClientID                  string                 `json:"client_id"`
+	Topic                     string                 `json:"topic"`
+	Class                     string                 `json:"class"`
+	QoS                       byte                   `json:"qos"`
+	PublishedQoS              byte                   `json:"published_qos"`
+	Retain                    bool                   `json:"retain"`
+	ReceivedAt                time.Time              `json:"received_at"`
+	StationControllerDeviceID string                 `json:"station_controller_device_id,omitempty"`
+	ContentType               string                 `json:"content_type,omitempty"`
+	PayloadFormat             byte                   `json:"payload_format,omitempty"`
+	UserProperties            []fleetmq.UserProperty `json:"user_properties,omitempty"`
+	PayloadEncoding           string                 `json:"payload_encoding"`
+	Payload                   json.RawMessage        `json:"payload"`
+}
+
+// Bytes returns the payload bytes of a decoded record.
+func (r *Record) Bytes() ([]byte, error) {
+	switch r.PayloadEncoding {
+	case "json":
+		return r.Payload, nil
+	case "base64":
+		var s string
+		if err := json.Unmarshal(r.Payload, &s); err != nil {
+			return nil, err
+		}
+		return base64.StdEncoding.DecodeString(s)
+	}
+	return nil, fmt.Errorf("unknown payload encoding %q", r.PayloadEncoding)
+}

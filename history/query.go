@@ -1,0 +1,287 @@
+// Package history turns what users ask of stored history (MQTT topic
+// filters, the spec's anchored topic expressions, time ranges, cursors)
+// into validated fleetmq.HistoryQuery values, pages and streams the
+// results (JSON, NDJSON, CSV), aggregates numeric payload fields over time
+// for charts, and runs retention. The REST API, the portal and the CLI all
+// go through it; the stores behind it only see validated queries.
+package history
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
+)
+
+// Page sizes.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 10_000
+)
+
+// Params are the user's filters, as text (query parameters, CLI flags).
+// Empty fields do not filter.
+type Params struct {
+	ClientID string
+	// Topic is an MQTT topic filter within the account: its first level is
+	// the account id (or a wildcard, which stands for it).
+	Topic string
+	// TopicRegex is the spec's form: a regular expression anchored with
+	// "^{account_id}/" at its start.
+	TopicRegex                string
+	Class                     string
+	StationControllerDeviceID string
+	From, To                  string // RFC 3339; From inclusive, To exclusive
+	Order                     string // "desc" (newest first, default) or "asc"
+	Limit                     string // page size; default DefaultLimit, at most MaxLimit
+	Cursor                    string // from a previous page's Next
+}
+
+// Build validates p for an account and returns the store query. Errors are
+// *fleetmq.Error with code validation_failed and one message per field.
+// unlimited leaves Limit at 0 (exports) unless p.Limit is given.
+func Build(accountID string, p Params, unlimited bool) (*fleetmq.HistoryQuery, error) {
+	q := &fleetmq.HistoryQuery{AccountID: accountID, ClientID: p.ClientID, Class: p.Class,
+		StationControllerDeviceID: p.StationControllerDeviceID}
+	fields := map[string]string{}
+	if !fleetmq.ValidAccountID(accountID) {
+		fields["account_id"] = "not an account id"
+	}
+	if p.ClientID != "" && !fleetmq.ValidClientID(p.ClientID) {
+		fields["client_id"] = "not a valid client id"
+	}
+	if p.Class != "" && !validClass(p.Class) {
+		fields["class"] = "must be one of state, event, telemetry, sample"
+	}
+	switch {
+	case p.Topic != "" && p.TopicRegex != "":
+		fields["topic"] = "give a topic filter or a topic expression, not both"
+	case p.Topic != "":
+		re, client, err := FilterRegex(accountID, p.Topic)
+		if err != nil {
+			fields["topic"] = err.Error()
+			break
+		}
+		q.TopicRegex = re
+		if client != "" {
+			if q.ClientID != "" && q.ClientID != client {
+				fields["topic"] = fmt.Sprintf("filter is for client %q, client_id is %q", client, q.ClientID)
+			}
+			q.ClientID = client
+		}
+	case p.TopicRegex != "":
+		if err := checkAnchored(accountID, p.TopicRegex); err != nil {
+			fields["topic_regex"] = err.Error()
+		}
+		q.TopicRegex = p.TopicRegex
+	}
+	var err error
+	if q.From, err = parseTime(p.From); err != nil {
+		fields["from"] = err.Error()
+	}
+	if q.To, err = parseTime(p.To); err != nil {
+		fields["to"] = err.Error()
+	}
+	if !q.From.IsZero() && !q.To.IsZero() && !q.From.Before(q.To) {
+		fields["to"] = "must be after from"
+	}
+	switch strings.ToLower(p.Order) {
+	case "", "desc":
+	case "asc":
+		q.Ascending = true
+	default:
+		fields["order"] = `must be "asc" or "desc"`
+	}
+	switch {
+	case p.Limit != "":
+		n, err := strconv.Atoi(p.Limit)
+		if err != nil || n < 1 || n > MaxLimit {
+			fields["limit"] = fmt.Sprintf("must be a number from 1 to %d", MaxLimit)
+		}
+		q.Limit = n
+	case !unlimited:
+		q.Limit = DefaultLimit
+	}
+	if p.Cursor != "" {
+		pos, asc, err := DecodeCursor(p.Cursor)
+		switch {
+		case err != nil:
+			fields["cursor"] = err.Error()
+		case asc != q.Ascending:
+			fields["cursor"] = "cursor was made for the other order"
+		default:
+			q.After = &pos
+		}
+	}
+	if len(fields) > 0 {
+		return nil, &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "invalid history query", Fields: fields}
+	}
+	return q, nil
+}
+
+func validClass(c string) bool {
+	switch c {
+	case "state", "event", "telemetry", "sample":
+		return true
+	}
+	return false
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("must be an RFC 3339 time like 2026-11-22T10:00:00Z")
+	}
+	return t.UTC(), nil
+}
+
+// FilterRegex translates an MQTT topic filter within an account into an
+// anchored regular expression over platform topics. A first level of "+"
+// or "#" stands for the account. When the filter names one client (its
+// second level is literal) that client id is returned too, so the store
+// can use its per-client index.
+func FilterRegex(accountID, filter string) (re, clientID string, err error) {
+	if err := topic.ValidateFilter(filter); err != nil {
+		return "", "", fmt.Errorf("not a valid MQTT topic filter")
+	}
+	if strings.HasPrefix(filter, "$") {
+		return "", "", fmt.Errorf("shared and $ filters are not history filters")
+	}
+	levels := strings.Split(filter, "/")
+	switch levels[0] {
+	case accountID, "+":
+		levels[0] = accountID
+	case "#":
+		levels = []string{accountID, "#"}
+	default:
+		return "", "", fmt.Errorf("filter must start with the account id %s/", accountID)
+	}
+	var b strings.Builder
+	b.WriteString("^")
+	for i, l := range levels {
+		switch {
+		case l == "#":
+			// '#' also matches the parent level: "a/#" matches "a".
+			b.WriteString("(/.*)?")
+		default:
+			if i > 0 {
+				b.WriteString("/")
+			}
+			if l == "+" {
+				b.WriteString("[^/]*")
+			} else {
+				b.WriteString(regexp.QuoteMeta(l))
+			}
+		}
+	}
+	b.WriteString("$")
+	if len(levels) > 2 || len(levels) == 2 && levels[1] != "#" {
+		if l := levels[1]; l != "+" && l != "#" {
+			clientID = l
+		}
+	}
+	return b.String(), clientID, nil
+}
+
+// checkAnchored accepts a topic expression that starts with
+// "^{account_id}/" and compiles.
+func checkAnchored(accountID, expr string) error {
+	if !strings.HasPrefix(expr, "^"+accountID+"/") {
+		return fmt.Errorf("must start with ^%s/", accountID)
+	}
+	if len(expr) > 1024 {
+		return fmt.Errorf("longer than 1024 characters")
+	}
+	if _, err := regexp.Compile(expr); err != nil {
+		return fmt.Errorf("not a valid regular expression: %v", err)
+	}
+	return nil
+}
+
+// Cursors are opaque to users: base64url of "v1.{a|d}.{received_us}.{id}".
+const cursorVersion = "v1"
+
+// EncodeCursor returns the cursor that continues after pos in the given
+// order.
+func EncodeCursor(pos fleetmq.Position, ascending bool) string {
+	dir := "d"
+	if ascending {
+		dir = "a"
+	}
+	s := cursorVersion + "." + dir + "." + strconv.FormatInt(pos.Received.UnixMicro(), 10) + "." + strconv.FormatInt(pos.ID, 10)
+	return base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+// DecodeCursor parses a cursor from EncodeCursor.
+func DecodeCursor(c string) (pos fleetmq.Position, ascending bool, err error) {
+	bad := fmt.Errorf("not a cursor from this API")
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return pos, false, bad
+	}
+	parts := strings.Split(string(raw), ".")
+	if len(parts) != 4 || parts[0] != cursorVersion || parts[1] != "a" && parts[1] != "d" {
+		return pos, false, bad
+	}
+	us, err1 := strconv.ParseInt(parts[2], 10, 64)
+	id, err2 := strconv.ParseInt(parts[3], 10, 64)
+	if err1 != nil || err2 != nil || id < 0 {
+		return pos, false, bad
+	}
+	return fleetmq.Position{Received: time.UnixMicro(us).UTC(), ID: id}, parts[1] == "a", nil
+}
+
+// PageResult is one page of records and the cursor of the next ("" when
+// this is the last page).
+type PageResult struct {
+	Records []*fleetmq.Record
+	Next    string
+}
+
+// Page runs a query with a limit and returns its page. It asks the store
+// for one record more than the limit to know whether a next page exists.
+func Page(ctx context.Context, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery) (*PageResult, error) {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	qq := *q
+	qq.Limit = limit + 1
+	res := &PageResult{Records: make([]*fleetmq.Record, 0, min(limit, 1024))}
+	more := false
+	err := st.QueryHistory(ctx, &qq, func(r *fleetmq.Record) error {
+		if len(res.Records) == limit {
+			more = true
+			return nil
+		}
+		res.Records = append(res.Records, Clone(r))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if more {
+		res.Next = EncodeCursor(res.Records[len(res.Records)-1].Position(), q.Ascending)
+	}
+	return res, nil
+}
+
+// Clone copies a record out of a store callback (which reuses it).
+func Clone(r *fleetmq.Record) *fleetmq.Record {
+	c := *r
+	c.Payload = append([]byte(nil), r.Payload...)
+	c.UserProperties = append([]fleetmq.UserProperty(nil), r.UserProperties...)
+	if len(c.UserProperties) == 0 {
+		c.UserProperties = nil
+	}
+	return &c
+}

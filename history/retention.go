@@ -1,0 +1,116 @@
+package history
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// DefaultRetentionDays applies to accounts without a base plan (they cannot
+// publish, but may hold history from before their plan ended).
+const DefaultRetentionDays = 7
+
+// Retention deletes history older than each account's plan allows, in
+// small batches so that ingest, which shares the database, never waits for
+// more than one batch.
+type Retention struct {
+	Control fleetmq.ControlStore
+	History fleetmq.HistoryStore
+	Now     func() time.Time
+	Logger  *slog.Logger
+	// Batch is the most records one DELETE removes (default 2000).
+	Batch int
+	// Pause between batches of one account (default 10 ms), so a backlog
+	// of deletions is spread out rather than taking the database.
+	Pause time.Duration
+
+	deleted atomic.Int64
+	runs    atomic.Int64
+}
+
+// Deleted returns the records deleted so far (for metrics).
+func (r *Retention) Deleted() int64 { return r.deleted.Load() }
+
+// Runs returns the completed passes (for metrics).
+func (r *Retention) Runs() int64 { return r.runs.Load() }
+
+// Run makes a pass every interval until ctx ends.
+func (r *Retention) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
+			r.logger().Warn("history retention", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Pass deletes every account's expired history and returns how many
+// records it deleted.
+func (r *Retention) Pass(ctx context.Context) (int64, error) {
+	accounts, err := r.Control.Accounts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	plans, err := r.Control.Plans(ctx)
+	if err != nil {
+		return 0, err
+	}
+	days := make(map[string]int, len(plans))
+	for _, p := range plans {
+		days[p.Name] = p.HistoryRetentionDays
+	}
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	batch := r.Batch
+	if batch <= 0 {
+		batch = 2000
+	}
+	pause := r.Pause
+	if pause <= 0 {
+		pause = 10 * time.Millisecond
+	}
+	var total int64
+	for _, a := range accounts {
+		d, ok := days[a.Plan]
+		if !ok {
+			d = DefaultRetentionDays
+		}
+		before := now().Add(-time.Duration(d) * 24 * time.Hour)
+		for {
+			n, err := r.History.DeleteHistory(ctx, a.ID, before, batch)
+			total += n
+			r.deleted.Add(n)
+			if err != nil {
+				return total, err
+			}
+			if n < int64(batch) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+	}
+	r.runs.Add(1)
+	return total, nil
+}
+
+func (r *Retention) logger() *slog.Logger {
+	if r.Logger != nil {
+		return r.Logger
+	}
+	return slog.Default()
+}
