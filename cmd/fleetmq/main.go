@@ -39,6 +39,7 @@ Usage:
   fleetmq client ...       MQTT clients of an account: add, list, set, remove
   fleetmq credential ...   publisher credentials and subscriber passwords: create, list, revoke
   fleetmq layout ...       vendor wire layouts: add, list, remove, dry-run
+  fleetmq history ...      stored messages: query, export, latest, chart, prune
   fleetmq broker [flags]   run the bare MQTT broker (open policy: anonymous, any topic)
   fleetmq bench MODE       load harness: pubsub, idle, or compare with Mosquitto
   fleetmq version          print the version
@@ -69,6 +70,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runAdmin(ctx, "credential", credentialCmds(), args[1:], stdout, stderr)
 	case "layout":
 		return runAdmin(ctx, "layout", layoutCmds(), args[1:], stdout, stderr)
+	case "history":
+		return runAdmin(ctx, "history", historyCmds(), args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "version":

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/sqlstore"
+)
+
+// TestCLIHistory: the operator's history commands on a data directory with
+// two accounts' stored messages.
+func TestCLIHistory(t *testing.T) {
+	dir := t.TempDir()
+	a := field(t, mustCLI(t, dir, "account", "create", "-name", "A", "-email", "a@example.com", "-plan", "starter"), "account_id")
+	b := field(t, mustCLI(t, dir, "account", "create", "-name", "B", "-email", "b@example.com", "-plan", "scale"), "account_id")
+
+	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(dir, sqlstore.DatabaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	var recs []*fleetmq.Record
+	for _, acc := range []string{a, b} {
+		for i := range 5 {
+			recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: "pump", Topic: acc + "/pump/telemetry/t", Class: "telemetry",
+				QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, `{"temp": %d, "acc": %q}`, 20+i, acc[:4]), Received: now.Add(time.Duration(i-5) * time.Minute)})
+		}
+		// Older than the starter plan keeps.
+		recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: "pump", Topic: acc + "/pump/state/s", Class: "state",
+			Payload: []byte("ancient"), Received: now.Add(-8 * 24 * time.Hour)})
+	}
+	if err := st.AppendHistory(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	out := mustCLI(t, dir, "history", "query", a, "-limit", "2")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || !strings.Contains(lines[1], `"temp": 24`) ||
+		!strings.HasPrefix(lines[3], "next page: -cursor ") {
+		t.Fatalf("history query -limit 2:\n%s", out)
+	}
+	cursor := strings.TrimPrefix(strings.Split(strings.TrimSpace(out), "\n")[3], "next page: -cursor ")
+	out = mustCLI(t, dir, "history", "query", a, "-limit", "2", "-cursor", cursor, "-format", "json")
+	var page struct {
+		Records    []history.Record `json:"records"`
+		NextCursor string           `json:"next_cursor"`
+	}
+	if err := json.Unmarshal([]byte(out), &page); err != nil || len(page.Records) != 2 || page.NextCursor == "" {
+		t.Fatalf("second page as JSON: %v\n%s", err, out)
+	}
+	if p, _ := page.Records[0].Bytes(); !strings.Contains(string(p), `"temp": 22`) || page.Records[0].AccountID != a {
+		t.Errorf("second page starts with %s of %s", p, page.Records[0].AccountID)
+	}
+
+	out = mustCLI(t, dir, "history", "export", a, "-topic", a+"/+/telemetry/#", "-format", "csv")
+	if rows := strings.Split(strings.TrimSpace(out), "\n"); len(rows) != 6 || strings.Contains(out, b) {
+		t.Errorf("CSV export of A's telemetry: %d rows (want header + 5), other account present: %v\n%s", len(rows), strings.Contains(out, b), out)
+	}
+	out = mustCLI(t, dir, "history", "chart", a, "-field", "temp", "-bucket", "1h",
+		"-from", now.Add(-time.Hour).Format(time.RFC3339), "-to", now.Add(time.Hour).Format(time.RFC3339))
+	if !strings.Contains(out, "5      20   24   22   24") {
+		t.Errorf("chart of temp:\n%s", out)
+	}
+	out = mustCLI(t, dir, "history", "latest", a, "pump")
+	if !strings.Contains(out, a+"/pump/telemetry/t") || !strings.Contains(out, "ancient") || strings.Contains(out, b) {
+		t.Errorf("latest:\n%s", out)
+	}
+
+	if out := mustCLI(t, dir, "history", "prune"); !strings.Contains(out, "deleted 1 records") {
+		t.Errorf("prune: %s (want A's 8-day-old record deleted, B's kept on the 90-day plan)", out)
+	}
+	if out := mustCLI(t, dir, "history", "latest", a, "pump"); strings.Contains(out, "ancient") {
+		t.Errorf("latest after prune still shows the deleted record:\n%s", out)
+	}
+	if out := mustCLI(t, dir, "history", "latest", b, "pump"); !strings.Contains(out, "ancient") {
+		t.Errorf("B's record on the scale plan was pruned:\n%s", out)
+	}
+
+	cliErr(t, dir, "must start with the account id", "history", "query", a, "-topic", b+"/#")
+	cliErr(t, dir, "must start with ^"+a+"/", "history", "export", a, "-regex", "^"+b+"/")
+	cliErr(t, dir, "cursor", "history", "query", a, "-cursor", "garbage")
+	cliErr(t, dir, "want ndjson, json or csv", "history", "export", a, "-format", "xml")
+	cliErr(t, dir, "needs from and to", "history", "chart", a, "-field", "temp")
+}
