@@ -30,14 +30,14 @@ func fromUS(v sql.NullInt64) time.Time {
 // Version implements fleetmq.ControlStore.
 func (s *Store) Version(ctx context.Context) (int64, error) {
 	var v int64
-	err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'control_version'`).Scan(&v)
+	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT value FROM meta WHERE key = 'control_version'`)).Scan(&v)
 	return v, err
 }
 
 // CreateAccount implements fleetmq.ControlStore.
 func (s *Store) CreateAccount(ctx context.Context, a *fleetmq.Account, ownerPasswordHash string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO accounts (id, name, owner_email, owner_password_hash, suspended, plan, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO accounts (id, name, owner_email, owner_password_hash, suspended, plan, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 			a.ID, a.Name, a.OwnerEmail, ownerPasswordHash, a.Suspended, nullString(a.Plan), a.CreatedAt.UnixMicro())
 		if isUnique(err) {
 			return fleetmq.Conflictf("an account with owner e-mail %q or id %q already exists", a.OwnerEmail, a.ID)
@@ -46,7 +46,7 @@ func (s *Store) CreateAccount(ctx context.Context, a *fleetmq.Account, ownerPass
 			return err
 		}
 		if a.Plan != "" {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, 'plan', ?)`, a.ID, a.CreatedAt.UnixMicro(), a.Plan); err != nil {
+			if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, 'plan', ?)`), a.ID, a.CreatedAt.UnixMicro(), a.Plan); err != nil {
 				return err
 			}
 		}
@@ -76,14 +76,14 @@ func scanAccount(sc interface{ Scan(...any) error }) (*fleetmq.Account, error) {
 
 // Account implements fleetmq.ControlStore.
 func (s *Store) Account(ctx context.Context, id string) (*fleetmq.Account, error) {
-	a, err := scanAccount(s.db.QueryRowContext(ctx, `SELECT `+accountCols+` FROM accounts WHERE id = ?`, id))
+	a, err := scanAccount(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+accountCols+` FROM accounts WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fleetmq.NotFound("account", id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT addon FROM account_addons WHERE account_id = ?`, id)
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT addon FROM account_addons WHERE account_id = ?`), id)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (s *Store) Account(ctx context.Context, id string) (*fleetmq.Account, error
 
 // Accounts implements fleetmq.ControlStore.
 func (s *Store) Accounts(ctx context.Context) ([]*fleetmq.Account, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+accountCols+` FROM accounts ORDER BY created_at, id`)
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT `+accountCols+` FROM accounts ORDER BY created_at, id`))
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +119,7 @@ func (s *Store) Accounts(ctx context.Context) ([]*fleetmq.Account, error) {
 		return nil, err
 	}
 	rows.Close()
-	ar, err := s.db.QueryContext(ctx, `SELECT account_id, addon FROM account_addons`)
+	ar, err := s.db.QueryContext(ctx, s.rebind(`SELECT account_id, addon FROM account_addons`))
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func (s *Store) Accounts(ctx context.Context) ([]*fleetmq.Account, error) {
 // SetSuspended implements fleetmq.ControlStore.
 func (s *Store) SetSuspended(ctx context.Context, id string, suspended bool) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, `UPDATE accounts SET suspended = ? WHERE id = ?`, suspended, id))("account", id)
+		return mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE accounts SET suspended = ? WHERE id = ?`), suspended, id))("account", id)
 	})
 }
 
@@ -161,7 +161,7 @@ func mustAffect(r sql.Result, err error) func(what, id string) error {
 // OwnerPasswordHash implements fleetmq.ControlStore.
 func (s *Store) OwnerPasswordHash(ctx context.Context, email string) (string, string, error) {
 	var id, hash string
-	err := s.db.QueryRowContext(ctx, `SELECT id, owner_password_hash FROM accounts WHERE owner_email = ?`, strings.ToLower(email)).Scan(&id, &hash)
+	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT id, owner_password_hash FROM accounts WHERE owner_email = ?`), strings.ToLower(email)).Scan(&id, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", fleetmq.NotFound("owner", email)
 	}
@@ -170,7 +170,7 @@ func (s *Store) OwnerPasswordHash(ctx context.Context, email string) (string, st
 
 // Plans implements fleetmq.ControlStore.
 func (s *Store) Plans(ctx context.Context) ([]fleetmq.Plan, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, max_publisher_clients, qos2_daily_pool, history_retention_days FROM plans ORDER BY max_publisher_clients, name`)
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT name, max_publisher_clients, qos2_daily_pool, history_retention_days FROM plans ORDER BY max_publisher_clients, name`))
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func (s *Store) Plans(ctx context.Context) ([]fleetmq.Plan, error) {
 // Plan implements fleetmq.ControlStore.
 func (s *Store) Plan(ctx context.Context, name string) (*fleetmq.Plan, error) {
 	var p fleetmq.Plan
-	err := s.db.QueryRowContext(ctx, `SELECT name, max_publisher_clients, qos2_daily_pool, history_retention_days FROM plans WHERE name = ?`, name).
+	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT name, max_publisher_clients, qos2_daily_pool, history_retention_days FROM plans WHERE name = ?`), name).
 		Scan(&p.Name, &p.MaxPublisherClients, &p.QoS2DailyPool, &p.HistoryRetentionDays)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fleetmq.NotFound("plan", name)
@@ -200,8 +200,8 @@ func (s *Store) Plan(ctx context.Context, name string) (*fleetmq.Plan, error) {
 // PutPlan implements fleetmq.ControlStore (insert or update).
 func (s *Store) PutPlan(ctx context.Context, p fleetmq.Plan) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO plans (name, max_publisher_clients, qos2_daily_pool, history_retention_days) VALUES (?, ?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET max_publisher_clients = excluded.max_publisher_clients, qos2_daily_pool = excluded.qos2_daily_pool, history_retention_days = excluded.history_retention_days`,
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO plans (name, max_publisher_clients, qos2_daily_pool, history_retention_days) VALUES (?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET max_publisher_clients = excluded.max_publisher_clients, qos2_daily_pool = excluded.qos2_daily_pool, history_retention_days = excluded.history_retention_days`),
 			p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays)
 		return err
 	})
@@ -212,17 +212,17 @@ func (s *Store) SetPlan(ctx context.Context, accountID, plan string, at time.Tim
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if plan != "" {
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM plans WHERE name = ?`, plan).Scan(&n); err != nil {
+			if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM plans WHERE name = ?`), plan).Scan(&n); err != nil {
 				return err
 			}
 			if n == 0 {
 				return fleetmq.NotFound("plan", plan)
 			}
 		}
-		if err := mustAffect(tx.ExecContext(ctx, `UPDATE accounts SET plan = ? WHERE id = ?`, nullString(plan), accountID))("account", accountID); err != nil {
+		if err := mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE accounts SET plan = ? WHERE id = ?`), nullString(plan), accountID))("account", accountID); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, 'plan', ?)`, accountID, at.UnixMicro(), plan)
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, 'plan', ?)`), accountID, at.UnixMicro(), plan)
 		return err
 	})
 }
@@ -231,7 +231,7 @@ func (s *Store) SetPlan(ctx context.Context, accountID, plan string, at time.Tim
 func (s *Store) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn, on bool, at time.Time) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM accounts WHERE id = ?`, accountID).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM accounts WHERE id = ?`), accountID).Scan(&n); err != nil {
 			return err
 		}
 		if n == 0 {
@@ -242,9 +242,9 @@ func (s *Store) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn,
 		kind := "addon_off"
 		if on {
 			kind = "addon_on"
-			r, err = tx.ExecContext(ctx, `INSERT INTO account_addons (account_id, addon) VALUES (?, ?) ON CONFLICT DO NOTHING`, accountID, string(x))
+			r, err = tx.ExecContext(ctx, s.rebind(`INSERT INTO account_addons (account_id, addon) VALUES (?, ?) ON CONFLICT DO NOTHING`), accountID, string(x))
 		} else {
-			r, err = tx.ExecContext(ctx, `DELETE FROM account_addons WHERE account_id = ? AND addon = ?`, accountID, string(x))
+			r, err = tx.ExecContext(ctx, s.rebind(`DELETE FROM account_addons WHERE account_id = ? AND addon = ?`), accountID, string(x))
 		}
 		if err != nil {
 			return err
@@ -252,14 +252,14 @@ func (s *Store) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn,
 		if n, _ := r.RowsAffected(); n == 0 {
 			return nil // already so: nothing to record
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, ?, ?)`, accountID, at.UnixMicro(), kind, string(x))
+		_, err = tx.ExecContext(ctx, s.rebind(`INSERT INTO subscription_changes (account_id, at, kind, value) VALUES (?, ?, ?, ?)`), accountID, at.UnixMicro(), kind, string(x))
 		return err
 	})
 }
 
 // SubscriptionChanges implements fleetmq.ControlStore.
 func (s *Store) SubscriptionChanges(ctx context.Context, accountID string) ([]fleetmq.SubscriptionChange, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT at, kind, value FROM subscription_changes WHERE account_id = ? ORDER BY at, id`, accountID)
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT at, kind, value FROM subscription_changes WHERE account_id = ? ORDER BY at, id`), accountID)
 	if err != nil {
 		return nil, err
 	}
@@ -278,18 +278,18 @@ func (s *Store) SubscriptionChanges(ctx context.Context, accountID string) ([]fl
 }
 
 // CreateClient implements fleetmq.ControlStore. The count and the insert
-// run in one (immediate) transaction, so concurrent registrations cannot
-// pass the plan limit together.
+// run in one control-plane write, and writes take turns (see write), so
+// concurrent registrations cannot pass the plan limit together.
 func (s *Store) CreateClient(ctx context.Context, c *fleetmq.MQTTClient, max int) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM mqtt_clients WHERE account_id = ?`, c.AccountID).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM mqtt_clients WHERE account_id = ?`), c.AccountID).Scan(&n); err != nil {
 			return err
 		}
 		if n >= max {
 			return fleetmq.Conflictf("the plan allows %d publisher clients and %d are registered", max, n)
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO mqtt_clients (account_id, client_id, label, max_publish_qos, created_at) VALUES (?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO mqtt_clients (account_id, client_id, label, max_publish_qos, created_at) VALUES (?, ?, ?, ?, ?)`),
 			c.AccountID, c.ClientID, c.Label, c.MaxPublishQoS, c.CreatedAt.UnixMicro())
 		if isUnique(err) {
 			return fleetmq.Conflictf("client id %q is already registered", c.ClientID)
@@ -312,7 +312,7 @@ func scanClient(sc interface{ Scan(...any) error }) (*fleetmq.MQTTClient, error)
 
 // Client implements fleetmq.ControlStore.
 func (s *Store) Client(ctx context.Context, accountID, clientID string) (*fleetmq.MQTTClient, error) {
-	c, err := scanClient(s.db.QueryRowContext(ctx, `SELECT `+clientCols+` FROM mqtt_clients WHERE account_id = ? AND client_id = ?`, accountID, clientID))
+	c, err := scanClient(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+clientCols+` FROM mqtt_clients WHERE account_id = ? AND client_id = ?`), accountID, clientID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fleetmq.NotFound("client", clientID)
 	}
@@ -320,7 +320,7 @@ func (s *Store) Client(ctx context.Context, accountID, clientID string) (*fleetm
 }
 
 func (s *Store) queryClients(ctx context.Context, q string, args ...any) ([]*fleetmq.MQTTClient, error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.db.QueryContext(ctx, s.rebind(q), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +349,7 @@ func (s *Store) AllClients(ctx context.Context) ([]*fleetmq.MQTTClient, error) {
 // UpdateClient implements fleetmq.ControlStore (label and max QoS).
 func (s *Store) UpdateClient(ctx context.Context, c *fleetmq.MQTTClient) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, `UPDATE mqtt_clients SET label = ?, max_publish_qos = ? WHERE account_id = ? AND client_id = ?`,
+		return mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE mqtt_clients SET label = ?, max_publish_qos = ? WHERE account_id = ? AND client_id = ?`),
 			c.Label, c.MaxPublishQoS, c.AccountID, c.ClientID))("client", c.ClientID)
 	})
 }
@@ -357,14 +357,14 @@ func (s *Store) UpdateClient(ctx context.Context, c *fleetmq.MQTTClient) error {
 // DeleteClient implements fleetmq.ControlStore.
 func (s *Store) DeleteClient(ctx context.Context, accountID, clientID string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, `DELETE FROM mqtt_clients WHERE account_id = ? AND client_id = ?`, accountID, clientID))("client", clientID)
+		return mustAffect(tx.ExecContext(ctx, s.rebind(`DELETE FROM mqtt_clients WHERE account_id = ? AND client_id = ?`), accountID, clientID))("client", clientID)
 	})
 }
 
 // CreateCredential implements fleetmq.ControlStore.
 func (s *Store) CreateCredential(ctx context.Context, c *fleetmq.Credential) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO credentials (id, account_id, kind, username, label, secret_hash, filters, created_at, expires_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO credentials (id, account_id, kind, username, label, secret_hash, filters, created_at, expires_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			c.ID, c.AccountID, c.Kind, c.Username, c.Label, c.SecretHash, encodeList(c.Filters), c.CreatedAt.UnixMicro(), us(c.ExpiresAt), us(c.RevokedAt))
 		if isUnique(err) {
 			return fleetmq.Conflictf("username %q is taken", c.Username)
@@ -376,7 +376,7 @@ func (s *Store) CreateCredential(ctx context.Context, c *fleetmq.Credential) err
 const credCols = `id, account_id, kind, username, label, secret_hash, filters, created_at, expires_at, revoked_at`
 
 func (s *Store) queryCreds(ctx context.Context, q string, args ...any) ([]*fleetmq.Credential, error) {
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.db.QueryContext(ctx, s.rebind(q), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +401,7 @@ func (s *Store) queryCreds(ctx context.Context, q string, args ...any) ([]*fleet
 
 // Credentials implements fleetmq.ControlStore; kind "" lists both kinds.
 func (s *Store) Credentials(ctx context.Context, accountID, kind string) ([]*fleetmq.Credential, error) {
-	return s.queryCreds(ctx, `SELECT `+credCols+` FROM credentials WHERE account_id = ? AND (? = '' OR kind = ?) ORDER BY created_at, id`, accountID, kind, kind)
+	return s.queryCreds(ctx, `SELECT `+credCols+` FROM credentials WHERE account_id = ? AND (CAST(? AS TEXT) = '' OR kind = ?) ORDER BY created_at, id`, accountID, kind, kind)
 }
 
 // ActiveCredentials implements fleetmq.ControlStore.
@@ -413,7 +413,7 @@ func (s *Store) ActiveCredentials(ctx context.Context) ([]*fleetmq.Credential, e
 // an error; revoking another account's credential is not_found.
 func (s *Store) RevokeCredential(ctx context.Context, accountID, id string, at time.Time) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		if err := mustAffect(tx.ExecContext(ctx, `UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?) WHERE account_id = ? AND id = ?`, at.UnixMicro(), accountID, id))("credential", id); err != nil {
+		if err := mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?) WHERE account_id = ? AND id = ?`), at.UnixMicro(), accountID, id))("credential", id); err != nil {
 			return err
 		}
 		return nil
@@ -423,8 +423,8 @@ func (s *Store) RevokeCredential(ctx context.Context, accountID, id string, at t
 // PutLayout implements fleetmq.ControlStore (insert or replace by name).
 func (s *Store) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO layouts (id, name, wire_root, rules, fanout, created_at) VALUES (?, ?, ?, ?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET wire_root = excluded.wire_root, rules = excluded.rules, fanout = excluded.fanout`,
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO layouts (id, name, wire_root, rules, fanout, created_at) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET wire_root = excluded.wire_root, rules = excluded.rules, fanout = excluded.fanout`),
 			l.ID, l.Name, l.WireRoot, encodeList(l.Rules), l.Fanout, l.CreatedAt.UnixMicro())
 		return err
 	})
@@ -432,7 +432,7 @@ func (s *Store) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 
 // Layouts implements fleetmq.ControlStore.
 func (s *Store) Layouts(ctx context.Context) ([]*fleetmq.Layout, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, name, wire_root, rules, fanout, created_at FROM layouts ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT id, name, wire_root, rules, fanout, created_at FROM layouts ORDER BY name`))
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +457,7 @@ func (s *Store) Layouts(ctx context.Context) ([]*fleetmq.Layout, error) {
 // DeleteLayout implements fleetmq.ControlStore.
 func (s *Store) DeleteLayout(ctx context.Context, name string) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, `DELETE FROM layouts WHERE name = ?`, name))("layout", name)
+		return mustAffect(tx.ExecContext(ctx, s.rebind(`DELETE FROM layouts WHERE name = ?`), name))("layout", name)
 	})
 }
 

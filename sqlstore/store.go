@@ -1,7 +1,9 @@
 // Package sqlstore keeps fleetmq's stores in SQL databases through
 // database/sql: SQLite (the embedded default, one file in the data
-// directory) today, PostgreSQL with the history issue. Schema changes are
-// embedded, numbered migrations applied in order at Open.
+// directory) or PostgreSQL (through pgx), with one code path. Queries are
+// written once, with ? placeholders, and rebound for PostgreSQL; the few
+// differences live in the dialect and the per-dialect migration folders.
+// Schema changes are embedded, numbered migrations applied in order at Open.
 //
 // Every control-plane write runs in a transaction that also moves the
 // control_version counter, so the broker (which polls Version) reloads its
@@ -15,12 +17,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/fleetmq/fleetmq"
@@ -29,9 +34,26 @@ import (
 //go:embed migrations
 var migrations embed.FS
 
+// dialect is the SQL database behind a Store.
+type dialect int
+
+const (
+	sqliteDialect dialect = iota
+	postgresDialect
+)
+
+// String names the dialect; it is also its migrations folder.
+func (d dialect) String() string {
+	if d == postgresDialect {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
 // Store is a fleetmq store on one database.
 type Store struct {
-	db *sql.DB
+	db      *sql.DB
+	dialect dialect
 }
 
 var (
@@ -41,6 +63,25 @@ var (
 
 // DatabaseFile is the SQLite file inside a data directory.
 const DatabaseFile = "fleetmq.db"
+
+// IsPostgres reports whether a DSN names a PostgreSQL database
+// (postgres:// or postgresql:// URL).
+func IsPostgres(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Open opens the store a DSN names: a postgres:// or postgresql:// URL is
+// PostgreSQL, anything else the path of a SQLite file. Pending migrations
+// are applied.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	if IsPostgres(dsn) {
+		return OpenPostgres(ctx, dsn)
+	}
+	if dsn == "" {
+		return nil, errors.New("sqlstore: empty database name")
+	}
+	return OpenSQLite(ctx, dsn)
+}
 
 // OpenDir opens (creating if needed) the SQLite store in a data directory
 // and applies pending migrations.
@@ -61,12 +102,78 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(4)
-	s := &Store{db: db}
+	s := &Store{db: db, dialect: sqliteDialect}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// OpenPostgres opens a PostgreSQL database (a postgres:// URL, see
+// https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING-URIS)
+// and applies pending migrations. The database must exist; several
+// processes may open it at once (migrations take an advisory lock).
+func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	db.SetMaxOpenConns(10)
+	db.SetMaxIdleConns(4)
+	s := &Store{db: db, dialect: postgresDialect}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("postgres %s: %w", redact(dsn), err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("migrate postgres %s: %w", redact(dsn), err)
+	}
+	return s, nil
+}
+
+// redact hides the password of a URL DSN in messages.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// Postgres reports whether the store is on PostgreSQL.
+func (s *Store) Postgres() bool { return s.dialect == postgresDialect }
+
+// rebind turns a query written with ? placeholders into the store's
+// dialect: $1, $2, ... on PostgreSQL. A ? inside a quoted string literal or
+// identifier is left alone.
+func (s *Store) rebind(q string) string {
+	if s.dialect != postgresDialect || !strings.Contains(q, "?") {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	var quote byte // the open quote, 0 outside literals
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0 // a doubled quote closes and reopens: same result
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '?':
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
 }
 
 // Close closes the database.
@@ -75,42 +182,67 @@ func (s *Store) Close() error { return s.db.Close() }
 // DB exposes the database for stores built on the same connection.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// migrate applies the embedded migrations not yet recorded.
+// migrationLock is the PostgreSQL advisory lock key that serialises
+// migrations of concurrently starting processes ("fleetmq" in ASCII).
+const migrationLock int64 = 0x666c656574_6d71
+
+// migrate applies the embedded migrations of the store's dialect not yet
+// recorded, in order, in one transaction: a failure leaves the schema as
+// it was. On PostgreSQL the transaction first takes an advisory lock, so
+// processes starting together apply each migration once; SQLite's
+// immediate transactions already take the write lock at BEGIN. A database
+// that records a migration this binary does not know is refused.
 func (s *Store) migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
-		return err
-	}
-	entries, err := fs.ReadDir(migrations, "migrations/sqlite")
+	dir := "migrations/" + s.dialect.String()
+	entries, err := fs.ReadDir(migrations, dir)
 	if err != nil {
 		return err
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return fmt.Errorf("migration %s: name must start with a number", e.Name())
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if s.dialect == postgresDialect {
+			if _, err := tx.ExecContext(ctx, s.rebind(`SELECT pg_advisory_xact_lock(?)`), migrationLock); err != nil {
+				return fmt.Errorf("migration lock: %w", err)
+			}
 		}
-		err = s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`); err != nil {
+			return err
+		}
+		known := 0
+		for _, e := range entries {
+			num, _, ok := strings.Cut(e.Name(), "_")
+			v, err := strconv.Atoi(num)
+			if !ok || err != nil {
+				return fmt.Errorf("migration %s: name must start with a number", e.Name())
+			}
+			known = max(known, v)
 			var n int
-			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, v).Scan(&n); err != nil || n > 0 {
+			if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM schema_migrations WHERE version = ?`), v).Scan(&n); err != nil {
 				return err
 			}
-			body, err := fs.ReadFile(migrations, "migrations/sqlite/"+e.Name())
+			if n > 0 {
+				continue
+			}
+			body, err := fs.ReadFile(migrations, dir+"/"+e.Name())
 			if err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, string(body)); err != nil {
 				return fmt.Errorf("%s: %w", e.Name(), err)
 			}
-			_, err = tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name) VALUES (?, ?)`, v, e.Name())
-			return err
-		})
-		if err != nil {
+			if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO schema_migrations (version, name) VALUES (?, ?)`), v, e.Name()); err != nil {
+				return err
+			}
+		}
+		var newest sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&newest); err != nil {
 			return err
 		}
-	}
-	return nil
+		if newest.Int64 > int64(known) {
+			return fmt.Errorf("the database has schema version %d; this fleetmq knows up to %d (upgrade fleetmq)", newest.Int64, known)
+		}
+		return nil
+	})
 }
 
 // tx runs f in a transaction, committing if it returns nil.
@@ -127,18 +259,27 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 }
 
 // write runs a control-plane change and moves the change version with it.
+// The version moves first: its row lock makes control-plane writes take
+// turns on PostgreSQL as SQLite's immediate transactions do, so a check
+// and the write it guards (a client count and the insert, say) see no
+// concurrent change; under PostgreSQL's read committed isolation each
+// statement after the lock sees every write committed before it.
 func (s *Store) write(ctx context.Context, f func(*sql.Tx) error) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := f(tx); err != nil {
+		if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'control_version'`); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE meta SET value = value + 1 WHERE key = 'control_version'`)
-		return err
+		return f(tx)
 	})
 }
 
-// isUnique reports a uniqueness violation.
+// isUnique reports a uniqueness (or primary key) violation on either
+// database.
 func isUnique(err error) bool {
 	var se sqlite3.Error
-	return errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintUnique || errors.As(err, &se) && se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey
+	if errors.As(err, &se) {
+		return se.ExtendedCode == sqlite3.ErrConstraintUnique || se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" // unique_violation
 }

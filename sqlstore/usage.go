@@ -12,29 +12,29 @@ import (
 func (s *Store) AddUsage(ctx context.Context, daily []fleetmq.DailyUsage, clients []fleetmq.ClientUsage) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		for _, d := range daily {
-			_, err := tx.ExecContext(ctx, `INSERT INTO usage_daily (account_id, day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused)
+			_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_daily (account_id, day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused)
 				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 				ON CONFLICT (account_id, day) DO UPDATE SET
 					messages0 = usage_daily.messages0 + excluded.messages0, messages1 = usage_daily.messages1 + excluded.messages1,
 					messages2 = usage_daily.messages2 + excluded.messages2, bytes0 = usage_daily.bytes0 + excluded.bytes0,
 					bytes1 = usage_daily.bytes1 + excluded.bytes1, bytes2 = usage_daily.bytes2 + excluded.bytes2,
 					pool_used = usage_daily.pool_used + excluded.pool_used, demotions = usage_daily.demotions + excluded.demotions,
-					refused = usage_daily.refused + excluded.refused`,
+					refused = usage_daily.refused + excluded.refused`),
 				d.AccountID, d.Day, d.Messages[0], d.Messages[1], d.Messages[2], d.Bytes[0], d.Bytes[1], d.Bytes[2], d.PoolUsed, d.Demotions, d.Refused)
 			if err != nil {
 				return err
 			}
 			for reason, n := range d.Drops {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO usage_drops (account_id, day, reason, count) VALUES (?, ?, ?, ?)
-					ON CONFLICT (account_id, day, reason) DO UPDATE SET count = usage_drops.count + excluded.count`, d.AccountID, d.Day, reason, n); err != nil {
+				if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_drops (account_id, day, reason, count) VALUES (?, ?, ?, ?)
+					ON CONFLICT (account_id, day, reason) DO UPDATE SET count = usage_drops.count + excluded.count`), d.AccountID, d.Day, reason, n); err != nil {
 					return err
 				}
 			}
 		}
 		for _, c := range clients {
-			_, err := tx.ExecContext(ctx, `INSERT INTO usage_client (account_id, client_id, day, messages0, messages1, messages2) VALUES (?, ?, ?, ?, ?, ?)
+			_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_client (account_id, client_id, day, messages0, messages1, messages2) VALUES (?, ?, ?, ?, ?, ?)
 				ON CONFLICT (account_id, client_id, day) DO UPDATE SET messages0 = usage_client.messages0 + excluded.messages0,
-					messages1 = usage_client.messages1 + excluded.messages1, messages2 = usage_client.messages2 + excluded.messages2`,
+					messages1 = usage_client.messages1 + excluded.messages1, messages2 = usage_client.messages2 + excluded.messages2`),
 				c.AccountID, c.ClientID, c.Day, c.Messages[0], c.Messages[1], c.Messages[2])
 			if err != nil {
 				return err
@@ -46,8 +46,8 @@ func (s *Store) AddUsage(ctx context.Context, daily []fleetmq.DailyUsage, client
 
 // Usage implements fleetmq.UsageStore.
 func (s *Store) Usage(ctx context.Context, accountID, from, to string) ([]fleetmq.DailyUsage, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused
-		FROM usage_daily WHERE account_id = ? AND day >= ? AND day <= ? ORDER BY day`, accountID, from, to)
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused
+		FROM usage_daily WHERE account_id = ? AND day >= ? AND day <= ? ORDER BY day`), accountID, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (s *Store) Usage(ctx context.Context, accountID, from, to string) ([]fleetm
 		return nil, err
 	}
 	rows.Close()
-	dr, err := s.db.QueryContext(ctx, `SELECT day, reason, count FROM usage_drops WHERE account_id = ? AND day >= ? AND day <= ?`, accountID, from, to)
+	dr, err := s.db.QueryContext(ctx, s.rebind(`SELECT day, reason, count FROM usage_drops WHERE account_id = ? AND day >= ? AND day <= ?`), accountID, from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -91,10 +91,11 @@ func (s *Store) Usage(ctx context.Context, accountID, from, to string) ([]fleetm
 	return out, dr.Err()
 }
 
-// ClientUsage implements fleetmq.UsageStore.
+// ClientUsage implements fleetmq.UsageStore. The sums are cast back to
+// BIGINT: PostgreSQL sums BIGINT columns as NUMERIC.
 func (s *Store) ClientUsage(ctx context.Context, accountID, from, to string) ([]fleetmq.ClientUsage, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT client_id, SUM(messages0), SUM(messages1), SUM(messages2) FROM usage_client
-		WHERE account_id = ? AND day >= ? AND day <= ? GROUP BY client_id ORDER BY client_id`, accountID, from, to)
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT client_id, CAST(SUM(messages0) AS BIGINT), CAST(SUM(messages1) AS BIGINT), CAST(SUM(messages2) AS BIGINT) FROM usage_client
+		WHERE account_id = ? AND day >= ? AND day <= ? GROUP BY client_id ORDER BY client_id`), accountID, from, to)
 	if err != nil {
 		return nil, err
 	}
