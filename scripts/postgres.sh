@@ -107,6 +107,8 @@ pg_test_start() {
   out=$(pg_cluster_start) || return 1
   PG_TEST_DIR=${out% *}
   trap 'pg_cluster_stop "$PG_TEST_DIR"' EXIT
+  trap 'exit 130' INT # run the EXIT trap on ^C and kill too
+  trap 'exit 143' TERM
   export FLEETMQ_TEST_POSTGRES="postgres://postgres@127.0.0.1:${out#* }/postgres?sslmode=disable"
   echo "==> PostgreSQL: throwaway cluster on 127.0.0.1:${out#* } ($PG_TEST_DIR)"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs fleetmq's whole test suite on a fresh Debian machine: installs what the
-# tests need (Debian packages), then vet and the race-enabled tests.
+# tests need (Debian packages), starts a throwaway PostgreSQL cluster, then
+# vet and the race-enabled tests.
 #
 #   bash scripts/test.sh            # everything
 #   bash scripts/test.sh ./mqtt/... # only some packages
@@ -11,6 +12,9 @@ need=()
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 command -v mosquitto >/dev/null 2>&1 || [[ -x /usr/sbin/mosquitto ]] || need+=(mosquitto)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev) # cgo: the SQLite driver
+if [[ -z ${FLEETMQ_TEST_POSTGRES:-} ]] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  need+=(postgresql) # the server for the PostgreSQL store tests
+fi
 if ((${#need[@]})); then
   echo "==> installing Debian packages: ${need[*]}"
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
@@ -20,6 +24,13 @@ fi
 
 # The packaged mosquitto service is not used by the tests (they start their own
 # on loopback ports); nothing here stops it.
+
+# PostgreSQL: a throwaway cluster on 127.0.0.1 for this run (installing
+# Debian's postgresql package if no server is installed), stopped on exit.
+# Its URL goes to the tests in FLEETMQ_TEST_POSTGRES; a server already named
+# there is used instead. The packaged cluster, if any, is left alone.
+source scripts/postgres.sh
+pg_test_start
 
 pkgs=("$@")
 ((${#pkgs[@]})) || pkgs=(./...)
