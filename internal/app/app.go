@@ -22,7 +22,12 @@ import (
 
 // Config configures the platform.
 type Config struct {
+	// DataDir keeps the broker state, and the SQLite store unless Database
+	// is set.
 	DataDir string
+	// Database is the store's DSN, e.g. postgres://user@host/fleetmq;
+	// empty for SQLite in DataDir.
+	Database string
 	Listeners
 	HTTPListen  string
 	TopicPrefix string
@@ -78,7 +83,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Listeners.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := sqlstore.OpenDir(ctx, cfg.DataDir)
+	store, err := OpenStore(ctx, cfg.DataDir, cfg.Database)
 	if err != nil {
 		return nil, err
 	}
