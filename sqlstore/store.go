@@ -142,8 +142,8 @@ func redact(dsn string) string {
 	return u.Redacted()
 }
 
-// Postgres reports whether the store is on PostgreSQL.
-func (s *Store) Postgres() bool { return s.dialect == postgresDialect }
+// Backend names the store's database: "sqlite" or "postgres".
+func (s *Store) Backend() string { return s.dialect.String() }
 
 // rebind turns a query written with ? placeholders into the store's
 // dialect: $1, $2, ... on PostgreSQL. A ? inside a quoted string literal or

@@ -13,12 +13,13 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
-	"github.com/fleetmq/fleetmq/sqlstore"
+	"github.com/fleetmq/fleetmq/internal/app"
 )
 
-// The operator commands open the data directory directly. SQLite in WAL
-// mode lets them write while "fleetmq serve" runs; serve picks the change
-// up within its reload interval.
+// The operator commands open the store directly: SQLite in the data
+// directory, or the PostgreSQL database of -database. SQLite in WAL mode
+// lets them write while "fleetmq serve" runs; serve picks the change up
+// within its reload interval on either database.
 
 // adminCmd is one operator subcommand.
 type adminCmd struct {
@@ -36,7 +37,7 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 		for _, verb := range sortedKeys(cmds) {
 			fmt.Fprintf(w, "  fleetmq %s\n      %s\n", cmds[verb].usage, cmds[verb].help)
 		}
-		fmt.Fprintf(w, "Every command takes -data DIR (default ./data, or FLEETMQ_DATA).\n")
+		fmt.Fprintf(w, "Every command takes -data DIR (default ./data, or FLEETMQ_DATA) or -database URL (PostgreSQL, or FLEETMQ_DATABASE).\n")
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "help" || args[0] == "--help" {
 		usage(stderr)
@@ -50,8 +51,8 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 	fs := flag.NewFlagSet(group+" "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprintf(stderr, "Usage: fleetmq %s\n  %s\n", c.usage, c.help); fs.PrintDefaults() }
-	var dir string
-	dataFlag(fs, &dir)
+	var dir, database string
+	storeFlags(fs, &dir, &database)
 	if c.flags != nil {
 		c.flags(fs)
 	}
@@ -63,7 +64,7 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 		fs.Usage()
 		return fmt.Errorf("%s %s: want %d argument(s), got %d", group, args[0], c.args, len(pos))
 	}
-	store, err := sqlstore.OpenDir(ctx, dir)
+	store, err := app.OpenStore(ctx, dir, database)
 	if err != nil {
 		return err
 	}

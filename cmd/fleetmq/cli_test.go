@@ -550,16 +550,17 @@ func (c *v5Client) expect(t *testing.T, topic, payload string) {
 	}
 }
 
-// serve runs "fleetmq serve" on dir until the test ends; it returns the
-// MQTT and HTTP addresses from its "serving" line, a channel with run's
-// result, and the cancel that stops it.
-func serve(t *testing.T, dir string) (mqttAddr, httpAddr string, done chan error, stop context.CancelFunc) {
+// serve runs "fleetmq serve" on dir (with extra flags) until the test
+// ends; it returns the MQTT and HTTP addresses from its "serving" line, a
+// channel with run's result, and the cancel that stops it.
+func serve(t *testing.T, dir string, extra ...string) (mqttAddr, httpAddr string, done chan error, stop context.CancelFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr lockedBuffer
 	done = make(chan error, 1)
+	args := append([]string{"serve", "-data", dir, "-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-reload-interval", "100ms"}, extra...)
 	go func() {
-		done <- run(ctx, []string{"serve", "-data", dir, "-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0", "-reload-interval", "100ms"}, &stdout, &stderr)
+		done <- run(ctx, args, &stdout, &stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()

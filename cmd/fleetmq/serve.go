@@ -16,7 +16,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var cfg app.Config
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dataFlag(fs, &cfg.DataDir)
+	storeFlags(fs, &cfg.DataDir, &cfg.Database)
 	cfg.Listeners.Flags(fs, ":1883")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", ":8080", "HTTP address for /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
 	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "optional topic_prefix: devices publish under PREFIX/{account_id}/... [FLEETMQ_TOPIC_PREFIX]")
@@ -37,7 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log.Info("fleetmq serving", "data", cfg.DataDir, "listeners", strings.Join(a.URLs, " "))
+	log.Info("fleetmq serving", "data", cfg.DataDir, "database", a.Store.Backend(), "listeners", strings.Join(a.URLs, " "))
 	fmt.Fprintf(stdout, "fleetmq serving %s on %s\n", cfg.DataDir, strings.Join(a.URLs, " "))
 	<-ctx.Done()
 	log.Info("shutting down")
@@ -46,7 +46,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return a.Close(sctx)
 }
 
-// dataFlag registers -data, shared by serve and the operator commands.
-func dataFlag(fs *flag.FlagSet, dir *string) {
-	fs.StringVar(dir, "data", "./data", "data directory (SQLite database and broker state) [FLEETMQ_DATA]")
+// storeFlags registers -data and -database, shared by serve and the
+// operator commands.
+func storeFlags(fs *flag.FlagSet, dir, database *string) {
+	fs.StringVar(dir, "data", "./data", "data directory (broker state, and the SQLite database unless -database is set) [FLEETMQ_DATA]")
+	fs.StringVar(database, "database", "", "PostgreSQL database URL, e.g. postgres://fleetmq@db.example/fleetmq (empty: SQLite in the data directory) [FLEETMQ_DATABASE]")
 }
