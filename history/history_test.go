@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/internal/pgtest"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
@@ -25,14 +26,23 @@ const (
 // t0 is the receive time of the first test record.
 var t0 = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 
-func openStore(t *testing.T) *sqlstore.Store {
-	t.Helper()
-	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "h.db"))
-	if err != nil {
-		t.Fatal(err)
+// forEachStore runs f on a fresh SQLite store and a fresh PostgreSQL
+// database (skipped without FLEETMQ_TEST_POSTGRES, see internal/pgtest).
+func forEachStore(t *testing.T, f func(t *testing.T, st *sqlstore.Store)) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			dsn := filepath.Join(t.TempDir(), "h.db")
+			if backend == "postgres" {
+				dsn = pgtest.DSN(t)
+			}
+			st, err := sqlstore.Open(context.Background(), dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			f(t, st)
+		})
 	}
-	t.Cleanup(func() { st.Close() })
-	return st
 }
 
 func rec(acc, client, sub string, at time.Time, payload string) *fleetmq.Record {
@@ -80,53 +90,54 @@ func equal(t *testing.T, what string, got []string, want ...string) {
 // TestQueryFilters: every filter of a history query, on two accounts that
 // use the same client ids and topics; neither ever sees the other's records.
 func TestQueryFilters(t *testing.T) {
-	st := openStore(t)
-	at := func(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
-	for _, acc := range []string{accA, accB} {
-		tag := acc[:1]
-		d := rec(acc, "pump-1", "telemetry/flow", at(3), `{"station_controller_device_id":"sc-9","flow":3}`)
-		d.StationControllerDeviceID = "sc-9"
-		appendAll(t, st,
-			rec(acc, "pump-1", "state/summary", at(0), tag+"0"),
-			rec(acc, "pump-1", "event/alarm/high", at(1), tag+"1"),
-			rec(acc, "pump-2", "state/summary", at(2), tag+"2"),
-			d,
-			rec(acc, "pump-2", "sample/a/b/c", at(4), tag+"4"),
-		)
-	}
-	flow := `telemetry/flow {"station_controller_device_id":"sc-9","flow":3}`
-	equal(t, "no filter (newest first)", query(t, st, accA, history.Params{}),
-		"pump-2/sample/a/b/c a4", "pump-1/"+flow, "pump-2/state/summary a2", "pump-1/event/alarm/high a1", "pump-1/state/summary a0")
-	equal(t, "account B", query(t, st, accB, history.Params{Order: "asc", Limit: "2"}),
-		"pump-1/state/summary b0", "pump-1/event/alarm/high b1")
-	equal(t, "client_id", query(t, st, accA, history.Params{ClientID: "pump-2", Order: "asc"}),
-		"pump-2/state/summary a2", "pump-2/sample/a/b/c a4")
-	equal(t, "class", query(t, st, accA, history.Params{Class: "state", Order: "asc"}),
-		"pump-1/state/summary a0", "pump-2/state/summary a2")
-	equal(t, "device", query(t, st, accA, history.Params{StationControllerDeviceID: "sc-9"}), "pump-1/"+flow)
-	equal(t, "from/to", query(t, st, accA, history.Params{From: at(1).Format(time.RFC3339), To: at(3).Format(time.RFC3339), Order: "asc"}),
-		"pump-1/event/alarm/high a1", "pump-2/state/summary a2")
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		at := func(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+		for _, acc := range []string{accA, accB} {
+			tag := acc[:1]
+			d := rec(acc, "pump-1", "telemetry/flow", at(3), `{"station_controller_device_id":"sc-9","flow":3}`)
+			d.StationControllerDeviceID = "sc-9"
+			appendAll(t, st,
+				rec(acc, "pump-1", "state/summary", at(0), tag+"0"),
+				rec(acc, "pump-1", "event/alarm/high", at(1), tag+"1"),
+				rec(acc, "pump-2", "state/summary", at(2), tag+"2"),
+				d,
+				rec(acc, "pump-2", "sample/a/b/c", at(4), tag+"4"),
+			)
+		}
+		flow := `telemetry/flow {"station_controller_device_id":"sc-9","flow":3}`
+		equal(t, "no filter (newest first)", query(t, st, accA, history.Params{}),
+			"pump-2/sample/a/b/c a4", "pump-1/"+flow, "pump-2/state/summary a2", "pump-1/event/alarm/high a1", "pump-1/state/summary a0")
+		equal(t, "account B", query(t, st, accB, history.Params{Order: "asc", Limit: "2"}),
+			"pump-1/state/summary b0", "pump-1/event/alarm/high b1")
+		equal(t, "client_id", query(t, st, accA, history.Params{ClientID: "pump-2", Order: "asc"}),
+			"pump-2/state/summary a2", "pump-2/sample/a/b/c a4")
+		equal(t, "class", query(t, st, accA, history.Params{Class: "state", Order: "asc"}),
+			"pump-1/state/summary a0", "pump-2/state/summary a2")
+		equal(t, "device", query(t, st, accA, history.Params{StationControllerDeviceID: "sc-9"}), "pump-1/"+flow)
+		equal(t, "from/to", query(t, st, accA, history.Params{From: at(1).Format(time.RFC3339), To: at(3).Format(time.RFC3339), Order: "asc"}),
+			"pump-1/event/alarm/high a1", "pump-2/state/summary a2")
 
-	for _, tc := range []struct {
-		filter string
-		want   []string
-	}{
-		{accA + "/+/state/summary", []string{"pump-1/state/summary a0", "pump-2/state/summary a2"}},
-		{accA + "/pump-1/#", []string{"pump-1/state/summary a0", "pump-1/event/alarm/high a1", "pump-1/" + flow}},
-		{accA + "/+/event/+/high", []string{"pump-1/event/alarm/high a1"}},
-		{accA + "/+/sample/#", []string{"pump-2/sample/a/b/c a4"}},
-		{accA + "/+/sample/a/+", nil},
-		{"+/pump-2/#", []string{"pump-2/state/summary a2", "pump-2/sample/a/b/c a4"}}, // first-level wildcard = the account
-		{"#", []string{"pump-1/state/summary a0", "pump-1/event/alarm/high a1", "pump-2/state/summary a2", "pump-1/" + flow, "pump-2/sample/a/b/c a4"}},
-		{accA + "/pump-1/state/summary", []string{"pump-1/state/summary a0"}},
-		{accA + "/pump-1/state", nil}, // no wildcard: exact topic only
-	} {
-		equal(t, "topic "+tc.filter, query(t, st, accA, history.Params{Topic: tc.filter, Order: "asc"}), tc.want...)
-	}
-	equal(t, "anchored expression", query(t, st, accA, history.Params{TopicRegex: "^" + accA + "/pump-[12]/state/", Order: "asc"}),
-		"pump-1/state/summary a0", "pump-2/state/summary a2")
-	equal(t, "topic filter and client agree", query(t, st, accA, history.Params{Topic: accA + "/pump-1/state/#", ClientID: "pump-1"}),
-		"pump-1/state/summary a0")
+		for _, tc := range []struct {
+			filter string
+			want   []string
+		}{
+			{accA + "/+/state/summary", []string{"pump-1/state/summary a0", "pump-2/state/summary a2"}},
+			{accA + "/pump-1/#", []string{"pump-1/state/summary a0", "pump-1/event/alarm/high a1", "pump-1/" + flow}},
+			{accA + "/+/event/+/high", []string{"pump-1/event/alarm/high a1"}},
+			{accA + "/+/sample/#", []string{"pump-2/sample/a/b/c a4"}},
+			{accA + "/+/sample/a/+", nil},
+			{"+/pump-2/#", []string{"pump-2/state/summary a2", "pump-2/sample/a/b/c a4"}}, // first-level wildcard = the account
+			{"#", []string{"pump-1/state/summary a0", "pump-1/event/alarm/high a1", "pump-2/state/summary a2", "pump-1/" + flow, "pump-2/sample/a/b/c a4"}},
+			{accA + "/pump-1/state/summary", []string{"pump-1/state/summary a0"}},
+			{accA + "/pump-1/state", nil}, // no wildcard: exact topic only
+		} {
+			equal(t, "topic "+tc.filter, query(t, st, accA, history.Params{Topic: tc.filter, Order: "asc"}), tc.want...)
+		}
+		equal(t, "anchored expression", query(t, st, accA, history.Params{TopicRegex: "^" + accA + "/pump-[12]/state/", Order: "asc"}),
+			"pump-1/state/summary a0", "pump-2/state/summary a2")
+		equal(t, "topic filter and client agree", query(t, st, accA, history.Params{Topic: accA + "/pump-1/state/#", ClientID: "pump-1"}),
+			"pump-1/state/summary a0")
+	})
 }
 
 // TestBuildRefuses: invalid input is refused field by field, and nothing
@@ -169,233 +180,237 @@ func TestBuildRefuses(t *testing.T) {
 // in order, both ways; records arriving between pages do not disturb a
 // newest-first walk.
 func TestPagination(t *testing.T) {
-	st := openStore(t)
-	var recs []*fleetmq.Record
-	for i := range 250 {
-		// Pairs of records share a receive time: the id breaks the tie.
-		recs = append(recs, rec(accA, "c1", "telemetry/x", t0.Add(time.Duration(i/2)*time.Second), fmt.Sprint(i)))
-	}
-	appendAll(t, st, recs...)
-	appendAll(t, st, rec(accB, "c1", "telemetry/x", t0, "other account"))
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		var recs []*fleetmq.Record
+		for i := range 250 {
+			// Pairs of records share a receive time: the id breaks the tie.
+			recs = append(recs, rec(accA, "c1", "telemetry/x", t0.Add(time.Duration(i/2)*time.Second), fmt.Sprint(i)))
+		}
+		appendAll(t, st, recs...)
+		appendAll(t, st, rec(accB, "c1", "telemetry/x", t0, "other account"))
 
-	for _, order := range []string{"desc", "asc"} {
-		var got []string
-		p := history.Params{Order: order, Limit: "100"}
-		pages := 0
-		for {
-			q, err := history.Build(accA, p, false)
-			if err != nil {
-				t.Fatal(err)
+		for _, order := range []string{"desc", "asc"} {
+			var got []string
+			p := history.Params{Order: order, Limit: "100"}
+			pages := 0
+			for {
+				q, err := history.Build(accA, p, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				page, err := history.Page(context.Background(), st, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pages++
+				for _, r := range page.Records {
+					got = append(got, string(r.Payload))
+				}
+				if page.Next == "" {
+					break
+				}
+				if pages == 1 && order == "desc" {
+					// A record arriving now is newer than the walk: not in it.
+					appendAll(t, st, rec(accA, "c1", "telemetry/x", t0.Add(time.Hour), "late"))
+				}
+				p.Cursor = page.Next
 			}
-			page, err := history.Page(context.Background(), st, q)
-			if err != nil {
-				t.Fatal(err)
+			if order == "asc" {
+				// The record that arrived during the first walk comes last.
+				if got[len(got)-1] != "late" {
+					t.Fatalf("asc: last record %q, want the late one", got[len(got)-1])
+				}
+				got = got[:len(got)-1]
 			}
-			pages++
-			for _, r := range page.Records {
-				got = append(got, string(r.Payload))
+			if pages != 3 || len(got) != 250 {
+				t.Fatalf("%s: %d pages, %d records, want 3 pages of 250 records", order, pages, len(got))
 			}
-			if page.Next == "" {
-				break
+			for i := range got {
+				want := i
+				if order == "desc" {
+					want = 249 - i
+				}
+				if got[i] != fmt.Sprint(want) {
+					t.Fatalf("%s: record %d is %q, want %d", order, i, got[i], want)
+				}
 			}
-			if pages == 1 && order == "desc" {
-				// A record arriving now is newer than the walk: not in it.
-				appendAll(t, st, rec(accA, "c1", "telemetry/x", t0.Add(time.Hour), "late"))
-			}
-			p.Cursor = page.Next
 		}
-		if order == "asc" {
-			// The record that arrived during the first walk comes last.
-			if got[len(got)-1] != "late" {
-				t.Fatalf("asc: last record %q, want the late one", got[len(got)-1])
-			}
-			got = got[:len(got)-1]
-		}
-		if pages != 3 || len(got) != 250 {
-			t.Fatalf("%s: %d pages, %d records, want 3 pages of 250 records", order, pages, len(got))
-		}
-		for i := range got {
-			want := i
-			if order == "desc" {
-				want = 249 - i
-			}
-			if got[i] != fmt.Sprint(want) {
-				t.Fatalf("%s: record %d is %q, want %d", order, i, got[i], want)
-			}
-		}
-	}
+	})
 }
 
 // TestExport: the three export formats carry every field; JSON payloads are
 // embedded, binary payloads are base64, and nothing of the other account
 // appears.
 func TestExport(t *testing.T) {
-	st := openStore(t)
-	j := rec(accA, "c1", "state/s", t0, "{\n  \"temp\": 21.5,\n  \"station_controller_device_id\": \"sc-1\"\n}")
-	j.StationControllerDeviceID, j.QoS, j.PublishedQoS, j.Retain = "sc-1", 1, 2, true
-	j.ContentType, j.PayloadFormat = "application/json", 1
-	j.UserProperties = []fleetmq.UserProperty{{Key: "unit", Value: "°C"}, {Key: "quote", Value: `a "b", c`}}
-	bin := rec(accA, "c2", "sample/raw", t0.Add(time.Second), "")
-	bin.Payload = []byte{0, 1, 2, 0xff, '\n'}
-	text := rec(accA, "c2", "event/e", t0.Add(2*time.Second), "plain, \"quoted\"\ntext")
-	appendAll(t, st, j, bin, text, rec(accB, "c1", "state/s", t0, `{"secret":1}`))
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		j := rec(accA, "c1", "state/s", t0, "{\n  \"temp\": 21.5,\n  \"station_controller_device_id\": \"sc-1\"\n}")
+		j.StationControllerDeviceID, j.QoS, j.PublishedQoS, j.Retain = "sc-1", 1, 2, true
+		j.ContentType, j.PayloadFormat = "application/json", 1
+		j.UserProperties = []fleetmq.UserProperty{{Key: "unit", Value: "°C"}, {Key: "quote", Value: `a "b", c`}}
+		bin := rec(accA, "c2", "sample/raw", t0.Add(time.Second), "")
+		bin.Payload = []byte{0, 1, 2, 0xff, '\n'}
+		text := rec(accA, "c2", "event/e", t0.Add(2*time.Second), "plain, \"quoted\"\ntext")
+		appendAll(t, st, j, bin, text, rec(accB, "c1", "state/s", t0, `{"secret":1}`))
 
-	export := func(f history.Format) string {
-		q, err := history.Build(accA, history.Params{Order: "asc"}, true)
-		if err != nil {
-			t.Fatal(err)
+		export := func(f history.Format) string {
+			q, err := history.Build(accA, history.Params{Order: "asc"}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			n, err := history.Export(context.Background(), &b, st, q, f)
+			if err != nil || n != 3 {
+				t.Fatalf("export %s: %d records, %v", f, n, err)
+			}
+			return b.String()
 		}
-		var b bytes.Buffer
-		n, err := history.Export(context.Background(), &b, st, q, f)
-		if err != nil || n != 3 {
-			t.Fatalf("export %s: %d records, %v", f, n, err)
-		}
-		return b.String()
-	}
 
-	var arr []history.Record
-	if err := json.Unmarshal([]byte(export(history.JSON)), &arr); err != nil || len(arr) != 3 {
-		t.Fatalf("JSON export: %v (%d records)", err, len(arr))
-	}
-	nd := strings.Split(strings.TrimSuffix(export(history.NDJSON), "\n"), "\n")
-	if len(nd) != 3 {
-		t.Fatalf("NDJSON export has %d lines, want 3: %q", len(nd), nd)
-	}
-	for i, line := range nd {
-		var r history.Record
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("NDJSON line %d: %v", i, err)
+		var arr []history.Record
+		if err := json.Unmarshal([]byte(export(history.JSON)), &arr); err != nil || len(arr) != 3 {
+			t.Fatalf("JSON export: %v (%d records)", err, len(arr))
 		}
-		if fmt.Sprint(r) != fmt.Sprint(arr[i]) {
-			t.Errorf("NDJSON record %d differs from the JSON export:\n%+v\n%+v", i, r, arr[i])
+		nd := strings.Split(strings.TrimSuffix(export(history.NDJSON), "\n"), "\n")
+		if len(nd) != 3 {
+			t.Fatalf("NDJSON export has %d lines, want 3: %q", len(nd), nd)
 		}
-	}
-	r := arr[0]
-	if r.Topic != accA+"/c1/state/s" || r.Class != "state" || r.QoS != 1 || r.PublishedQoS != 2 || !r.Retain ||
-		r.StationControllerDeviceID != "sc-1" || r.ContentType != "application/json" || r.PayloadFormat != 1 ||
-		len(r.UserProperties) != 2 || r.UserProperties[0].Value != "°C" || !r.ReceivedAt.Equal(t0) || r.PayloadEncoding != "json" {
-		t.Errorf("JSON record: %+v", r)
-	}
-	var payload struct{ Temp float64 }
-	if err := json.Unmarshal(r.Payload, &payload); err != nil || payload.Temp != 21.5 {
-		t.Errorf("JSON payload not embedded as JSON: %s", r.Payload)
-	}
-	if b, err := arr[1].Bytes(); err != nil || !bytes.Equal(b, bin.Payload) || arr[1].PayloadEncoding != "base64" {
-		t.Errorf("binary payload: %q %v (%s)", b, err, arr[1].PayloadEncoding)
-	}
-	if b, _ := arr[2].Bytes(); string(b) != string(text.Payload) {
-		t.Errorf("text payload: %q", b)
-	}
-
-	rows, err := csv.NewReader(strings.NewReader(export(history.CSV))).ReadAll()
-	if err != nil || len(rows) != 4 {
-		t.Fatalf("CSV export: %v (%d rows)", err, len(rows))
-	}
-	head := strings.Join(rows[0], ",")
-	col := func(row []string, name string) string {
-		for i, h := range rows[0] {
-			if h == name {
-				return row[i]
+		for i, line := range nd {
+			var r history.Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("NDJSON line %d: %v", i, err)
+			}
+			if fmt.Sprint(r) != fmt.Sprint(arr[i]) {
+				t.Errorf("NDJSON record %d differs from the JSON export:\n%+v\n%+v", i, r, arr[i])
 			}
 		}
-		t.Fatalf("CSV has no column %s: %s", name, head)
-		return ""
-	}
-	if col(rows[3], "payload") != string(text.Payload) || col(rows[3], "payload_encoding") != "utf-8" {
-		t.Errorf("CSV text payload: %q", rows[3])
-	}
-	if col(rows[2], "payload_encoding") != "base64" || col(rows[2], "payload") != "AAEC/wo=" {
-		t.Errorf("CSV binary payload: %q", rows[2])
-	}
-	if col(rows[1], "station_controller_device_id") != "sc-1" || col(rows[1], "received_at") != "2026-11-20T12:00:00.000000Z" {
-		t.Errorf("CSV row: %q", rows[1])
-	}
+		r := arr[0]
+		if r.Topic != accA+"/c1/state/s" || r.Class != "state" || r.QoS != 1 || r.PublishedQoS != 2 || !r.Retain ||
+			r.StationControllerDeviceID != "sc-1" || r.ContentType != "application/json" || r.PayloadFormat != 1 ||
+			len(r.UserProperties) != 2 || r.UserProperties[0].Value != "°C" || !r.ReceivedAt.Equal(t0) || r.PayloadEncoding != "json" {
+			t.Errorf("JSON record: %+v", r)
+		}
+		var payload struct{ Temp float64 }
+		if err := json.Unmarshal(r.Payload, &payload); err != nil || payload.Temp != 21.5 {
+			t.Errorf("JSON payload not embedded as JSON: %s", r.Payload)
+		}
+		if b, err := arr[1].Bytes(); err != nil || !bytes.Equal(b, bin.Payload) || arr[1].PayloadEncoding != "base64" {
+			t.Errorf("binary payload: %q %v (%s)", b, err, arr[1].PayloadEncoding)
+		}
+		if b, _ := arr[2].Bytes(); string(b) != string(text.Payload) {
+			t.Errorf("text payload: %q", b)
+		}
+
+		rows, err := csv.NewReader(strings.NewReader(export(history.CSV))).ReadAll()
+		if err != nil || len(rows) != 4 {
+			t.Fatalf("CSV export: %v (%d rows)", err, len(rows))
+		}
+		head := strings.Join(rows[0], ",")
+		col := func(row []string, name string) string {
+			for i, h := range rows[0] {
+				if h == name {
+					return row[i]
+				}
+			}
+			t.Fatalf("CSV has no column %s: %s", name, head)
+			return ""
+		}
+		if col(rows[3], "payload") != string(text.Payload) || col(rows[3], "payload_encoding") != "utf-8" {
+			t.Errorf("CSV text payload: %q", rows[3])
+		}
+		if col(rows[2], "payload_encoding") != "base64" || col(rows[2], "payload") != "AAEC/wo=" {
+			t.Errorf("CSV binary payload: %q", rows[2])
+		}
+		if col(rows[1], "station_controller_device_id") != "sc-1" || col(rows[1], "received_at") != "2026-11-20T12:00:00.000000Z" {
+			t.Errorf("CSV row: %q", rows[1])
+		}
+	})
 }
 
 // TestAggregate: a numeric payload field bucketed over time, with records
 // that lack it counted as skipped.
 func TestAggregate(t *testing.T) {
-	st := openStore(t)
-	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	appendAll(t, st,
-		rec(accA, "c1", "telemetry/t", at(0), `{"temp": 20}`),
-		rec(accA, "c1", "telemetry/t", at(30), `{"temp": 22}`),
-		rec(accA, "c1", "telemetry/t", at(59), `{"temp": "24.5"}`),
-		rec(accA, "c1", "telemetry/t", at(61), `{"battery": {"level": 80}, "temp": 19}`),
-		rec(accA, "c1", "telemetry/t", at(62), `{"temp": true}`),
-		rec(accA, "c1", "telemetry/t", at(63), `not json`),
-		rec(accA, "c1", "telemetry/t", at(200), `{"temp": 30}`),
-		rec(accB, "c1", "telemetry/t", at(10), `{"temp": 1000}`),
-	)
-	q, err := history.Build(accA, history.Params{ClientID: "c1", From: at(0).Format(time.RFC3339), To: at(300).Format(time.RFC3339)}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := history.Aggregate(context.Background(), st, q, "temp", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := fmt.Sprint(s.Skipped)
-	for _, b := range s.Buckets {
-		got += fmt.Sprintf(" [%s n=%d min=%g max=%g avg=%.2f last=%g]", b.Start.Format("15:04:05"), b.Count, b.Min, b.Max, b.Avg, b.Last)
-	}
-	want := "2 [12:00:00 n=3 min=20 max=24.5 avg=22.17 last=24.5] [12:01:00 n=1 min=19 max=19 avg=19.00 last=19] [12:03:00 n=1 min=30 max=30 avg=30.00 last=30]"
-	if got != want {
-		t.Errorf("aggregate temp:\n got %s\nwant %s", got, want)
-	}
-	s, err = history.Aggregate(context.Background(), st, q, "battery.level", time.Hour)
-	if err != nil || len(s.Buckets) != 1 || s.Buckets[0].Last != 80 || s.Skipped != 6 {
-		t.Errorf("aggregate battery.level: %+v %v", s, err)
-	}
-	if _, err := history.Aggregate(context.Background(), st, q, "temp", time.Millisecond); err == nil {
-		t.Error("a bucket under 1s accepted")
-	}
-	noRange, _ := history.Build(accA, history.Params{}, true)
-	if _, err := history.Aggregate(context.Background(), st, noRange, "temp", time.Minute); err == nil {
-		t.Error("an aggregation without a time range accepted")
-	}
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+		appendAll(t, st,
+			rec(accA, "c1", "telemetry/t", at(0), `{"temp": 20}`),
+			rec(accA, "c1", "telemetry/t", at(30), `{"temp": 22}`),
+			rec(accA, "c1", "telemetry/t", at(59), `{"temp": "24.5"}`),
+			rec(accA, "c1", "telemetry/t", at(61), `{"battery": {"level": 80}, "temp": 19}`),
+			rec(accA, "c1", "telemetry/t", at(62), `{"temp": true}`),
+			rec(accA, "c1", "telemetry/t", at(63), `not json`),
+			rec(accA, "c1", "telemetry/t", at(200), `{"temp": 30}`),
+			rec(accB, "c1", "telemetry/t", at(10), `{"temp": 1000}`),
+		)
+		q, err := history.Build(accA, history.Params{ClientID: "c1", From: at(0).Format(time.RFC3339), To: at(300).Format(time.RFC3339)}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := history.Aggregate(context.Background(), st, q, "temp", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprint(s.Skipped)
+		for _, b := range s.Buckets {
+			got += fmt.Sprintf(" [%s n=%d min=%g max=%g avg=%.2f last=%g]", b.Start.Format("15:04:05"), b.Count, b.Min, b.Max, b.Avg, b.Last)
+		}
+		want := "2 [12:00:00 n=3 min=20 max=24.5 avg=22.17 last=24.5] [12:01:00 n=1 min=19 max=19 avg=19.00 last=19] [12:03:00 n=1 min=30 max=30 avg=30.00 last=30]"
+		if got != want {
+			t.Errorf("aggregate temp:\n got %s\nwant %s", got, want)
+		}
+		s, err = history.Aggregate(context.Background(), st, q, "battery.level", time.Hour)
+		if err != nil || len(s.Buckets) != 1 || s.Buckets[0].Last != 80 || s.Skipped != 6 {
+			t.Errorf("aggregate battery.level: %+v %v", s, err)
+		}
+		if _, err := history.Aggregate(context.Background(), st, q, "temp", time.Millisecond); err == nil {
+			t.Error("a bucket under 1s accepted")
+		}
+		noRange, _ := history.Build(accA, history.Params{}, true)
+		if _, err := history.Aggregate(context.Background(), st, noRange, "temp", time.Minute); err == nil {
+			t.Error("an aggregation without a time range accepted")
+		}
+	})
 }
 
 // TestLatestAndRetention: the newest record per topic of a client, and
 // retention by each account's plan (starter keeps 7 days, scale 90).
 func TestLatestAndRetention(t *testing.T) {
-	st := openStore(t)
-	ctx := context.Background()
-	now := t0.Add(30 * 24 * time.Hour)
-	for acc, plan := range map[string]string{accA: "starter", accB: "scale"} {
-		if err := st.CreateAccount(ctx, &fleetmq.Account{ID: acc, Name: plan, OwnerEmail: plan + "@example.com", Plan: plan, CreatedAt: t0}, "x"); err != nil {
-			t.Fatal(err)
-		}
-		appendAll(t, st,
-			rec(acc, "c1", "state/a", now.Add(-10*24*time.Hour), "old a"),
-			rec(acc, "c1", "state/b", now.Add(-9*24*time.Hour), "old b"),
-			rec(acc, "c1", "state/a", now.Add(-time.Hour), "new a"),
-			rec(acc, "c2", "state/a", now.Add(-time.Hour), "c2 a"),
-		)
-	}
-	latest := func(acc string) (out []string) {
-		rs, err := st.LatestHistory(ctx, acc, "c1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range rs {
-			if r.AccountID != acc || r.ClientID != "c1" {
-				t.Errorf("latest of %s/c1 returned %s/%s", acc, r.AccountID, r.ClientID)
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		ctx := context.Background()
+		now := t0.Add(30 * 24 * time.Hour)
+		for acc, plan := range map[string]string{accA: "starter", accB: "scale"} {
+			if err := st.CreateAccount(ctx, &fleetmq.Account{ID: acc, Name: plan, OwnerEmail: plan + "@example.com", Plan: plan, CreatedAt: t0}, "x"); err != nil {
+				t.Fatal(err)
 			}
-			out = append(out, string(r.Payload))
+			appendAll(t, st,
+				rec(acc, "c1", "state/a", now.Add(-10*24*time.Hour), "old a"),
+				rec(acc, "c1", "state/b", now.Add(-9*24*time.Hour), "old b"),
+				rec(acc, "c1", "state/a", now.Add(-time.Hour), "new a"),
+				rec(acc, "c2", "state/a", now.Add(-time.Hour), "c2 a"),
+			)
 		}
-		return out
-	}
-	equal(t, "latest before retention", latest(accA), "new a", "old b")
+		latest := func(acc string) (out []string) {
+			rs, err := st.LatestHistory(ctx, acc, "c1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				if r.AccountID != acc || r.ClientID != "c1" {
+					t.Errorf("latest of %s/c1 returned %s/%s", acc, r.AccountID, r.ClientID)
+				}
+				out = append(out, string(r.Payload))
+			}
+			return out
+		}
+		equal(t, "latest before retention", latest(accA), "new a", "old b")
 
-	ret := &history.Retention{Control: st, History: st, Now: func() time.Time { return now }, Batch: 1, Pause: time.Millisecond}
-	n, err := ret.Pass(ctx)
-	if err != nil || n != 2 {
-		t.Fatalf("retention pass deleted %d, %v; want the 2 starter records older than 7 days", n, err)
-	}
-	equal(t, "account A after retention", query(t, st, accA, history.Params{Order: "asc"}), "c1/state/a new a", "c2/state/a c2 a")
-	equal(t, "account B (90 days) untouched", query(t, st, accB, history.Params{Order: "asc"}),
-		"c1/state/a old a", "c1/state/b old b", "c1/state/a new a", "c2/state/a c2 a")
-	equal(t, "latest after retention", latest(accA), "new a")
-	equal(t, "latest of B", latest(accB), "new a", "old b")
+		ret := &history.Retention{Control: st, History: st, Now: func() time.Time { return now }, Batch: 1, Pause: time.Millisecond}
+		n, err := ret.Pass(ctx)
+		if err != nil || n != 2 {
+			t.Fatalf("retention pass deleted %d, %v; want the 2 starter records older than 7 days", n, err)
+		}
+		equal(t, "account A after retention", query(t, st, accA, history.Params{Order: "asc"}), "c1/state/a new a", "c2/state/a c2 a")
+		equal(t, "account B (90 days) untouched", query(t, st, accB, history.Params{Order: "asc"}),
+			"c1/state/a old a", "c1/state/b old b", "c1/state/a new a", "c2/state/a c2 a")
+		equal(t, "latest after retention", latest(accA), "new a")
+		equal(t, "latest of B", latest(accB), "new a", "old b")
+	})
 }

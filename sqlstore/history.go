@@ -29,6 +29,9 @@ func (s *Store) AppendHistory(ctx context.Context, recs []*fleetmq.Record) error
 	if len(recs) == 0 {
 		return nil
 	}
+	if s.dialect == postgresDialect {
+		return s.appendHistoryPostgres(ctx, recs)
+	}
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		args := make([]any, 0, insertChunk*historyColumnCount)
 		for start := 0; start < len(recs); start += insertChunk {
@@ -50,7 +53,7 @@ func (s *Store) AppendHistory(ctx context.Context, recs []*fleetmq.Record) error
 				args = append(args, r.AccountID, r.ClientID, r.Topic, r.Class, r.QoS, r.PublishedQoS, r.Retain,
 					payload, r.ContentType, r.PayloadFormat, props, r.StationControllerDeviceID, r.Received.UnixMicro())
 			}
-			res, err := tx.ExecContext(ctx, s.rebindHistory(insertSQL(len(chunk))), args...)
+			res, err := tx.ExecContext(ctx, s.rebind(insertSQL(len(chunk))), args...)
 			if err != nil {
 				return err
 			}
@@ -85,25 +88,34 @@ func insertSQL(n int) string {
 	return b.String()
 }
 
+// newestPerTopic returns the newest record of each (account, client,
+// topic) of a batch, in first-seen order.
+func newestPerTopic(recs []*fleetmq.Record) []*fleetmq.Record {
+	type key struct{ account, client, topic string }
+	index := make(map[key]int, 8)
+	var out []*fleetmq.Record
+	for _, r := range recs {
+		k := key{r.AccountID, r.ClientID, r.Topic}
+		if i, ok := index[k]; ok {
+			if !r.Received.Before(out[i].Received) {
+				out[i] = r
+			}
+			continue
+		}
+		index[k] = len(out)
+		out = append(out, r)
+	}
+	return out
+}
+
 // updateLatest records the newest record of each (account, client, topic)
 // of a batch.
 func (s *Store) updateLatest(ctx context.Context, tx *sql.Tx, recs []*fleetmq.Record) error {
-	type key struct{ account, client, topic string }
-	newest := make(map[key]*fleetmq.Record, 8)
-	order := make([]key, 0, 8)
-	for _, r := range recs {
-		k := key{r.AccountID, r.ClientID, r.Topic}
-		if _, ok := newest[k]; !ok {
-			order = append(order, k)
-		}
-		newest[k] = r
-	}
-	q := s.rebindHistory(`INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us) VALUES (?, ?, ?, ?, ?)
+	q := s.rebind(`INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
 		WHERE excluded.received_us >= history_latest.received_us`)
-	for _, k := range order {
-		r := newest[k]
-		if _, err := tx.ExecContext(ctx, q, k.account, k.client, k.topic, r.ID, r.Received.UnixMicro()); err != nil {
+	for _, r := range newestPerTopic(recs) {
+		if _, err := tx.ExecContext(ctx, q, r.AccountID, r.ClientID, r.Topic, r.ID, r.Received.UnixMicro()); err != nil {
 			return err
 		}
 	}
@@ -169,7 +181,7 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 	if q.Limit > 0 && re == nil {
 		query += fmt.Sprintf(" LIMIT %d", q.Limit)
 	}
-	rows, err := s.db.QueryContext(ctx, s.rebindHistory(query), args...)
+	rows, err := s.db.QueryContext(ctx, s.rebind(query), args...)
 	if err != nil {
 		return err
 	}
@@ -226,7 +238,7 @@ func prefixUpperBound(prefix string) (string, bool) {
 
 // LatestHistory implements fleetmq.HistoryStore.
 func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) ([]*fleetmq.Record, error) {
-	rows, err := s.db.QueryContext(ctx, s.rebindHistory(`SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
 		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
 		FROM history_latest l JOIN history h ON h.id = l.record_id
 		WHERE l.account_id = ? AND l.client_id = ? AND h.account_id = ?
@@ -262,7 +274,7 @@ func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time
 	}
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.rebindHistory(`DELETE FROM history WHERE id IN (
+		res, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM history WHERE id IN (
 			SELECT id FROM history WHERE account_id = ? AND received_us < ? ORDER BY received_us, id LIMIT ?)`),
 			accountID, before.UnixMicro(), limit)
 		if err != nil {
@@ -271,13 +283,9 @@ func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time
 		if n, err = res.RowsAffected(); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.rebindHistory(`DELETE FROM history_latest WHERE account_id = ? AND received_us < ?`),
+		_, err = tx.ExecContext(ctx, s.rebind(`DELETE FROM history_latest WHERE account_id = ? AND received_us < ?`),
 			accountID, before.UnixMicro())
 		return err
 	})
 	return n, err
 }
-
-// rebindHistory adapts a query written with ? placeholders to the store's
-// database.
-func (s *Store) rebindHistory(q string) string { return q }

@@ -1,0 +1,89 @@
+package sqlstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// appendHistoryPostgres writes a batch in one transaction on PostgreSQL:
+// ids reserved from the identity sequence (in the batch's order), the rows
+// by COPY, and the latest-per-topic table by one statement over arrays.
+func (s *Store) appendHistoryPostgres(ctx context.Context, recs []*fleetmq.Record) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		pc := dc.(*stdlib.Conn).Conn()
+		tx, err := pc.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		rows, err := tx.Query(ctx, `SELECT nextval(pg_get_serial_sequence('history', 'id')) FROM generate_series(1, $1) ORDER BY 1`, len(recs))
+		if err != nil {
+			return err
+		}
+		i := 0
+		for rows.Next() {
+			if i < len(recs) {
+				if err := rows.Scan(&recs[i].ID); err != nil {
+					rows.Close()
+					return err
+				}
+			}
+			i++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if i != len(recs) {
+			return fmt.Errorf("history: reserved %d ids for %d records", i, len(recs))
+		}
+		cols := []string{"id", "account_id", "client_id", "topic", "class", "qos", "published_qos", "retain", "payload",
+			"content_type", "payload_format", "user_properties", "station_controller_device_id", "received_us"}
+		_, err = tx.CopyFrom(ctx, pgx.Identifier{"history"}, cols, pgx.CopyFromSlice(len(recs), func(i int) ([]any, error) {
+			r := recs[i]
+			var props any
+			if len(r.UserProperties) > 0 {
+				b, err := json.Marshal(r.UserProperties)
+				if err != nil {
+					return nil, err
+				}
+				props = string(b)
+			}
+			payload := r.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			return []any{r.ID, r.AccountID, r.ClientID, r.Topic, r.Class, int16(r.QoS), int16(r.PublishedQoS), r.Retain, payload,
+				r.ContentType, int16(r.PayloadFormat), props, r.StationControllerDeviceID, r.Received.UnixMicro()}, nil
+		}))
+		if err != nil {
+			return err
+		}
+		latest := newestPerTopic(recs)
+		n := len(latest)
+		acc, cli, top := make([]string, n), make([]string, n), make([]string, n)
+		ids, at := make([]int64, n), make([]int64, n)
+		for i, r := range latest {
+			acc[i], cli[i], top[i], ids[i], at[i] = r.AccountID, r.ClientID, r.Topic, r.ID, r.Received.UnixMicro()
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])
+			ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
+			WHERE excluded.received_us >= history_latest.received_us`, acc, cli, top, ids, at)
+		if err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
+}
