@@ -71,6 +71,7 @@ Usage:
   fleetmq bench pubsub [flags]    N publishers into M wildcard subscribers
   fleetmq bench idle [flags]      hold K idle connections, report memory per connection
   fleetmq bench compare [flags]   run the standard loads against fleetmq and Mosquitto, alternating
+  fleetmq bench history [flags]   fill a history store, time deep queries and an NDJSON export
 
 Each prints a summary and a "RESULT {json}" line per run. Run with -h for flags.
 `
@@ -88,6 +89,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return mainIdle(ctx, args[1:], stdout, stderr)
 	case "compare":
 		return mainCompare(ctx, args[1:], stdout, stderr)
+	case "history":
+		return mainHistory(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,0 +1,211 @@
+package loadtest
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/sqlstore"
+)
+
+// HistoryConfig is the history benchmark: a store filled with Records
+// messages of one account's Clients (plus a second account with a tenth as
+// many), then timed queries and an export.
+type HistoryConfig struct {
+	Database string // a PostgreSQL DSN, or "" for SQLite in Dir
+	Dir      string
+	Records  int
+	Clients  int
+	Size     int // payload bytes
+	Queries  int // timed queries per figure
+	Page     int // records per timed page
+}
+
+// HistoryResult holds the figures of a history benchmark.
+type HistoryResult struct {
+	Records      int64   `json:"records"`
+	FillPerSec   float64 `json:"fill_records_per_sec"` // 0 when the store was already filled
+	NewestP50ms  float64 `json:"newest_page_p50_ms"`
+	NewestP90ms  float64 `json:"newest_page_p90_ms"`
+	DeepP50ms    float64 `json:"deep_page_p50_ms"`
+	DeepP90ms    float64 `json:"deep_page_p90_ms"`
+	ExportPerSec float64 `json:"export_ndjson_records_per_sec"`
+	Exported     int64   `json:"exported"`
+}
+
+const benchAccount = "b0000000-0000-4000-8000-000000000001"
+const benchOther = "b0000000-0000-4000-8000-000000000002"
+
+// RunHistory fills the store unless it already holds the records, then
+// measures "newest Page records of one client" (p50, p90 over Queries
+// random clients), the same page deep in the client's history (from a
+// cursor half-way down), and an NDJSON export of one client's whole
+// history.
+func RunHistory(ctx context.Context, cfg HistoryConfig, log io.Writer) (*HistoryResult, error) {
+	var (
+		st  *sqlstore.Store
+		err error
+	)
+	if cfg.Database != "" {
+		st, err = sqlstore.Open(ctx, cfg.Database)
+	} else {
+		st, err = sqlstore.OpenSQLite(ctx, filepath.Join(cfg.Dir, "history-bench.db"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	res := &HistoryResult{}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	perClient := cfg.Records / cfg.Clients
+	// One record per 10 ms per client: the timeline of a busy fleet.
+	step := 10 * time.Millisecond
+
+	var have int64
+	q := &fleetmq.HistoryQuery{AccountID: benchAccount, ClientID: "dev-0"}
+	if err := st.QueryHistory(ctx, q, func(*fleetmq.Record) error { have++; return nil }); err != nil {
+		return nil, err
+	}
+	if have < int64(perClient) {
+		fmt.Fprintf(log, "filling %d records (%d clients) ...\n", cfg.Records, cfg.Clients)
+		payload := make([]byte, cfg.Size)
+		for i := range payload {
+			payload[i] = 'a' + byte(i%26)
+		}
+		const batch = 2048
+		recs := make([]*fleetmq.Record, 0, batch)
+		start := time.Now()
+		total := 0
+		flush := func() error {
+			if len(recs) == 0 {
+				return nil
+			}
+			err := st.AppendHistory(ctx, recs)
+			total += len(recs)
+			recs = recs[:0]
+			if total%(1<<20) < batch {
+				fmt.Fprintf(log, "  %d records, %.0f/s\n", total, float64(total)/time.Since(start).Seconds())
+			}
+			return err
+		}
+		for i := range perClient {
+			at := base.Add(time.Duration(i) * step)
+			for c := range cfg.Clients {
+				acc := benchAccount
+				if c%10 == 9 && cfg.Clients >= 10 {
+					acc = benchOther // a neighbour in the same tables
+				}
+				client := fmt.Sprintf("dev-%d", c)
+				recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: client, Topic: acc + "/" + client + "/telemetry/flow",
+					Class: "telemetry", QoS: 1, PublishedQoS: 1, Payload: payload, Received: at.Add(time.Duration(c) * time.Microsecond)})
+				if len(recs) == batch {
+					if err := flush(); err != nil {
+						return nil, err
+					}
+				}
+			}
+		}
+		if err := flush(); err != nil {
+			return nil, err
+		}
+		res.FillPerSec = float64(total) / time.Since(start).Seconds()
+	}
+	res.Records = int64(perClient * cfg.Clients)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	client := func() string {
+		for {
+			c := rng.IntN(cfg.Clients)
+			if !(c%10 == 9 && cfg.Clients >= 10) {
+				return fmt.Sprintf("dev-%d", c)
+			}
+		}
+	}
+	timePage := func(after *fleetmq.Position, id string) (time.Duration, int, error) {
+		q := &fleetmq.HistoryQuery{AccountID: benchAccount, ClientID: id, Limit: cfg.Page, After: after}
+		t := time.Now()
+		p, err := history.Page(ctx, st, q)
+		if err != nil {
+			return 0, 0, err
+		}
+		return time.Since(t), len(p.Records), nil
+	}
+	var newest, deep []time.Duration
+	for range cfg.Queries {
+		id := client()
+		d, n, err := timePage(nil, id)
+		if err != nil {
+			return nil, err
+		}
+		if n != min(cfg.Page, perClient) {
+			return nil, fmt.Errorf("newest page of %s: %d records, want %d", id, n, min(cfg.Page, perClient))
+		}
+		newest = append(newest, d)
+		// Half-way down the client's history.
+		c := 0
+		fmt.Sscanf(id, "dev-%d", &c)
+		mid := &fleetmq.Position{Received: base.Add(time.Duration(perClient/2)*step + time.Duration(c)*time.Microsecond), ID: 1 << 62}
+		d, n, err = timePage(mid, id)
+		if err != nil {
+			return nil, err
+		}
+		if n != min(cfg.Page, perClient/2) {
+			return nil, fmt.Errorf("deep page of %s: %d records, want %d", id, n, min(cfg.Page, perClient/2))
+		}
+		deep = append(deep, d)
+	}
+	res.NewestP50ms, res.NewestP90ms = percentileMS(newest, 50), percentileMS(newest, 90)
+	res.DeepP50ms, res.DeepP90ms = percentileMS(deep, 50), percentileMS(deep, 90)
+
+	t := time.Now()
+	n, err := history.Export(ctx, io.Discard, st, &fleetmq.HistoryQuery{AccountID: benchAccount, ClientID: client(), Ascending: true}, history.NDJSON)
+	if err != nil {
+		return nil, err
+	}
+	res.Exported = n
+	res.ExportPerSec = float64(n) / time.Since(t).Seconds()
+	return res, nil
+}
+
+func percentileMS(ds []time.Duration, p int) float64 {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s) - 1) * p / 100
+	return float64(s[i].Microseconds()) / 1000
+}
+
+func mainHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench history", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg HistoryConfig
+	fs.StringVar(&cfg.Database, "database", "", "PostgreSQL DSN (default: SQLite in -dir)")
+	fs.StringVar(&cfg.Dir, "dir", ".", "directory of the SQLite benchmark database (kept for reuse)")
+	fs.IntVar(&cfg.Records, "records", 10_000_000, "records in the store")
+	fs.IntVar(&cfg.Clients, "clients", 100, "clients (every tenth belongs to a second account)")
+	fs.IntVar(&cfg.Size, "size", 200, "payload bytes")
+	fs.IntVar(&cfg.Queries, "queries", 20, "timed queries per figure")
+	fs.IntVar(&cfg.Page, "page", 10_000, "records per page")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if cfg.Clients < 1 || cfg.Records < cfg.Clients || cfg.Queries < 1 || cfg.Page < 1 {
+		return fmt.Errorf("bench history: need records >= clients >= 1, queries >= 1, page >= 1")
+	}
+	r, err := RunHistory(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "history: %d records; fill %.0f records/s; newest %d of one client p50 %.1f ms p90 %.1f ms; deep page p50 %.1f ms p90 %.1f ms; export %d records as NDJSON at %.0f records/s\n",
+		r.Records, r.FillPerSec, cfg.Page, r.NewestP50ms, r.NewestP90ms, r.DeepP50ms, r.DeepP90ms, r.Exported, r.ExportPerSec)
+	return nil
+}
