@@ -1,0 +1,387 @@
+// Package ingest turns accepted messages into stored history. It owns the
+// path between the broker and the history store: a bounded queue filled on
+// the publishers' connection goroutines and one writer goroutine that
+// commits what is queued in groups (group commit), then acknowledges every
+// message of the group to its publisher.
+//
+// Acked means stored: a QoS 1 PUBACK or QoS 2 PUBREC goes out only after
+// the record's group is committed. When the queue is full, Accept blocks for
+// QoS 1/2 records, so the publisher's connection is not read until room
+// frees up (back-pressure); QoS 0 records are dropped from history and
+// counted (they are still delivered live), or wait like the others with
+// QoS0Overload "wait". A failed commit is retried with bounded backoff and
+// nothing of its group is acknowledged until it succeeds. Close stops
+// accepting and commits everything queued.
+package ingest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/platform"
+)
+
+// QoS 0 overload policies (Options.QoS0Overload).
+const (
+	// OverloadDrop drops a QoS 0 record from history when the queue is
+	// full (the message is still delivered live) and counts it.
+	OverloadDrop = "drop"
+	// OverloadWait makes QoS 0 publishers wait for room like QoS 1/2.
+	OverloadWait = "wait"
+)
+
+// Options configure a Writer. Zero fields take the defaults.
+type Options struct {
+	// QueueSize bounds the records waiting for the writer. Default 16384.
+	QueueSize int
+	// MaxBatch bounds the records of one commit. Default 2048.
+	MaxBatch int
+	// MaxDelay is how long the writer may wait for more records to fill a
+	// batch when other records are arriving (it never waits for a lone
+	// record). Default 2 ms; negative: never wait.
+	MaxDelay time.Duration
+	// QoS0Overload is the policy for QoS 0 records when the queue is full:
+	// OverloadDrop (default) or OverloadWait.
+	QoS0Overload string
+	// RetryMin and RetryMax bound the exponential backoff between attempts
+	// of a failed commit. Defaults 10 ms and 2 s.
+	RetryMin, RetryMax time.Duration
+	Logger             *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultQueueSize = 16384
+	DefaultMaxBatch  = 2048
+	DefaultMaxDelay  = 2 * time.Millisecond
+)
+
+// withDefaults fills zero fields.
+func (o Options) withDefaults() Options {
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxDelay == 0 {
+		o.MaxDelay = DefaultMaxDelay
+	}
+	if o.QoS0Overload == "" {
+		o.QoS0Overload = OverloadDrop
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = 10 * time.Millisecond
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 2 * time.Second
+	}
+	if o.RetryMax < o.RetryMin {
+		o.RetryMax = o.RetryMin
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Validate checks the options (after defaults).
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	switch {
+	case o.QueueSize < 1:
+		return fmt.Errorf("ingest: queue size %d: must be at least 1", o.QueueSize)
+	case o.MaxBatch < 1:
+		return fmt.Errorf("ingest: batch size %d: must be at least 1", o.MaxBatch)
+	case o.QoS0Overload != OverloadDrop && o.QoS0Overload != OverloadWait:
+		return fmt.Errorf("ingest: QoS 0 overload policy %q: must be %q or %q", o.QoS0Overload, OverloadDrop, OverloadWait)
+	}
+	return nil
+}
+
+// item is a queued record and its publisher's acknowledgement.
+type item struct {
+	rec *fleetmq.Record
+	ack platform.Acker
+}
+
+// Writer is the ingest pipeline: a platform.Sink over a history store.
+type Writer struct {
+	opts  Options
+	store fleetmq.HistoryStore
+	log   *slog.Logger
+	q     chan item
+
+	// active counts Accept calls in progress, so that the drain at Close
+	// also takes a record whose Accept raced with Close.
+	active    atomic.Int64
+	closed    atomic.Bool
+	closing   chan struct{} // closed by Close: stop accepting, drain
+	closeOnce sync.Once
+	abortCtx  context.Context // cancelled when Close's deadline passes
+	abort     context.CancelFunc
+	done      chan struct{} // closed when the writer goroutine ends
+
+	written     atomic.Int64
+	batches     atomic.Int64
+	commitNanos atomic.Int64
+	droppedQoS0 atomic.Int64
+	storeErrors atomic.Int64
+	acceptWaits atomic.Int64
+	abandoned   atomic.Int64
+	inBatch     atomic.Int64 // records of the batch being committed
+}
+
+var _ platform.Sink = (*Writer)(nil)
+
+// New starts a Writer over store.
+func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	w := &Writer{
+		opts:    opts,
+		store:   store,
+		log:     opts.Logger,
+		q:       make(chan item, opts.QueueSize),
+		closing: make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	w.abortCtx, w.abort = context.WithCancel(context.Background())
+	go w.run()
+	return w, nil
+}
+
+// Accept implements platform.Sink. It queues the record and returns; the
+// writer calls ack.Ack once the record is committed. When the queue is
+// full it blocks for a QoS 1/2 record (and for QoS 0 under OverloadWait)
+// until there is room; otherwise it drops the QoS 0 record from history.
+// After Close it stores nothing and never blocks: the record is not
+// acknowledged, so a QoS 1/2 publisher sends it again when it reconnects.
+func (w *Writer) Accept(rec *fleetmq.Record, ack platform.Acker) {
+	w.active.Add(1)
+	defer w.active.Add(-1)
+	if w.closed.Load() {
+		w.abandoned.Add(1)
+		return
+	}
+	it := item{rec: rec, ack: ack}
+	select {
+	case w.q <- it:
+		return
+	default:
+	}
+	if rec.PublishedQoS == 0 && w.opts.QoS0Overload == OverloadDrop {
+		w.droppedQoS0.Add(1)
+		return
+	}
+	w.acceptWaits.Add(1)
+	select {
+	case w.q <- it:
+	case <-w.closing:
+		w.abandoned.Add(1)
+	}
+}
+
+// run is the writer goroutine: take a batch, commit it, acknowledge it.
+func (w *Writer) run() {
+	defer close(w.done)
+	b := &batch{
+		recs: make([]*fleetmq.Record, 0, w.opts.MaxBatch),
+		acks: make([]platform.Acker, 0, w.opts.MaxBatch),
+	}
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	draining := false
+	for {
+		if !w.first(b, &draining) {
+			return
+		}
+		w.fill(b)
+		if !draining && w.opts.MaxDelay > 0 && len(b.recs) > 1 && len(b.recs) < w.opts.MaxBatch {
+			w.linger(b, linger)
+		}
+		w.inBatch.Store(int64(len(b.recs)))
+		ok := w.commit(b.recs)
+		w.inBatch.Store(0)
+		if !ok {
+			// Close's deadline passed: what was not committed is not
+			// acknowledged.
+			n := len(b.recs) + len(w.q)
+			w.abandoned.Add(int64(n))
+			w.log.Warn("ingest: closed before these records were stored; they were not acknowledged", "records", n)
+			return
+		}
+		for _, a := range b.acks {
+			if a != nil {
+				a.Ack()
+			}
+		}
+		b.reset()
+	}
+}
+
+// batch is the group being committed.
+type batch struct {
+	recs []*fleetmq.Record
+	acks []platform.Acker
+}
+
+func (b *batch) add(it item) {
+	b.recs = append(b.recs, it.rec)
+	b.acks = append(b.acks, it.ack)
+}
+
+func (b *batch) reset() {
+	clear(b.recs)
+	clear(b.acks)
+	b.recs, b.acks = b.recs[:0], b.acks[:0]
+}
+
+// first waits for the first record of a batch. It returns false when the
+// writer is closed and everything accepted has been taken.
+func (w *Writer) first(b *batch, draining *bool) bool {
+	if !*draining {
+		select {
+		case it := <-w.q:
+			b.add(it)
+			return true
+		case <-w.closing:
+			*draining = true
+		}
+	}
+	for {
+		select {
+		case it := <-w.q:
+			b.add(it)
+			return true
+		default:
+		}
+		// An Accept that raced with Close may still be about to queue.
+		if w.active.Load() == 0 && len(w.q) == 0 {
+			return false
+		}
+		runtime.Gosched()
+	}
+}
+
+// fill takes what is queued, up to MaxBatch, without waiting.
+func (w *Writer) fill(b *batch) {
+	for len(b.recs) < w.opts.MaxBatch {
+		select {
+		case it := <-w.q:
+			b.add(it)
+		default:
+			return
+		}
+	}
+}
+
+// linger waits up to MaxDelay for more records to fill the batch.
+func (w *Writer) linger(b *batch, t *time.Timer) {
+	t.Reset(w.opts.MaxDelay)
+	defer t.Stop()
+	for len(b.recs) < w.opts.MaxBatch {
+		select {
+		case it := <-w.q:
+			b.add(it)
+		case <-t.C:
+			return
+		case <-w.closing:
+			return
+		}
+	}
+}
+
+// commit stores a batch, retrying with backoff until it succeeds. It
+// returns false if Close's deadline passed first.
+func (w *Writer) commit(recs []*fleetmq.Record) bool {
+	delay := w.opts.RetryMin
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		err := w.store.AppendHistory(w.abortCtx, recs)
+		if err == nil {
+			w.commitNanos.Add(int64(time.Since(start)))
+			w.batches.Add(1)
+			w.written.Add(int64(len(recs)))
+			if attempt > 1 {
+				w.log.Info("ingest: history batch stored after retries", "records", len(recs), "attempts", attempt)
+			}
+			return true
+		}
+		w.storeErrors.Add(1)
+		if w.abortCtx.Err() != nil {
+			return false
+		}
+		w.log.Error("ingest: store history batch", "records", len(recs), "attempt", attempt, "retry_in", delay, "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-w.abortCtx.Done():
+			t.Stop()
+			return false
+		}
+		delay = min(delay*2, w.opts.RetryMax)
+	}
+}
+
+// Close stops accepting, commits and acknowledges everything queued, and
+// stops the writer. If ctx ends first, the records not yet stored are left
+// unacknowledged (their publishers send them again) and Close returns an
+// error saying how many.
+func (w *Writer) Close(ctx context.Context) error {
+	w.closeOnce.Do(func() {
+		w.closed.Store(true)
+		close(w.closing)
+	})
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+	}
+	w.abort()
+	select {
+	case <-w.done:
+	case <-time.After(250 * time.Millisecond): // a store that ignores its context
+	}
+	pending := w.inBatch.Load() + int64(len(w.q))
+	return fmt.Errorf("ingest: close: %d records not stored and not acknowledged: %w", pending, ctx.Err())
+}
+
+// Stats are the writer's counters since it started.
+type Stats struct {
+	Written       int64         // records committed
+	Batches       int64         // commits (Written/Batches is the mean batch size)
+	CommitTime    time.Duration // time spent in successful commits
+	QueueDepth    int           // records waiting now
+	QueueCapacity int
+	DroppedQoS0   int64 // QoS 0 records not stored because the queue was full
+	StoreErrors   int64 // failed commit attempts (each retried)
+	AcceptWaits   int64 // Accept calls that found the queue full and waited
+	// Abandoned counts records not stored because the writer was closed
+	// (accepted after Close, or still unwritten at Close's deadline); none
+	// of them was acknowledged.
+	Abandoned int64
+}
+
+// Stats returns the counters.
+func (w *Writer) Stats() Stats {
+	return Stats{
+		Written:       w.written.Load(),
+		Batches:       w.batches.Load(),
+		CommitTime:    time.Duration(w.commitNanos.Load()),
+		QueueDepth:    len(w.q),
+		QueueCapacity: cap(w.q),
+		DroppedQoS0:   w.droppedQoS0.Load(),
+		StoreErrors:   w.storeErrors.Load(),
+		AcceptWaits:   w.acceptWaits.Load(),
+		Abandoned:     w.abandoned.Load(),
+	}
+}
