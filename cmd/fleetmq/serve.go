@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmq/fleetmq/ingest"
 	"github.com/fleetmq/fleetmq/internal/app"
 )
 
@@ -21,6 +22,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.HTTPListen, "http-listen", ":8080", "HTTP address for /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
 	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "optional topic_prefix: devices publish under PREFIX/{account_id}/... [FLEETMQ_TOPIC_PREFIX]")
 	fs.DurationVar(&cfg.ReloadInterval, "reload-interval", time.Second, "how often to pick up control-plane changes and flush usage [FLEETMQ_RELOAD_INTERVAL]")
+	fs.DurationVar(&cfg.StateSaveInterval, "state-save-interval", 30*time.Second, "how often retained messages and persistent sessions are saved while running (also at shutdown) [FLEETMQ_STATE_SAVE_INTERVAL]")
+	fs.IntVar(&cfg.Ingest.QueueSize, "ingest-queue", ingest.DefaultQueueSize, "accepted messages that may wait to be stored before publishers are slowed down [FLEETMQ_INGEST_QUEUE]")
+	fs.IntVar(&cfg.Ingest.MaxBatch, "ingest-batch", ingest.DefaultMaxBatch, "most messages stored in one commit [FLEETMQ_INGEST_BATCH]")
+	fs.DurationVar(&cfg.Ingest.MaxDelay, "ingest-delay", ingest.DefaultMaxDelay, "how long a commit may wait for more messages while they are arriving [FLEETMQ_INGEST_DELAY]")
+	fs.StringVar(&cfg.Ingest.QoS0Overload, "ingest-qos0-overload", ingest.OverloadDrop, "QoS 0 messages when the ingest queue is full: drop (delivered live, not stored, counted) or wait [FLEETMQ_INGEST_QOS0_OVERLOAD]")
+	fs.DurationVar(&cfg.RetentionInterval, "retention-interval", time.Hour, "how often history older than each account's plan keeps is deleted [FLEETMQ_RETENTION_INTERVAL]")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -1,7 +1,9 @@
 // Package app wires fleetmq's parts into the running platform that
-// "fleetmq serve" starts: the store in the data directory, the platform
-// policy kept current from it, the broker and its listeners, and the HTTP
-// server (health, readiness, metrics). Tests start the same App in-process.
+// "fleetmq serve" starts: the store (SQLite in the data directory or
+// PostgreSQL), the platform policy kept current from it, the ingest writer
+// that stores every accepted message before it is acknowledged, history
+// retention, the broker and its listeners, and the HTTP server (health,
+// readiness, metrics). Tests start the same App in-process.
 package app
 
 import (
@@ -11,9 +13,12 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/ingest"
 	"github.com/fleetmq/fleetmq/internal/metrics"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/platform"
@@ -38,8 +43,17 @@ type Config struct {
 	RetainedMaxAge time.Duration
 	// SweepInterval is the broker's sweep period. Default 1 minute.
 	SweepInterval time.Duration
-	Now           func() time.Time
-	Logger        *slog.Logger
+	// StateSaveInterval is how often the broker saves retained messages
+	// and persistent sessions while running (they are also saved at a
+	// clean shutdown). Default 30 s.
+	StateSaveInterval time.Duration
+	// Ingest configures the pipeline into stored history.
+	Ingest ingest.Options
+	// RetentionInterval is how often history older than each account's
+	// plan keeps is deleted. Default 1 hour; the first pass runs at start.
+	RetentionInterval time.Duration
+	Now               func() time.Time
+	Logger            *slog.Logger
 }
 
 // BrokerStateFile is the broker's state file inside the data directory.
@@ -52,7 +66,10 @@ type App struct {
 	Service *control.Service
 	Policy  *platform.Policy
 	Broker  *broker.Server
-	Metrics *metrics.Registry
+	Ingest  *ingest.Writer
+	// Retention deletes expired history in the background.
+	Retention *history.Retention
+	Metrics   *metrics.Registry
 	// URLs of the listeners, e.g. "mqtt://127.0.0.1:1883".
 	URLs     []string
 	MQTTAddr string // the TCP listener's address, if any
@@ -60,7 +77,10 @@ type App struct {
 
 	http   *http.Server
 	cancel context.CancelFunc
-	done   chan struct{}
+	wg     sync.WaitGroup // the policy's reload loop and retention
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Start opens the data directory and starts serving.
@@ -80,17 +100,29 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.RetainedMaxAge <= 0 {
 		cfg.RetainedMaxAge = 24 * time.Hour
 	}
+	if cfg.RetentionInterval <= 0 {
+		cfg.RetentionInterval = time.Hour
+	}
+	if cfg.Ingest.Logger == nil {
+		cfg.Ingest.Logger = cfg.Logger
+	}
 	if err := cfg.Listeners.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Ingest.Validate(); err != nil {
 		return nil, err
 	}
 	store, err := OpenStore(ctx, cfg.DataDir, cfg.Database)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, Store: store, Service: &control.Service{Store: store, Now: cfg.Now}, done: make(chan struct{})}
+	a := &App{cfg: cfg, Store: store, Service: &control.Service{Store: store, Now: cfg.Now}}
 	if err := a.start(ctx); err != nil {
 		if a.Broker != nil {
 			a.Broker.Close(context.Background())
+		}
+		if a.Ingest != nil {
+			a.Ingest.Close(context.Background())
 		}
 		store.Close()
 		return nil, err
@@ -105,7 +137,11 @@ func (a *App) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load control plane: %w", err)
 	}
-	a.Policy = platform.NewPolicy(platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now}, snap)
+	a.Ingest, err = ingest.New(a.Store, cfg.Ingest)
+	if err != nil {
+		return err
+	}
+	a.Policy = platform.NewPolicy(platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now, Sink: a.Ingest}, snap)
 	if err := a.restorePools(ctx, snap); err != nil {
 		return err
 	}
@@ -116,6 +152,7 @@ func (a *App) start(ctx context.Context) error {
 		MaxInflight:    platform.Inflight,
 		RetainedMaxAge: cfg.RetainedMaxAge,
 		SweepInterval:  cfg.SweepInterval,
+		SaveInterval:   cfg.StateSaveInterval,
 		StatePath:      filepath.Join(cfg.DataDir, BrokerStateFile),
 	})
 	if err != nil {
@@ -133,6 +170,8 @@ func (a *App) start(ctx context.Context) error {
 	a.Metrics = &metrics.Registry{}
 	RegisterBroker(a.Metrics, a.Broker)
 	RegisterPlatform(a.Metrics, a.Policy)
+	a.Retention = &history.Retention{Control: a.Store, History: a.Store, Now: cfg.Now, Logger: cfg.Logger}
+	RegisterHistory(a.Metrics, a.Ingest, a.Retention)
 	if cfg.HTTPListen != "" {
 		mux := HealthMux(a.Metrics, func() error { return a.ready(ctx) })
 		a.http, a.HTTPAddr, err = StartHTTP(cfg.HTTPListen, mux, cfg.Logger)
@@ -143,9 +182,14 @@ func (a *App) start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
+	a.wg.Add(2)
 	go func() {
-		defer close(a.done)
+		defer a.wg.Done()
 		a.Policy.Run(runCtx, src, a.Store, a.Broker, cfg.ReloadInterval, cfg.Logger)
+	}()
+	go func() {
+		defer a.wg.Done()
+		a.Retention.Run(runCtx, cfg.RetentionInterval)
 	}()
 	return nil
 }
@@ -175,17 +219,28 @@ func (a *App) ready(ctx context.Context) error {
 	return err
 }
 
-// Close stops serving: clients are disconnected, broker state saved,
-// usage flushed and the store closed.
+// Close stops serving: clients are disconnected, broker state saved, the
+// ingest queue committed to history, usage flushed and the store closed.
+// Messages still queued for history when ctx ends are neither stored nor
+// acknowledged (their QoS 1/2 publishers send them again). Later calls
+// return the first call's result.
 func (a *App) Close(ctx context.Context) error {
+	a.closeOnce.Do(func() { a.closeErr = a.close(ctx) })
+	return a.closeErr
+}
+
+func (a *App) close(ctx context.Context) error {
 	var errs []error
 	if a.http != nil {
 		errs = append(errs, a.http.Shutdown(ctx))
 	}
 	errs = append(errs, a.Broker.Close(ctx))
+	errs = append(errs, a.Ingest.Close(ctx))
 	a.cancel()
+	stopped := make(chan struct{})
+	go func() { a.wg.Wait(); close(stopped) }()
 	select {
-	case <-a.done: // the last usage flush
+	case <-stopped: // the last usage flush
 	case <-ctx.Done():
 		errs = append(errs, ctx.Err())
 	}

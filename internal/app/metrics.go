@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/ingest"
 	"github.com/fleetmq/fleetmq/internal/metrics"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -91,4 +93,22 @@ func RegisterPlatform(reg *metrics.Registry, p *platform.Policy) {
 	one("fleetmq_platform_qos2_pool_used_total", "QoS 2 pool units used (all accounts).", func(t platform.Totals) int64 { return t.QoS2Pool })
 	one("fleetmq_platform_demotions_total", "QoS 2 publishes demoted to QoS 1 because the daily pool was used up.", func(t platform.Totals) int64 { return t.Demotions })
 	one("fleetmq_platform_publish_refused_total", "Publishes refused by the platform rules.", func(t platform.Totals) int64 { return t.Refused })
+}
+
+// RegisterHistory adds the ingest writer's and retention's counters to reg.
+func RegisterHistory(reg *metrics.Registry, w *ingest.Writer, r *history.Retention) {
+	one := func(name, help string, kind metrics.Kind, f func(ingest.Stats) float64) {
+		reg.Add(metrics.Family{Name: name, Help: help, Kind: kind, Collect: metrics.Value(func() float64 { return f(w.Stats()) })})
+	}
+	one("fleetmq_ingest_records_total", "Messages committed to stored history.", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.Written) })
+	one("fleetmq_ingest_commits_total", "History commits (records_total / commits_total is the mean group size).", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.Batches) })
+	one("fleetmq_ingest_commit_seconds_total", "Time spent in successful history commits.", metrics.Counter, func(s ingest.Stats) float64 { return s.CommitTime.Seconds() })
+	one("fleetmq_ingest_queue_depth", "Accepted messages waiting to be committed to history.", metrics.Gauge, func(s ingest.Stats) float64 { return float64(s.QueueDepth) })
+	one("fleetmq_ingest_queue_capacity", "Capacity of the ingest queue.", metrics.Gauge, func(s ingest.Stats) float64 { return float64(s.QueueCapacity) })
+	one("fleetmq_ingest_dropped_qos0_total", "QoS 0 messages delivered live but not stored because the ingest queue was full (policy drop).", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.DroppedQoS0) })
+	one("fleetmq_ingest_backpressure_waits_total", "Publishes that waited for room in the full ingest queue (their connection was not read meanwhile).", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.AcceptWaits) })
+	one("fleetmq_ingest_store_errors_total", "Failed history commit attempts (each retried; nothing acknowledged until stored).", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.StoreErrors) })
+	one("fleetmq_ingest_abandoned_total", "Messages neither stored nor acknowledged because the server was shutting down.", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.Abandoned) })
+	reg.Add(metrics.Family{Name: "fleetmq_history_retention_deleted_total", Help: "History records deleted by retention.", Kind: metrics.Counter, Collect: metrics.Value(func() float64 { return float64(r.Deleted()) })})
+	reg.Add(metrics.Family{Name: "fleetmq_history_retention_passes_total", Help: "Completed retention passes.", Kind: metrics.Counter, Collect: metrics.Value(func() float64 { return float64(r.Runs()) })})
 }
