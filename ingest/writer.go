@@ -43,8 +43,10 @@ type Options struct {
 	// MaxBatch bounds the records of one commit. Default 2048.
 	MaxBatch int
 	// MaxDelay is how long the writer may wait for more records to fill a
-	// batch when other records are arriving (it never waits for a lone
-	// record). Default 2 ms; negative: never wait.
+	// batch while records are streaming in: when it took more than one, or
+	// its previous commit ended less than MaxDelay ago. A lone record after
+	// a quiet spell is committed at once. Default 2 ms; negative: never
+	// wait.
 	MaxDelay time.Duration
 	// QoS0Overload is the policy for QoS 0 records when the queue is full:
 	// OverloadDrop (default) or OverloadWait.
@@ -200,12 +202,18 @@ func (w *Writer) run() {
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	draining := false
+	var lastCommit time.Time
 	for {
 		if !w.first(b, &draining) {
 			return
 		}
 		w.fill(b)
-		if !draining && w.opts.MaxDelay > 0 && len(b.recs) > 1 && len(b.recs) < w.opts.MaxBatch {
+		// Waiting a little for company costs the first record up to
+		// MaxDelay of acknowledgement latency and saves a commit per
+		// record under a steady stream (the commit, not the row, is what
+		// costs at low rates).
+		streaming := len(b.recs) > 1 || time.Since(lastCommit) < w.opts.MaxDelay
+		if !draining && w.opts.MaxDelay > 0 && streaming && len(b.recs) < w.opts.MaxBatch {
 			w.linger(b, linger)
 		}
 		w.inBatch.Store(int64(len(b.recs)))
@@ -219,6 +227,7 @@ func (w *Writer) run() {
 			w.log.Warn("ingest: closed before these records were stored; they were not acknowledged", "records", n)
 			return
 		}
+		lastCommit = time.Now()
 		for _, a := range b.acks {
 			if a != nil {
 				a.Ack()

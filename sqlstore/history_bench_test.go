@@ -13,7 +13,7 @@ import (
 // BenchmarkAppendHistory: group inserts of 200-byte records into SQLite, as
 // the ingest writer does (one transaction per batch).
 func BenchmarkAppendHistory(b *testing.B) {
-	for _, batch := range []int{256, 2048, 8192} {
+	for _, batch := range []int{1, 8, 64, 256, 2048, 8192} {
 		b.Run(fmt.Sprintf("batch-%d", batch), func(b *testing.B) {
 			st, err := OpenSQLite(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
 			if err != nil {

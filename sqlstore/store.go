@@ -94,10 +94,14 @@ func OpenDir(ctx context.Context, dir string) (*Store, error) {
 
 // OpenSQLite opens (creating if needed) a SQLite database file. WAL mode
 // lets the operator CLI write while fleetmq serve reads; writers wait for
-// each other up to the busy timeout. Each connection gets a 64 MiB page
+// each other up to the busy timeout. Commits are synchronous (FULL): the WAL
+// is synced before a commit returns, so what ingest acknowledged survives a
+// power cut or an OS crash, not only a crash of the process (NORMAL would
+// cost about a fifth less per message at low rates, and that guarantee).
+// Each connection gets a 64 MiB page
 // cache and reads through mmap (see sqliteDriver).
 func OpenSQLite(ctx context.Context, path string) (*Store, error) {
-	dsn := "file:" + path + "?_journal_mode=WAL&_busy_timeout=10000&_foreign_keys=on&_synchronous=NORMAL&_txlock=immediate&_cache_size=-65536"
+	dsn := "file:" + path + "?_journal_mode=WAL&_busy_timeout=10000&_foreign_keys=on&_synchronous=FULL&_txlock=immediate&_cache_size=-65536"
 	db, err := sql.Open(sqliteDriver, dsn)
 	if err != nil {
 		return nil, err

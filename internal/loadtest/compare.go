@@ -175,6 +175,13 @@ log_dest none
 				}
 				pid := b.cmd.Process.Pid
 				var r *Result
+				var storedBefore int64
+				if name == "platform" && !sc.idle {
+					if storedBefore, err = plat.historyCount(ctx, platDir); err != nil {
+						b.stop()
+						return err
+					}
+				}
 				if sc.idle {
 					ic := IdleConfig{Addr: b.addr, Conns: *conns, Sources: ips, BrokerPID: pid}
 					if name == "platform" {
@@ -192,6 +199,13 @@ log_dest none
 				b.stop()
 				if err != nil {
 					return fmt.Errorf("%s %s round %d: %w", name, sc.name, round, err)
+				}
+				if name == "platform" && !sc.idle {
+					after, err := plat.historyCount(ctx, platDir)
+					if err != nil {
+						return err
+					}
+					r.Stored = after - storedBefore
 				}
 				r.Broker, r.Scenario, r.Round = name, sc.name, round
 				fmt.Fprintf(stdout, "round %d %-9s %-17s %s\n", round, name, sc.name, r.summary())
@@ -230,6 +244,37 @@ func writeTable(w io.Writer, results map[string]map[string][]*Result) {
 		f, m, p := median(byBroker["fleetmq"], get), median(byBroker["mosquitto"], get), median(byBroker["platform"], get)
 		fmt.Fprintf(tw, "| %s\t| %s\t| %.2f\t| %.2f\t| %.2f\t| %s\t| %s\t| %s, %s, %s\t|\n", sc.name, figure, f, m, p, ratio(f, m), ratio(p, f),
 			lostDup(byBroker["fleetmq"]), lostDup(byBroker["mosquitto"]), lostDup(byBroker["platform"]))
+	}
+	tw.Flush()
+	writeIngestTable(w, results)
+}
+
+// writeIngestTable prints, for the platform's QoS 1/2 loads, the rate at
+// which publishes were acknowledged (acked means stored) and whether
+// history holds every acknowledged message.
+func writeIngestTable(w io.Writer, results map[string]map[string][]*Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	for _, sc := range scenarios {
+		rs := results[sc.name]["platform"]
+		if sc.idle || sc.qos == 0 || len(rs) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w)
+			fmt.Fprintln(tw, "| scenario\t| platform acked msg/s (median)\t| platform CPU µs/acked msg (median)\t| history holds every acked message\t|")
+			fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|")
+			header = true
+		}
+		all := "yes"
+		for _, r := range rs {
+			if r.Stored != r.Sent {
+				all = fmt.Sprintf("no: round %d stored %d of %d", r.Round, r.Stored, r.Sent)
+			}
+		}
+		fmt.Fprintf(tw, "| %s\t| %.0f\t| %.2f\t| %s\t|\n", sc.name,
+			median(rs, func(r *Result) float64 { return r.AckedPerSec }),
+			median(rs, func(r *Result) float64 { return r.BrokerCPUSeconds / float64(max(r.Sent, 1)) * 1e6 }), all)
 	}
 	tw.Flush()
 }

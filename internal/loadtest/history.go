@@ -2,16 +2,20 @@ package loadtest
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"path/filepath"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/ingest"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
@@ -26,6 +30,13 @@ type HistoryConfig struct {
 	Size     int // payload bytes
 	Queries  int // timed queries per figure
 	Page     int // records per timed page
+
+	// Retention, when above zero, adds the retention phase: that many
+	// expired records of a third account are deleted by history.Retention
+	// while the ingest writer stores IngestRate records/s, and the ingest
+	// acknowledgement latency is compared with the same load alone.
+	Retention  int
+	IngestRate int
 }
 
 // HistoryResult holds the figures of a history benchmark.
@@ -38,10 +49,26 @@ type HistoryResult struct {
 	DeepP90ms    float64 `json:"deep_page_p90_ms"`
 	ExportPerSec float64 `json:"export_ndjson_records_per_sec"`
 	Exported     int64   `json:"exported"`
+
+	// The retention phase (zero when not run).
+	Ingest           *IngestLatency `json:"ingest_alone,omitempty"`
+	IngestRetention  *IngestLatency `json:"ingest_during_retention,omitempty"`
+	RetentionDeleted int64          `json:"retention_deleted,omitempty"`
+	RetentionSecs    float64        `json:"retention_seconds,omitempty"`
+}
+
+// IngestLatency is what publishers saw of the ingest writer: records
+// acknowledged per second and the time from Accept to acknowledgement.
+type IngestLatency struct {
+	PerSec float64 `json:"records_per_sec"`
+	P50ms  float64 `json:"ack_p50_ms"`
+	P99ms  float64 `json:"ack_p99_ms"`
+	MaxMs  float64 `json:"ack_max_ms"`
 }
 
 const benchAccount = "b0000000-0000-4000-8000-000000000001"
 const benchOther = "b0000000-0000-4000-8000-000000000002"
+const benchExpired = "b0000000-0000-4000-8000-000000000003"
 
 // RunHistory fills the store unless it already holds the records, then
 // measures "newest Page records of one client" (p50, p90 over Queries
@@ -171,7 +198,143 @@ func RunHistory(ctx context.Context, cfg HistoryConfig, log io.Writer) (*History
 	}
 	res.Exported = n
 	res.ExportPerSec = float64(n) / time.Since(t).Seconds()
+	if cfg.Retention > 0 {
+		if err := retentionPhase(ctx, st, cfg, res, log); err != nil {
+			return nil, fmt.Errorf("retention phase: %w", err)
+		}
+	}
 	return res, nil
+}
+
+// retentionPhase stores cfg.Retention records of a year ago for a third
+// account on the starter plan (7 days), then measures the ingest writer at
+// cfg.IngestRate records/s alone for 5 s, and again while a retention pass
+// deletes those records.
+func retentionPhase(ctx context.Context, st *sqlstore.Store, cfg HistoryConfig, res *HistoryResult, log io.Writer) error {
+	if _, err := st.Account(ctx, benchExpired); err != nil {
+		if !errors.Is(err, fleetmq.ErrNotFound) {
+			return err
+		}
+		if err := st.CreateAccount(ctx, &fleetmq.Account{ID: benchExpired, Name: "retention bench", OwnerEmail: "retention@fleetmq.invalid",
+			Plan: "starter", CreatedAt: time.Now().UTC()}, ""); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(log, "storing %d expired records ...\n", cfg.Retention)
+	old := time.Now().UTC().AddDate(-1, 0, 0)
+	payload := make([]byte, cfg.Size)
+	recs := make([]*fleetmq.Record, 0, 2048)
+	for i := range cfg.Retention {
+		client := fmt.Sprintf("old-%d", i%10)
+		recs = append(recs, &fleetmq.Record{AccountID: benchExpired, ClientID: client, Topic: benchExpired + "/" + client + "/telemetry/x",
+			Class: "telemetry", QoS: 1, PublishedQoS: 1, Payload: payload, Received: old.Add(time.Duration(i) * time.Millisecond)})
+		if len(recs) == cap(recs) || i == cfg.Retention-1 {
+			if err := st.AppendHistory(ctx, recs); err != nil {
+				return err
+			}
+			recs = recs[:0]
+		}
+	}
+	alone, err := ingestLoad(ctx, st, cfg, payload, func() bool { return false }, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	res.Ingest = alone
+	ret := &history.Retention{Control: st, History: st}
+	done := make(chan error, 1)
+	start := time.Now()
+	var finished atomic.Bool
+	go func() {
+		_, err := ret.Pass(ctx)
+		res.RetentionSecs = time.Since(start).Seconds()
+		finished.Store(true)
+		done <- err
+	}()
+	during, err := ingestLoad(ctx, st, cfg, payload, finished.Load, 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	res.IngestRetention = during
+	res.RetentionDeleted = ret.Deleted()
+	return nil
+}
+
+// ingestLoad offers rate records/s to an ingest writer over st from 16
+// publishers until stop reports true (checked every 100 ms) or max passes,
+// and measures how long each record waited for its acknowledgement.
+func ingestLoad(ctx context.Context, st *sqlstore.Store, cfg HistoryConfig, payload []byte, stop func() bool, max time.Duration) (*IngestLatency, error) {
+	w, err := ingest.New(st, ingest.Options{})
+	if err != nil {
+		return nil, err
+	}
+	const publishers = 16
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+	)
+	begin := time.Now()
+	end := begin.Add(max)
+	var wg sync.WaitGroup
+	var sent atomic.Int64
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			interval := time.Duration(float64(time.Second) * publishers / float64(cfg.IngestRate))
+			next := time.Now()
+			client := fmt.Sprintf("ingest-%d", p)
+			topic := benchAccount + "/" + client + "/telemetry/x"
+			for n := 0; ; n++ {
+				if n%64 == 0 && (stop() || time.Now().After(end) || ctx.Err() != nil) {
+					return
+				}
+				if d := time.Until(next); d > 0 {
+					time.Sleep(d)
+				}
+				next = next.Add(interval)
+				a := &latencyAck{start: time.Now(), mu: &mu, lats: &lats}
+				w.Accept(&fleetmq.Record{AccountID: benchAccount, ClientID: client, Topic: topic, Class: "telemetry",
+					QoS: 1, PublishedQoS: 1, Payload: payload, Received: a.start.UTC().Truncate(time.Microsecond)}, a)
+				sent.Add(1)
+			}
+		}()
+	}
+	// A floor of 5 s, so the figure has enough samples.
+	for time.Since(begin) < 5*time.Second && !stop() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	wg.Wait()
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := w.Close(cctx); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(begin)
+	mu.Lock()
+	defer mu.Unlock()
+	if int64(len(lats)) != sent.Load() {
+		return nil, fmt.Errorf("%d records acknowledged of %d", len(lats), sent.Load())
+	}
+	sort.Slice(lats, func(i, j int) bool { return lats[i] < lats[j] })
+	return &IngestLatency{PerSec: float64(len(lats)) / elapsed.Seconds(), P50ms: percentileMS(lats, 50), P99ms: percentileMS(lats, 99),
+		MaxMs: float64(lats[len(lats)-1].Microseconds()) / 1000}, nil
+}
+
+// latencyAck records how long its record waited to be acknowledged.
+type latencyAck struct {
+	start time.Time
+	mu    *sync.Mutex
+	lats  *[]time.Duration
+}
+
+func (a *latencyAck) Ack() {
+	d := time.Since(a.start)
+	a.mu.Lock()
+	*a.lats = append(*a.lats, d)
+	a.mu.Unlock()
 }
 
 func percentileMS(ds []time.Duration, p int) float64 {
@@ -195,6 +358,8 @@ func mainHistory(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&cfg.Size, "size", 200, "payload bytes")
 	fs.IntVar(&cfg.Queries, "queries", 20, "timed queries per figure")
 	fs.IntVar(&cfg.Page, "page", 10_000, "records per page")
+	fs.IntVar(&cfg.Retention, "retention", 0, "also measure ingest while retention deletes this many expired records (0: skip)")
+	fs.IntVar(&cfg.IngestRate, "ingest-rate", 20_000, "records/s offered to the ingest writer in the retention phase")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -207,5 +372,10 @@ func mainHistory(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintf(stdout, "history: %d records; fill %.0f records/s; newest %d of one client p50 %.1f ms p90 %.1f ms; deep page p50 %.1f ms p90 %.1f ms; export %d records as NDJSON at %.0f records/s\n",
 		r.Records, r.FillPerSec, cfg.Page, r.NewestP50ms, r.NewestP90ms, r.DeepP50ms, r.DeepP90ms, r.Exported, r.ExportPerSec)
+	if a, d := r.Ingest, r.IngestRetention; a != nil && d != nil {
+		fmt.Fprintf(stdout, "ingest at %d records/s alone: %.0f records/s, ack p50 %.1f ms p99 %.1f ms max %.1f ms\n", cfg.IngestRate, a.PerSec, a.P50ms, a.P99ms, a.MaxMs)
+		fmt.Fprintf(stdout, "ingest while retention deleted %d records in %.1f s: %.0f records/s, ack p50 %.1f ms p99 %.1f ms max %.1f ms\n",
+			r.RetentionDeleted, r.RetentionSecs, d.PerSec, d.P50ms, d.P99ms, d.MaxMs)
+	}
 	return nil
 }

@@ -25,7 +25,15 @@ type Result struct {
 	Size        int    `json:"size,omitempty"`
 	Rate        int    `json:"rate"` // offered msg/s; 0 = unthrottled
 
-	Sent            int64   `json:"sent,omitempty"`
+	Sent int64 `json:"sent,omitempty"`
+	// Acked counts QoS 1/2 publishes acknowledged while publishing, and
+	// AckedPerSec divides it by the publishing time: the accept rate (for
+	// the platform, the rate at which messages were made durable).
+	Acked       int64   `json:"acked,omitempty"`
+	AckedPerSec float64 `json:"acked_per_sec,omitempty"`
+	// Stored counts the records the platform added to history during the
+	// run (counted after a clean stop); -1 when not counted.
+	Stored          int64   `json:"stored,omitempty"`
 	Expected        int64   `json:"expected,omitempty"`
 	Delivered       int64   `json:"delivered,omitempty"`
 	Lost            int64   `json:"lost"`
@@ -52,6 +60,12 @@ func (r *Result) summary() string {
 	}
 	s := fmt.Sprintf("pubsub qos%d: sent %d, delivered %d/%d (lost %d, dup %d) in %.1fs = %.0f msg/s; latency p50 %.2fms p90 %.2fms p99 %.2fms max %.1fms",
 		r.QoS, r.Sent, r.Delivered, r.Expected, r.Lost, r.Duplicates, r.Seconds, r.DeliveredPerSec, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs)
+	if r.Acked > 0 {
+		s += fmt.Sprintf("; acked %d while publishing = %.0f msg/s", r.Acked, r.AckedPerSec)
+	}
+	if r.Stored > 0 {
+		s += fmt.Sprintf("; history +%d records", r.Stored)
+	}
 	if r.BrokerCPUSeconds > 0 {
 		s += fmt.Sprintf("; broker CPU %.2fs = %.2f µs/msg, RSS %d KiB", r.BrokerCPUSeconds, r.CPUPerMsgUs, r.BrokerRSSKiB)
 	}

@@ -71,3 +71,16 @@ func (p *platformSetup) pubsub(c *PubSubConfig) {
 func (p *platformSetup) idle(c *IdleConfig) {
 	c.Username, c.Password = p.subUser, p.subPass
 }
+
+// historyCount counts the records in the platform's history (the broker
+// is stopped, so the count is final).
+func (p *platformSetup) historyCount(ctx context.Context, dir string) (int64, error) {
+	store, err := sqlstore.OpenDir(ctx, dir)
+	if err != nil {
+		return 0, err
+	}
+	defer store.Close()
+	var n int64
+	err = store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM history WHERE account_id = ?", p.account).Scan(&n)
+	return n, err
+}

@@ -331,6 +331,10 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	writers.Wait()
 	cancel()
 	pubEnd := time.Now()
+	var ackedWhilePublishing int64
+	for _, p := range pubs {
+		ackedWhilePublishing += p.acked.Load()
+	}
 
 	var sent int64
 	for _, p := range pubs {
@@ -401,6 +405,10 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 		Lost: expected - n, Duplicates: dups, Seconds: end.Sub(start).Seconds(),
 	}
 	r.DeliveredPerSec = float64(n) / r.Seconds
+	if cfg.QoS > 0 {
+		r.Acked = ackedWhilePublishing
+		r.AckedPerSec = float64(ackedWhilePublishing) / pubEnd.Sub(start).Seconds()
+	}
 	r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs = percentiles(lat)
 	if cfg.BrokerPID > 0 {
 		r.BrokerCPUSeconds = cpu1 - cpu0
