@@ -1,0 +1,103 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// TestAddOnGating: an account with a base plan and no add-on gets 403
+// addon_required naming the add-on from every route; switching one add-on
+// on (control.Service.SetAddOn, as the portal's Subscriptions page does)
+// makes its routes work on the very next request and only its routes;
+// switching it off closes them again. The token is the same throughout: a
+// token carries no scope, the account's add-ons decide.
+func TestAddOnGating(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	tn := e.tenant(t, "Gated", "growth", nil)
+
+	// check calls every route and expects success from those of the add-ons
+	// in on, addon_required naming the route's add-on from the others.
+	check := func(t *testing.T, on ...fleetmq.AddOn) {
+		t.Helper()
+		for _, rt := range routes {
+			path, body, status := rt.call(t, e, tn)
+			r := e.req(t, tn.Token, rt.Method, path, body)
+			open := false
+			for _, x := range on {
+				open = open || x == rt.AddOn
+			}
+			if open {
+				if r.Status != status {
+					t.Errorf("%s %s with %v on: %s, want %d", rt.Method, rt.Path, on, r, status)
+				}
+				continue
+			}
+			if r.Status != http.StatusForbidden {
+				t.Errorf("%s %s with %v on: %s, want 403 addon_required", rt.Method, rt.Path, on, r)
+				continue
+			}
+			p := r.asProblem(t)
+			if p.Code != fleetmq.CodeAddOnRequired || p.AddOn != string(rt.AddOn) {
+				t.Errorf("%s %s: code %q addon %q, want addon_required naming %s", rt.Method, rt.Path, p.Code, p.AddOn, rt.AddOn)
+			}
+			if r.Header.Get("X-RateLimit-Limit") == "" {
+				t.Errorf("%s %s: a refused call of an authenticated caller has no X-RateLimit-Limit", rt.Method, rt.Path)
+			}
+		}
+	}
+
+	check(t)
+	for _, x := range []fleetmq.AddOn{fleetmq.AddOnHistoryDownload, fleetmq.AddOnLiveREST, fleetmq.AddOnMgmtREST} {
+		if err := e.Service.SetAddOn(e.ctx, tn.ID, x, true); err != nil {
+			t.Fatal(err)
+		}
+		check(t, x)
+		if err := e.Service.SetAddOn(e.ctx, tn.ID, x, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t)
+	// The QoS 2 add-on opens no route.
+	if err := e.Service.SetAddOn(e.ctx, tn.ID, fleetmq.AddOnQoS2, true); err != nil {
+		t.Fatal(err)
+	}
+	check(t)
+	// All at once.
+	for _, x := range allAddOns {
+		if err := e.Service.SetAddOn(e.ctx, tn.ID, x, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, allAddOns...)
+	if t.Failed() {
+		return
+	}
+
+	// Nothing was done by a refused call: the account's clients are the ones
+	// the service and the successful POSTs registered, no more.
+	var list struct {
+		Publishers []struct {
+			ClientID string `json:"client_id"`
+		} `json:"publishers"`
+	}
+	e.get(t, tn.Token, "/publishers?limit=1000").ok(t, http.StatusOK, &list)
+	stored, err := e.Store.Clients(e.ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Publishers) != len(stored) {
+		t.Fatalf("the API lists %d clients, the store has %d", len(list.Publishers), len(stored))
+	}
+	posted := 0
+	for _, p := range list.Publishers {
+		if len(p.ClientID) > 4 && p.ClientID[:4] == "new-" {
+			posted++
+		}
+	}
+	if posted != 2 { // the mgmt round and the all-add-ons round
+		t.Fatalf("%d clients were created by POST /publishers, want 2 (refused calls must not create any)", posted)
+	}
+}
