@@ -23,6 +23,11 @@ const (
 	CodeValidation       = "validation_failed"
 	CodeBasePlanRequired = "base_plan_required"
 	CodeAddOnRequired    = "addon_required"
+	CodeInvalidToken     = "invalid_token" // REST: missing, malformed or unknown token
+	CodeTokenExpired     = "token_expired"
+	CodeTokenRevoked     = "token_revoked"
+	CodeRateLimited      = "rate_limited"
+	CodeInternal         = "internal"
 )
 
 // Error is a domain error with a stable code. Fields holds field-level
@@ -77,6 +82,12 @@ func NotFound(what, id string) error {
 // Conflictf reports a state conflict (a duplicate, a limit reached).
 func Conflictf(format string, args ...any) error {
 	return &Error{Code: CodeConflict, Message: fmt.Sprintf(format, args...)}
+}
+
+// BasePlanRequired reports an action the account cannot take without a
+// base plan; action reads "registering MQTT clients", say.
+func BasePlanRequired(action string) error {
+	return &Error{Code: CodeBasePlanRequired, Message: action + " needs a base plan"}
 }
 
 // Invalid reports field-level validation failures.
