@@ -6,9 +6,10 @@ import (
 )
 
 // ControlStore keeps the control plane: accounts, plans, subscriptions,
-// clients, credentials and layouts. Every write moves Version, which the
-// broker polls to reload its snapshot. Account-scoped methods take the
-// account id and never touch another account's rows.
+// clients, credentials, REST API tokens and layouts. Every write moves
+// Version, which the broker polls to reload its snapshot, except the REST
+// token bookkeeping (last use, request counts) noted below. Account-scoped
+// methods take the account id and never touch another account's rows.
 type ControlStore interface {
 	// Version is a counter that changes with every control-plane write.
 	Version(ctx context.Context) (int64, error)
@@ -52,6 +53,36 @@ type ControlStore interface {
 	ActiveCredentials(ctx context.Context) ([]*Credential, error)
 	// AllClients returns every registered client, across accounts.
 	AllClients(ctx context.Context) ([]*MQTTClient, error)
+
+	// CreateRESTToken stores a new REST API token. It returns a not_found
+	// error when the account does not exist, and a conflict error when the
+	// account already has MaxActiveRESTTokens tokens active at t.CreatedAt
+	// (the count and the insert are one atomic write) or the hash or id is
+	// taken.
+	CreateRESTToken(ctx context.Context, t *RESTToken) error
+	// RESTTokens returns an account's tokens, newest first, revoked and
+	// expired ones included.
+	RESTTokens(ctx context.Context, accountID string) ([]*RESTToken, error)
+	// AllRESTTokens returns every token of every account, revoked and
+	// expired ones included (the REST authenticator's index).
+	AllRESTTokens(ctx context.Context) ([]*RESTToken, error)
+	// RevokeRESTToken revokes a token of the account at at. It returns a
+	// not_found error for an unknown id or another account's; revoking a
+	// revoked token succeeds and keeps the first revocation time.
+	RevokeRESTToken(ctx context.Context, accountID, id string, at time.Time) error
+	// TouchRESTTokens records last-used times by token id in one batch. A
+	// time never moves a token's last use backwards; unknown ids are
+	// ignored. It is bookkeeping, not a control-plane change: Version does
+	// not move.
+	TouchRESTTokens(ctx context.Context, lastUsed map[string]time.Time) error
+
+	// AddRESTRequests adds per-token request counts to the hourly rate-limit
+	// window that starts at window (an upsert), and deletes windows that
+	// started more than two hours before it. Version does not move.
+	AddRESTRequests(ctx context.Context, window time.Time, counts map[string]int64) error
+	// RESTRequests returns the per-token request counts of the window that
+	// starts at window (no entry: no request counted).
+	RESTRequests(ctx context.Context, window time.Time) (map[string]int64, error)
 }
 
 // UsageStore keeps metered usage.
