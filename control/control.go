@@ -1,8 +1,9 @@
 // Package control is the control-plane service: the operations the
 // operator CLI, the REST API and the portal perform on accounts, plans,
-// add-ons, MQTT clients, credentials and vendor layouts, with their
-// validation and rules (plan limits, the QoS 2 add-on, secrets shown once
-// and stored hashed). It sits between those interfaces and the store.
+// add-ons, MQTT clients, credentials, REST API tokens and vendor layouts,
+// with their validation and rules (plan limits, the QoS 2 add-on, secrets
+// shown once and stored hashed). It sits between those interfaces and the
+// store.
 package control
 
 import (
@@ -29,6 +30,12 @@ type Store interface {
 type Service struct {
 	Store Store
 	Now   func() time.Time
+
+	// OnRESTTokenChange, when set, is called after a REST API token is
+	// created or revoked (the REST authenticator refreshes its index, so a
+	// revocation takes effect at once in this process; others follow the
+	// control-plane version).
+	OnRESTTokenChange func()
 }
 
 // New returns a service on store with the real clock.
@@ -146,7 +153,7 @@ func (s *Service) CreateClient(ctx context.Context, accountID string, in ClientI
 		return nil, err
 	}
 	if plan == nil {
-		return nil, &fleetmq.Error{Code: fleetmq.CodeBasePlanRequired, Message: "registering MQTT clients needs a base plan"}
+		return nil, fleetmq.BasePlanRequired("registering MQTT clients")
 	}
 	c := &fleetmq.MQTTClient{AccountID: accountID, ClientID: in.ClientID, MaxPublishQoS: 1, CreatedAt: s.now()}
 	if in.Label != nil {
