@@ -33,6 +33,9 @@ type conn struct {
 	srv  *Server
 	nc   net.Conn
 	kind listenerKind
+	// info is what a ConnectObserver sees of the connection; its
+	// last-received time is updated by the reader.
+	info *Connection
 
 	// Read side, owned by the reader goroutine.
 	small   [smallRead]byte
@@ -101,7 +104,7 @@ const congestionPause = time.Millisecond
 const highWater = 256 << 10
 
 func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
-	c := &conn{srv: s, nc: nc, kind: kind}
+	c := &conn{srv: s, nc: nc, kind: kind, info: &Connection{RemoteAddr: nc.RemoteAddr(), TLS: kind.tls, WebSocket: kind.websocket}}
 	c.buf = c.small[:]
 	if tc, ok := nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
@@ -209,6 +212,7 @@ func (c *conn) fill() error {
 	c.w += n
 	if n > 0 {
 		c.srv.stats.bytesIn.Add(int64(n))
+		c.received()
 		return nil
 	}
 	if err == nil {
@@ -216,6 +220,10 @@ func (c *conn) fill() error {
 	}
 	return err
 }
+
+// received records the time of a network read that returned bytes (one
+// clock read per read call, not per packet).
+func (c *conn) received() { c.info.lastRecv.Store(c.srv.now().UnixNano()) }
 
 // readPacket returns the next packet. Bodies of packets whose fields are
 // kept (PUBLISH, CONNECT, SUBSCRIBE, UNSUBSCRIBE) are copied out of the read
@@ -259,6 +267,7 @@ func (c *conn) readPacket() (packet.Packet, error) {
 					return nil, err
 				}
 				c.srv.stats.bytesIn.Add(int64(remaining - got))
+				c.received()
 				c.lastN = remaining - got
 			}
 		}

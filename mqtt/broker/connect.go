@@ -84,6 +84,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 		window = min(window, int(cp.Properties.ReceiveMaximum))
 	}
 
+	c.info.ProtocolLevel = c.version
 	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window)
 	c.sess = ss
 
@@ -168,6 +169,8 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 		ss = &session{srv: s, key: key, subs: make(map[string]*subscription)}
 		s.sessions[key] = ss
 	}
+	s.attached++
+	c.info.Seq = s.attached
 	ss.mu.Lock()
 	old := ss.c
 	ss.c = c
@@ -188,6 +191,11 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 	}
 	s.mu.Unlock()
 
+	// The observer learns of the new connection before the connection it
+	// replaces ends.
+	if s.observer != nil {
+		s.observer.Connected(id, c.info)
+	}
 	if old != nil {
 		s.takeOver(old, clean)
 	}

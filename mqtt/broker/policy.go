@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"net"
+	"sync/atomic"
+	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -115,6 +117,51 @@ type Policy interface {
 	// Disconnected reports the end of a connection (err nil for a normal
 	// DISCONNECT).
 	Disconnected(id *Identity, err error)
+}
+
+// ConnectObserver is an optional interface of a Policy that wants to know
+// when a connection becomes its session's connection (for a live view of
+// who is connected). Connected is called on the connection's goroutine once
+// an authenticated connection has attached to its session, before an older
+// connection of the session is taken over (so before that one's
+// Disconnected) and before the CONNACK is sent; it must not block. Every
+// connection Connected is called for ends with a Disconnected call for the
+// same Identity. When connections with the same session key race, their
+// Connected and Disconnected calls may interleave in any order:
+// Connection.Seq says which attached last.
+type ConnectObserver interface {
+	Connected(id *Identity, c *Connection)
+}
+
+// Connection describes an authenticated network connection to a
+// ConnectObserver. Its fields are fixed once Connected is called; it is
+// safe to keep and read from any goroutine after the connection ended.
+type Connection struct {
+	// Seq increases server-wide in the order connections attach to their
+	// sessions: of two connections of the same session key, the one with
+	// the higher Seq took the session over from the other.
+	Seq uint64
+	// ProtocolLevel is packet.Version311 or packet.Version5.
+	ProtocolLevel byte
+	RemoteAddr    net.Addr
+	TLS           bool // through a TLS listener (or WebSocket over TLS)
+	WebSocket     bool // through the WebSocket listener
+
+	// lastRecv is the Options.Now of the last network read that returned
+	// bytes, in Unix nanoseconds.
+	lastRecv atomic.Int64
+}
+
+// LastReceived is when the broker last read bytes from the connection, by
+// Options.Now (zero before the first read). It moves with every network
+// read, so it is the arrival of the last packet, or of the last batch of
+// packets that arrived together; PINGREQs count.
+func (c *Connection) LastReceived() time.Time {
+	n := c.lastRecv.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // OpenPolicy allows everything: anonymous clients, any topic, QoS as

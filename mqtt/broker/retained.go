@@ -1,11 +1,16 @@
 package broker
 
 import (
+	"bytes"
+	"fmt"
 	"hash/maphash"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
 // retainedStore holds the retained message of each topic in a trie of
@@ -219,4 +224,38 @@ func collectAll(n *rnode, out *[]*Message) {
 		}
 		collectAll(child, out)
 	}
+}
+
+// RetainedMessage is a copy of a stored retained message.
+type RetainedMessage struct {
+	Topic   string // internal topic
+	Payload []byte // a copy
+	QoS     byte   // effective QoS (caps delivery)
+	Created time.Time
+	Expiry  time.Time // zero: never
+}
+
+// Retained returns copies of the retained messages whose topics match
+// filter (a topic filter, not a shared one) and that have not expired by
+// Options.Now, sorted by topic. With limit > 0 it returns at most limit of
+// them: the first by topic. It only reads: expired messages are skipped,
+// not removed (the sweep removes them). An invalid or shared filter is an
+// error.
+func (s *Server) Retained(filter string, limit int) ([]RetainedMessage, error) {
+	if _, _, shared, err := topic.ParseShare(filter); err != nil || shared {
+		if err == nil {
+			err = fmt.Errorf("shared filter %q", filter)
+		}
+		return nil, fmt.Errorf("broker: retained: %w", err)
+	}
+	ms := s.retained.match(filter, s.now())
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Topic < ms[j].Topic })
+	if limit > 0 && len(ms) > limit {
+		ms = ms[:limit]
+	}
+	out := make([]RetainedMessage, len(ms))
+	for i, m := range ms {
+		out[i] = RetainedMessage{Topic: m.Topic, Payload: bytes.Clone(m.Payload), QoS: m.QoS, Created: m.Created, Expiry: m.Expiry}
+	}
+	return out, nil
 }

@@ -21,21 +21,23 @@ var ErrServerClosed = errors.New("broker: server closed")
 // Server is an MQTT broker. Create it with New, add listeners, stop it with
 // Close.
 type Server struct {
-	opts   Options
-	policy Policy
-	log    *slog.Logger
-	now    func() time.Time
+	opts     Options
+	policy   Policy
+	observer ConnectObserver // the policy, when it is one
+	log      *slog.Logger
+	now      func() time.Time
 
 	subs     *topic.Index[string, subscription]
 	retained *retainedStore
 	stats    counters
 
-	mu        sync.Mutex // guards sessions, listeners, conns, closed
+	mu        sync.Mutex // guards sessions, listeners, conns, closed, wills, attached
 	sessions  map[string]*session
 	listeners []net.Listener
 	conns     map[*conn]struct{}
 	closed    bool
 	wills     map[string]*time.Timer // delayed wills by session key
+	attached  uint64                 // connections attached so far (Connection.Seq)
 
 	wg     sync.WaitGroup // serve loops, connections, background loops
 	done   chan struct{}
@@ -60,6 +62,7 @@ func New(opts Options) (*Server, error) {
 		wills:    make(map[string]*time.Timer),
 		done:     make(chan struct{}),
 	}
+	s.observer, _ = opts.Policy.(ConnectObserver)
 	if opts.StatePath != "" {
 		if err := s.loadState(opts.StatePath); err != nil {
 			return nil, fmt.Errorf("broker: load state: %w", err)
