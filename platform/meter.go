@@ -39,10 +39,35 @@ type accountMeter struct {
 
 type clientMeter struct {
 	account, client string
-	days            [2]struct {
-		day      atomic.Int64
-		messages [3]atomic.Int64
+	// days are the increments since the last Collect.
+	days [2]dayMix
+	// today are the day's totals for the live view (never collected).
+	today [2]dayMix
+	// lastPublish is the time of the last accepted PUBLISH (Unix ns).
+	lastPublish atomic.Int64
+	// live is the client's connection state (connect and disconnect only).
+	live clientLive
+}
+
+// dayMix counts messages by effective QoS for one UTC day; two of them
+// (day % 2) let the day roll over without a lock.
+type dayMix struct {
+	day      atomic.Int64
+	messages [3]atomic.Int64
+}
+
+// slotOf returns the mix of day d from a pair, claiming it when it last held
+// an older day.
+func slotOf(pair *[2]dayMix, d int64) *dayMix {
+	s := &pair[d%2]
+	if s.day.Load() != d {
+		if old := s.day.Load(); old != d && s.day.CompareAndSwap(old, d) {
+			for i := range s.messages {
+				s.messages[i].Store(0)
+			}
+		}
 	}
+	return s
 }
 
 // NewMeter returns an empty meter.
@@ -67,6 +92,7 @@ func (m *Meter) account(id string) *accountMeter {
 	return a
 }
 
+// client returns the client's meter (created once).
 func (m *Meter) client(account, client string) *clientMeter {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -101,17 +127,12 @@ func (a *accountMeter) slot(now time.Time) *dayCounters {
 	return s
 }
 
+// count meters an accepted message of the client at now.
 func (c *clientMeter) count(now time.Time, qos byte) {
 	d := dayNumber(now)
-	s := &c.days[d%2]
-	if s.day.Load() != d {
-		if old := s.day.Load(); old != d && s.day.CompareAndSwap(old, d) {
-			for i := range s.messages {
-				s.messages[i].Store(0)
-			}
-		}
-	}
-	s.messages[qos].Add(1)
+	slotOf(&c.days, d).messages[qos].Add(1)
+	slotOf(&c.today, d).messages[qos].Add(1)
+	c.lastPublish.Store(now.UnixNano())
 }
 
 // DailyDelta is what a flush hands to the store: increments since the last

@@ -55,6 +55,9 @@ type Policy struct {
 	mu    sync.Mutex
 	pools map[string]*Pool
 
+	// srv is the broker whose retained messages the live view reads.
+	srv atomic.Pointer[broker.Server]
+
 	// Totals for metrics (bounded cardinality: no per-account labels).
 	effective [3]atomic.Int64
 	demotions atomic.Int64
@@ -106,6 +109,7 @@ type Session struct {
 	acct   *accountMeter
 	client *clientMeter
 	pool   *Pool
+	conn   *broker.Connection // set by Connected (publishers)
 }
 
 // MessageInfo is the policy's data on an accepted message (Message.Data).
@@ -371,11 +375,14 @@ func (p *Policy) Dropped(id *broker.Identity, _ *broker.Message, r broker.DropRe
 	}
 }
 
-// Disconnected counts a PUBLISH above the client's max_publish_qos as
-// refused: the broker ends such a connection with QoSNotSupported, usually
-// before Publish is called (the limit from CONNECT), sometimes in Publish
-// (a max lowered since).
+// Disconnected ends a publisher's connection in the live view, and counts
+// a PUBLISH above the client's max_publish_qos as refused: the broker ends
+// such a connection with QoSNotSupported, usually before Publish is called
+// (the limit from CONNECT), sometimes in Publish (a max lowered since).
 func (p *Policy) Disconnected(id *broker.Identity, err error) {
+	if s := SessionOf(id); s != nil && s.client != nil && s.conn != nil {
+		s.client.live.detach(s.conn, p.opts.Now())
+	}
 	var pe *packet.Error
 	if errors.As(err, &pe) && pe.Code == packet.QoSNotSupported {
 		p.refuse(SessionOf(id), pe.Code)

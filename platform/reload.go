@@ -26,8 +26,12 @@ type UsageSink interface {
 // the snapshot when the source's version moved, disconnects sessions that
 // are no longer valid (credential revoked or expired, account suspended,
 // client deleted), and flushes metered usage to sink. It flushes once more
-// on the way out.
+// on the way out. srv also becomes the broker the live view reads retained
+// messages from (SetBroker).
 func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broker.Server, interval time.Duration, log *slog.Logger) {
+	if srv != nil {
+		p.SetBroker(srv)
+	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	last := p.Snapshot().Version

@@ -41,6 +41,7 @@ func (a *Account) MaxQueued() int {
 // Client is a registered MQTT client (publisher device).
 type Client struct {
 	ClientID      string
+	Label         string
 	MaxPublishQoS byte
 }
 

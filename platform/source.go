@@ -49,7 +49,7 @@ func (s StoreSource) Load(ctx context.Context) (*Snapshot, error) {
 	}
 	for _, c := range clients {
 		if acc := snap.Accounts[c.AccountID]; acc != nil {
-			acc.Clients[c.ClientID] = &Client{ClientID: c.ClientID, MaxPublishQoS: byte(c.MaxPublishQoS)}
+			acc.Clients[c.ClientID] = &Client{ClientID: c.ClientID, Label: c.Label, MaxPublishQoS: byte(c.MaxPublishQoS)}
 		}
 	}
 	creds, err := s.Store.ActiveCredentials(ctx)
