@@ -101,8 +101,8 @@ func TestPlatformHistory(t *testing.T) {
 	got = p.historyCount(t, A.ID, 5)
 	type row struct {
 		topic, class, payload string
-		qos, published       byte
-		retain               bool
+		qos, published        byte
+		retain                bool
 	}
 	want := []row{
 		{A.topic("dev1", "telemetry/power"), "telemetry", `{"station_controller_device_id":"sc-7","w":1200}`, 1, 1, false},
