@@ -62,7 +62,7 @@ func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetm
 	case JSON:
 		bw.WriteString("[")
 	case CSV:
-		bw.WriteString(csvHeader)
+		bw.WriteString(CSVHeader)
 	}
 	err := st.QueryHistory(ctx, q, func(r *fleetmq.Record) error {
 		buf = buf[:0]
@@ -225,7 +225,8 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-const csvHeader = "id,received_at,account_id,client_id,topic,class,qos,published_qos,retain,station_controller_device_id,content_type,payload_encoding,payload\n"
+// CSVHeader is the header row of CSV exports.
+const CSVHeader = "id,received_at,account_id,client_id,topic,class,qos,published_qos,retain,station_controller_device_id,content_type,payload_encoding,payload\n"
 
 // AppendCSV appends one CSV row (RFC 4180 quoting). A payload that is
 // valid UTF-8 is written as text ("payload_encoding" utf-8), any other as

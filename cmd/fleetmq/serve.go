@@ -28,6 +28,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cfg.Ingest.MaxDelay, "ingest-delay", ingest.DefaultMaxDelay, "how long a commit may wait for more messages while they are arriving [FLEETMQ_INGEST_DELAY]")
 	fs.StringVar(&cfg.Ingest.QoS0Overload, "ingest-qos0-overload", ingest.OverloadDrop, "QoS 0 messages when the ingest queue is full: drop (delivered live, not stored, counted) or wait [FLEETMQ_INGEST_QOS0_OVERLOAD]")
 	fs.DurationVar(&cfg.RetentionInterval, "retention-interval", time.Hour, "how often history older than each account's plan keeps is deleted [FLEETMQ_RETENTION_INTERVAL]")
+	fs.IntVar(&cfg.RESTRateLimit, "rest-rate-limit", 5000, "requests per hour of one REST API token [FLEETMQ_REST_RATE_LIMIT]")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
 	if err := parseFlags(fs, args); err != nil {
 		return err

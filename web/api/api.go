@@ -1,0 +1,312 @@
+// Package api is the subscriber REST API under /api/v1/subscriber/: a
+// token-authenticated, rate-limited HTTP API over an account's history,
+// live publisher state, MQTT clients, credentials and usage, each route
+// gated by its add-on. Routes are declared with huma, so the OpenAPI 3.1
+// document served at /api/v1/subscriber/openapi.json is generated from the
+// same Go types the handlers use and cannot drift from them; Swagger UI at
+// /api/v1/subscriber/docs is served from the binary. Errors are RFC 9457
+// problem details with the stable codes of DESIGN.md.
+//
+// The account always comes from the token, never from the request: every
+// handler reads and writes only the token's account.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/platform"
+	"github.com/fleetmq/fleetmq/web/restauth"
+)
+
+// Prefix is where the API lives.
+const Prefix = "/api/v1/subscriber"
+
+// Limits on requests (beyond each route's own validation).
+const (
+	MaxBodyBytes  = 64 << 10 // request bodies are small JSON objects
+	MaxQueryBytes = 8 << 10  // longer query strings get 414
+)
+
+// Store is what the API reads directly (a *sqlstore.Store is one); changes
+// go through the control service.
+type Store interface {
+	fleetmq.ControlStore
+	fleetmq.HistoryStore
+	fleetmq.UsageStore
+}
+
+// Deps are the parts the API works with.
+type Deps struct {
+	Service *control.Service
+	Store   Store
+	// Policy gives the live view of publishers and the QoS 2 pools.
+	Policy  *platform.Policy
+	Auth    *restauth.Authenticator
+	Limiter *restauth.Limiter
+	Now     func() time.Time
+	// Changed, when set, is called after a change made through the API
+	// (a client or credential created, changed or removed) so the broker
+	// applies it at once rather than at the next reload.
+	Changed func(ctx context.Context)
+	Logger  *slog.Logger
+}
+
+// API is the subscriber REST API.
+type API struct {
+	deps Deps
+	huma huma.API
+	mux  *http.ServeMux
+}
+
+// Operation metadata keys.
+const metaAddOn = "fleetmq.addon"
+
+var setErrorOnce sync.Once
+
+// New builds the API.
+func New(d Deps) *API {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	setErrorOnce.Do(func() { huma.NewError = humaError })
+	a := &API{deps: d, mux: http.NewServeMux()}
+	cfg := huma.DefaultConfig("fleetmq subscriber API", "1.0.0")
+	cfg.CreateHooks = nil // no $schema links in bodies
+	cfg.OpenAPIPath = ""  // served below as openapi.json only
+	cfg.DocsPath = ""     // Swagger UI is served from the binary below
+	cfg.SchemasPath = ""
+	cfg.RejectUnknownQueryParameters = true
+	cfg.Info.Description = "The subscriber REST API of an account: stored history, live publisher state, MQTT clients " +
+		"and credentials, usage. Authenticate with a REST API token (`Authorization: Bearer svc_mqtt_rest_...`), " +
+		"created in the portal under Settings, REST API tokens. Each token may make 5,000 requests per hour; every " +
+		"response says how many are left in `X-RateLimit-*` headers. Which routes work depends on the account's " +
+		"add-ons, not on the token. Errors are RFC 9457 problem details with a stable `code`."
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"token": {Type: "http", Scheme: "bearer", BearerFormat: "svc_mqtt_rest_ token",
+			Description: "A REST API token from the portal (Settings, REST API tokens)."},
+	}
+	cfg.Security = []map[string][]string{{"token": {}}}
+	a.huma = humago.NewWithPrefix(a.mux, Prefix, cfg)
+	a.huma.UseMiddleware(a.authenticate)
+	a.register()
+	a.mux.HandleFunc("GET "+Prefix+"/openapi.json", a.serveOpenAPI)
+	a.mux.Handle("GET "+Prefix+"/docs", docsHandler())
+	a.mux.Handle("GET "+Prefix+"/docs/", docsHandler())
+	return a
+}
+
+// OpenAPI returns the generated document.
+func (a *API) OpenAPI() *huma.OpenAPI { return a.huma.OpenAPI() }
+
+// ServeHTTP serves the API: requests under Prefix.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.RawQuery) > MaxQueryBytes {
+		writeProblem(w, r, newProblem(http.StatusRequestURITooLong, "uri_too_long", "the query string is longer than "+strconv.Itoa(MaxQueryBytes)+" bytes"))
+		return
+	}
+	if _, pattern := a.mux.Handler(r); pattern == "" {
+		// No route: a problem rather than the mux's plain text. A path
+		// that exists with another method gets 405 with Allow.
+		if allow := a.allowed(r); allow != "" {
+			w.Header().Set("Allow", allow)
+			writeProblem(w, r, newProblem(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here; allowed: "+allow))
+			return
+		}
+		writeProblem(w, r, newProblem(http.StatusNotFound, fleetmq.CodeNotFound, "no such route: "+r.URL.Path))
+		return
+	}
+	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+		// net/http drops pairs it cannot decode: a history filter would
+		// be left out silently.
+		writeProblem(w, r, newProblem(http.StatusBadRequest, "bad_request", "the query string is malformed: "+err.Error()))
+		return
+	}
+	if r.ContentLength > MaxBodyBytes {
+		// Refused before reading: a client that sent "Expect:
+		// 100-continue" never sends the body.
+		writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "request_too_large", "the body is longer than "+strconv.Itoa(MaxBodyBytes)+" bytes"))
+		return
+	}
+	// The limited body goes on a shallow copy: net/http must still see
+	// its own body on its request, or it cannot tell that the handler
+	// left a large body unread, keeps the connection and parses the rest
+	// of the body as the next request.
+	r = r.WithContext(r.Context())
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	a.mux.ServeHTTP(w, r)
+}
+
+// allowed lists the methods that have a route at r's path.
+func (a *API) allowed(r *http.Request) string {
+	var out string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		rr := r.Clone(r.Context())
+		rr.Method = m
+		if _, p := a.mux.Handler(rr); p != "" {
+			if out != "" {
+				out += ", "
+			}
+			out += m
+		}
+	}
+	return out
+}
+
+func (a *API) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	b, err := json.Marshal(a.huma.OpenAPI())
+	if err != nil {
+		writeProblem(w, r, newProblem(http.StatusInternalServerError, fleetmq.CodeInternal, "internal error"))
+		return
+	}
+	w.Header().Set("Content-Type", "application/vnd.oai.openapi+json")
+	w.Write(b)
+}
+
+// writeProblem writes a problem outside huma.
+func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
+	if p.Instance == "" && r != nil {
+		p.Instance = r.URL.Path
+	}
+	for k, vs := range p.headers {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
+}
+
+// principal is the authenticated caller of a request.
+type principal struct {
+	token   *fleetmq.RESTToken
+	account *fleetmq.Account
+}
+
+type principalKey struct{}
+
+// caller returns the request's principal (set by authenticate).
+func caller(ctx context.Context) *principal {
+	p, _ := ctx.Value(principalKey{}).(*principal)
+	return p
+}
+
+// authenticate runs before every operation: token, rate limit, account,
+// add-on.
+func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
+	now := a.deps.Now()
+	tok, err := a.deps.Auth.Authenticate(ctx.Header("Authorization"), now)
+	if err != nil {
+		p := problemOf(err, "")
+		p.Status, p.Title = http.StatusUnauthorized, http.StatusText(http.StatusUnauthorized)
+		// RFC 6750 section 3.1: no error code when the request had no
+		// credentials at all.
+		challenge := `Bearer realm="fleetmq", error="invalid_token"`
+		if errors.Is(err, restauth.ErrMissingHeader) {
+			challenge = `Bearer realm="fleetmq"`
+		}
+		p.GetHeaders().Set("WWW-Authenticate", challenge)
+		a.writeHuma(ctx, p)
+		return
+	}
+	d := a.deps.Limiter.Allow(tok.ID, now)
+	ctx.SetHeader("X-RateLimit-Limit", strconv.Itoa(d.Limit))
+	ctx.SetHeader("X-RateLimit-Remaining", strconv.Itoa(d.Remaining))
+	ctx.SetHeader("X-RateLimit-Used", strconv.Itoa(d.Used))
+	ctx.SetHeader("X-RateLimit-Reset", strconv.FormatInt(d.Reset.Unix(), 10))
+	ctx.SetHeader("X-RateLimit-Resource", "subscriber")
+	if !d.Allowed {
+		secs := int64((d.RetryAfter + time.Second - 1) / time.Second)
+		p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited,
+			"this token made "+strconv.Itoa(d.Used)+" requests this hour, the limit is "+strconv.Itoa(d.Limit)+"; the window resets at "+d.Reset.UTC().Format(time.RFC3339))
+		p.GetHeaders().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+		a.writeHuma(ctx, p)
+		return
+	}
+	acct, err := a.deps.Store.Account(ctx.Context(), tok.AccountID)
+	if err != nil {
+		if fleetmq.CodeOf(err) == fleetmq.CodeNotFound {
+			a.writeHuma(ctx, newProblem(http.StatusUnauthorized, fleetmq.CodeInvalidToken, "the token's account no longer exists"))
+			return
+		}
+		a.deps.Logger.Error("api: load account", "account", tok.AccountID, "error", err)
+		a.writeHuma(ctx, newProblem(http.StatusInternalServerError, fleetmq.CodeInternal, "internal error"))
+		return
+	}
+	if x, ok := ctx.Operation().Metadata[metaAddOn].(fleetmq.AddOn); ok && !acct.HasAddOn(x) {
+		a.writeHuma(ctx, addOnRequired(x))
+		return
+	}
+	next(huma.WithValue(ctx, principalKey{}, &principal{token: tok, account: acct}))
+}
+
+// writeHuma writes a problem from a middleware.
+func (a *API) writeHuma(ctx huma.Context, p *Problem) {
+	if p.Instance == "" {
+		u := ctx.URL()
+		p.Instance = u.Path
+	}
+	for k, vs := range p.headers {
+		for _, v := range vs {
+			ctx.AppendHeader(k, v)
+		}
+	}
+	ctx.SetHeader("Content-Type", "application/problem+json")
+	ctx.SetStatus(p.Status)
+	json.NewEncoder(ctx.BodyWriter()).Encode(p)
+}
+
+// changed tells the platform that something the broker enforces changed.
+func (a *API) changed(ctx context.Context) {
+	if a.deps.Changed != nil {
+		a.deps.Changed(ctx)
+	}
+}
+
+// op is an operation of the API with the parts every route shares.
+func op(id, method, path, summary, description string, addOn fleetmq.AddOn, status int, errs ...int) huma.Operation {
+	o := huma.Operation{
+		OperationID:   id,
+		Method:        method,
+		Path:          path,
+		Summary:       summary,
+		Description:   description,
+		DefaultStatus: status,
+		MaxBodyBytes:  MaxBodyBytes,
+		Errors:        append([]int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests}, errs...),
+		Metadata:      map[string]any{},
+	}
+	if addOn != "" {
+		o.Metadata[metaAddOn] = addOn
+		o.Tags = []string{addOn.Title()}
+		o.Description += "\n\nNeeds the **" + addOn.Title() + "** add-on (`" + string(addOn) + "`); without it the call is refused with 403 `addon_required`."
+	}
+	return o
+}
+
+// register declares every route.
+func (a *API) register() {
+	a.registerHistory()
+	a.registerPublishers()
+	a.registerCredentials()
+	a.registerUsage()
+}

@@ -1,0 +1,149 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/history"
+)
+
+// HistoryPage is a page of stored history (format json).
+type HistoryPage struct {
+	Records    []history.Record `json:"records"`
+	NextCursor string           `json:"next_cursor,omitempty" doc:"Pass as cursor for the next page; absent on the last page."`
+}
+
+type historyInput struct {
+	ClientID   string `query:"client_id" maxLength:"128" doc:"Only this client."`
+	Topic      string `query:"topic" maxLength:"1024" doc:"An MQTT topic filter within the account, e.g. {account_id}/+/state/#. A first level of + or # stands for the account." example:"2c9654d9-9c8e-437b-a391-699d4fb8c874/+/telemetry/#"`
+	TopicRegex string `query:"topic_regex" maxLength:"1024" doc:"A regular expression (RE2) over the topic that starts with ^{account_id}/ (the spec's anchored form)." example:"^2c9654d9-9c8e-437b-a391-699d4fb8c874/pump-[0-9]+/state/"`
+	Class      string `query:"class" enum:"state,event,telemetry,sample" doc:"Only this topic class."`
+	Device     string `query:"station_controller_device_id" maxLength:"200" doc:"Only records whose payload carries this station_controller_device_id."`
+	From       string `query:"from" format:"date-time" doc:"Received at or after (RFC 3339)."`
+	To         string `query:"to" format:"date-time" doc:"Received before (RFC 3339)."`
+	Order      string `query:"order" enum:"asc,desc" doc:"desc (newest first) is the default for pages; asc for whole exports."`
+	Limit      int    `query:"limit" minimum:"1" maximum:"10000" doc:"Page size, default 100. With format ndjson or csv and no limit, the whole result is streamed."`
+	Cursor     string `query:"cursor" maxLength:"200" doc:"next_cursor of the previous page (or the X-Next-Cursor header)."`
+	Format     string `query:"format" enum:"json,ndjson,csv" doc:"Default json, or what the Accept header asks for (application/x-ndjson, text/csv)."`
+	Accept     string `header:"Accept"`
+}
+
+func (a *API) registerHistory() {
+	o := op("getHistory", http.MethodGet, "/history", "Stored history",
+		"Messages the platform stored, filtered and paged with an opaque cursor (pages deep in history cost the same as the first). "+
+			"`json` returns a page object; `ndjson` and `csv` return one record per line, the whole result streamed when no limit is given "+
+			"(then the default order is oldest first), or a page with its next cursor in `X-Next-Cursor` and a `Link: rel=\"next\"` header. "+
+			"A payload that is JSON is returned as JSON (`payload_encoding: json`), any other payload base64-encoded; in CSV, UTF-8 text is written as is.",
+		fleetmq.AddOnHistoryDownload, http.StatusOK, http.StatusUnprocessableEntity)
+	schema := a.huma.OpenAPI().Components.Schemas.Schema(reflect.TypeOf(HistoryPage{}), true, "HistoryPage")
+	o.Responses = map[string]*huma.Response{
+		"200": {
+			Description: "A page (json), or records one per line (ndjson, csv).",
+			Headers: map[string]*huma.Param{
+				"X-Next-Cursor": {Description: "ndjson and csv pages: the cursor of the next page (absent on the last).", Schema: &huma.Schema{Type: "string"}},
+				"Link":          {Description: "The next page's URL, rel=\"next\".", Schema: &huma.Schema{Type: "string"}},
+			},
+			Content: map[string]*huma.MediaType{
+				"application/json":     {Schema: schema},
+				"application/x-ndjson": {Schema: &huma.Schema{Type: "string", Description: "One record object (as in HistoryPage.records) per line."}},
+				"text/csv":             {Schema: &huma.Schema{Type: "string", Description: "A header row, then id,received_at,account_id,client_id,topic,class,qos,published_qos,retain,station_controller_device_id,content_type,payload_encoding,payload."}},
+			},
+		},
+	}
+	huma.Register(a.huma, o, func(ctx context.Context, in *historyInput) (*huma.StreamResponse, error) {
+		p := caller(ctx)
+		f := history.JSON
+		switch {
+		case in.Format != "":
+			f, _ = history.ParseFormat(in.Format)
+		case strings.Contains(in.Accept, "application/x-ndjson"):
+			f = history.NDJSON
+		case strings.Contains(in.Accept, "text/csv"):
+			f = history.CSV
+		}
+		paged := f == history.JSON || in.Limit > 0
+		params := history.Params{ClientID: in.ClientID, Topic: in.Topic, TopicRegex: in.TopicRegex, Class: in.Class,
+			StationControllerDeviceID: in.Device, From: in.From, To: in.To, Order: in.Order, Cursor: in.Cursor}
+		if in.Limit > 0 {
+			params.Limit = strconv.Itoa(in.Limit)
+		}
+		if !paged && in.Order == "" {
+			params.Order = "asc"
+		}
+		q, err := history.Build(p.account.ID, params, !paged)
+		if err != nil {
+			return nil, problemOf(err, "query")
+		}
+		if !paged {
+			return &huma.StreamResponse{Body: func(hc huma.Context) {
+				hc.SetHeader("Content-Type", f.ContentType())
+				hc.SetStatus(http.StatusOK)
+				if _, err := history.Export(ctx, hc.BodyWriter(), a.deps.Store, q, f); err != nil {
+					// The status is sent; all that is left is to stop.
+					a.deps.Logger.Warn("api: history export ended early", "account", p.account.ID, "error", err)
+				}
+			}}, nil
+		}
+		page, err := history.Page(ctx, a.deps.Store, q)
+		if err != nil {
+			return nil, problemOf(err, "query")
+		}
+		return &huma.StreamResponse{Body: func(hc huma.Context) {
+			hc.SetHeader("Content-Type", f.ContentType())
+			if page.Next != "" {
+				u := hc.URL()
+				v := u.Query()
+				v.Set("cursor", page.Next)
+				hc.SetHeader("X-Next-Cursor", page.Next)
+				hc.SetHeader("Link", "<"+Prefix+"/history?"+v.Encode()+`>; rel="next"`)
+			}
+			hc.SetStatus(http.StatusOK)
+			writePage(hc.BodyWriter(), page, f)
+		}}, nil
+	})
+}
+
+// writePage writes a page in a format.
+func writePage(w interface{ Write([]byte) (int, error) }, page *history.PageResult, f history.Format) {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var buf []byte
+	switch f {
+	case history.JSON:
+		bw.WriteString(`{"records":[`)
+		for i, r := range page.Records {
+			buf = buf[:0]
+			if i > 0 {
+				buf = append(buf, ',')
+			}
+			buf = history.AppendJSON(buf, r)
+			bw.Write(buf)
+		}
+		bw.WriteString("]")
+		if page.Next != "" {
+			c, _ := json.Marshal(page.Next)
+			bw.WriteString(`,"next_cursor":`)
+			bw.Write(c)
+		}
+		bw.WriteString("}\n")
+	case history.CSV:
+		bw.WriteString(history.CSVHeader)
+		for _, r := range page.Records {
+			buf = history.AppendCSV(buf[:0], r)
+			bw.Write(buf)
+		}
+	default:
+		for _, r := range page.Records {
+			buf = append(history.AppendJSON(buf[:0], r), '\n')
+			bw.Write(buf)
+		}
+	}
+	bw.Flush()
+}

@@ -1,0 +1,200 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// Problem is an RFC 9457 problem details body with the stable code of
+// DESIGN.md ("REST API") as an extension member. Clients branch on code,
+// never on title or detail.
+type Problem struct {
+	Type     string        `json:"type" doc:"A URI reference identifying the problem type; about:blank, the code says which problem it is." example:"about:blank"`
+	Title    string        `json:"title" doc:"The HTTP status phrase." example:"Forbidden"`
+	Status   int           `json:"status" doc:"The HTTP status code." example:"403"`
+	Detail   string        `json:"detail,omitempty" doc:"What went wrong, for a human." example:"this route needs the Mgmt REST API add-on"`
+	Instance string        `json:"instance,omitempty" doc:"The request path." example:"/api/v1/subscriber/publishers"`
+	Code     string        `json:"code" doc:"Stable error code." enum:"invalid_token,token_expired,token_revoked,addon_required,base_plan_required,rate_limited,not_found,conflict,validation_failed,bad_request,request_too_large,uri_too_long,not_acceptable,unsupported_media_type,method_not_allowed,internal" example:"addon_required"`
+	AddOn    string        `json:"addon,omitempty" doc:"addon_required: the add-on the route needs." enum:"history_download,live_rest_api,mgmt_rest_api,qos2" example:"mgmt_rest_api"`
+	Errors   []*FieldError `json:"errors,omitempty" doc:"validation_failed and bad_request: what is wrong with which field."`
+
+	headers http.Header
+}
+
+// FieldError is one invalid field of a request.
+type FieldError struct {
+	Location string `json:"location" doc:"Where: body.<field>, query.<name> or path.<name>." example:"body.max_publish_qos"`
+	Message  string `json:"message" example:"must be 0, 1 or 2"`
+	Value    any    `json:"value,omitempty" doc:"The value that was refused, when it helps."`
+}
+
+// Error implements error.
+func (p *Problem) Error() string { return p.Detail }
+
+// GetStatus implements huma.StatusError.
+func (p *Problem) GetStatus() int { return p.Status }
+
+// GetHeaders implements huma.HeadersError (Retry-After, WWW-Authenticate).
+func (p *Problem) GetHeaders() http.Header {
+	if p.headers == nil {
+		p.headers = http.Header{}
+	}
+	return p.headers
+}
+
+// ContentType implements huma.ContentTypeFilter: problems are
+// application/problem+json.
+func (p *Problem) ContentType(ct string) string {
+	if ct == "application/json" || ct == "" {
+		return "application/problem+json"
+	}
+	return ct
+}
+
+// codeForStatus is the code of a problem that huma raises itself
+// (malformed bodies, unknown parameters, limits).
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "bad_request"
+	case http.StatusUnauthorized:
+		return fleetmq.CodeInvalidToken
+	case http.StatusNotFound:
+		return fleetmq.CodeNotFound
+	case http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	case http.StatusNotAcceptable:
+		return "not_acceptable"
+	case http.StatusConflict:
+		return fleetmq.CodeConflict
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusRequestURITooLong:
+		return "uri_too_long"
+	case http.StatusUnsupportedMediaType:
+		return "unsupported_media_type"
+	case http.StatusUnprocessableEntity:
+		return fleetmq.CodeValidation
+	case http.StatusTooManyRequests:
+		return fleetmq.CodeRateLimited
+	}
+	if status >= 500 {
+		return fleetmq.CodeInternal
+	}
+	return "bad_request"
+}
+
+// newProblem is a problem with the status phrase as title.
+func newProblem(status int, code, detail string) *Problem {
+	return &Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code, Detail: detail}
+}
+
+// humaError replaces huma.NewError: every error huma writes (validation,
+// malformed JSON, oversized bodies) becomes a Problem with a code.
+func humaError(status int, msg string, errs ...error) huma.StatusError {
+	if status == http.StatusInternalServerError && msg == "cannot read request body" {
+		// huma's answer to a body it could not read (a broken chunked
+		// encoding): the request's fault, not the server's.
+		status, msg = http.StatusBadRequest, "the request body could not be read"
+	}
+	p := newProblem(status, codeForStatus(status), msg)
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		var d huma.ErrorDetailer
+		if errors.As(err, &d) {
+			ed := d.ErrorDetail()
+			p.Errors = append(p.Errors, &FieldError{Location: ed.Location, Message: ed.Message, Value: ed.Value})
+			continue
+		}
+		p.Errors = append(p.Errors, &FieldError{Message: err.Error()})
+	}
+	// huma reports a JSON body it cannot parse as 422 with the parser's
+	// message and no location; that is a malformed request (400), not a
+	// validation failure of a field.
+	if status == http.StatusUnprocessableEntity && len(p.Errors) > 0 && allUnlocated(p.Errors) {
+		p.Status, p.Title, p.Code = http.StatusBadRequest, http.StatusText(http.StatusBadRequest), "bad_request"
+		p.Detail = "the body is not valid JSON"
+	}
+	if p.Status == http.StatusBadRequest {
+		for _, e := range p.Errors {
+			if e.Location == "" {
+				e.Location = "body" // what huma could not read or parse
+			}
+		}
+	}
+	if status == http.StatusUnprocessableEntity && p.Code == fleetmq.CodeValidation && p.Detail == "" {
+		p.Detail = "validation failed"
+	}
+	return p
+}
+
+func allUnlocated(es []*FieldError) bool {
+	for _, e := range es {
+		if e.Location != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// problemOf maps an error from the domain (control service, history
+// queries) to a problem. where prefixes field names ("body" or "query").
+func problemOf(err error, where string) *Problem {
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	var e *fleetmq.Error
+	if !errors.As(err, &e) {
+		return newProblem(http.StatusInternalServerError, fleetmq.CodeInternal, "internal error")
+	}
+	status := map[string]int{
+		fleetmq.CodeNotFound:         http.StatusNotFound,
+		fleetmq.CodeConflict:         http.StatusConflict,
+		fleetmq.CodeValidation:       http.StatusUnprocessableEntity,
+		fleetmq.CodeBasePlanRequired: http.StatusForbidden,
+		fleetmq.CodeAddOnRequired:    http.StatusForbidden,
+		fleetmq.CodeInvalidToken:     http.StatusUnauthorized,
+		fleetmq.CodeTokenExpired:     http.StatusUnauthorized,
+		fleetmq.CodeTokenRevoked:     http.StatusUnauthorized,
+		fleetmq.CodeRateLimited:      http.StatusTooManyRequests,
+	}[e.Code]
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	p = newProblem(status, e.Code, e.Message)
+	p.AddOn = e.AddOn
+	if status == http.StatusInternalServerError {
+		p.Code, p.Detail = fleetmq.CodeInternal, "internal error"
+	}
+	keys := make([]string, 0, len(e.Fields))
+	for k := range e.Fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		loc := k
+		if where != "" && !strings.Contains(k, ".") {
+			loc = where + "." + k
+		}
+		p.Errors = append(p.Errors, &FieldError{Location: loc, Message: e.Fields[k]})
+	}
+	return p
+}
+
+// addOnRequired is the 403 of a route whose add-on the account lacks.
+func addOnRequired(x fleetmq.AddOn) *Problem {
+	p := newProblem(http.StatusForbidden, fleetmq.CodeAddOnRequired,
+		fmt.Sprintf("this route needs the %s add-on; the account owner can switch it on in the portal (Subscriptions)", x.Title()))
+	p.AddOn = string(x)
+	return p
+}
