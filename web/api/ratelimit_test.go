@@ -33,11 +33,14 @@ func rateHeaders(t *testing.T, r *response, limit, used int, reset time.Time) {
 // request is 429 rate_limited with Retry-After until the next UTC hour
 // and is not counted; a second token of the account has its own budget;
 // the next UTC hour starts afresh; counts survive a restart on the same
-// data directory (the limiter flushes at Close and loads at Start).
+// data directory (the limiter flushes at Close and loads at Start: the
+// periodic flush is an hour away, so only Close can have written them).
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	const limit = 5
-	e := start(t, func(c *app.Config) { c.RESTRateLimit = limit })
+	// No periodic flush during the test (the first tick is an hour away):
+	// what survives a restart was written at Close.
+	e := start(t, func(c *app.Config) { c.RESTRateLimit = limit; c.ReloadInterval = time.Hour })
 	tn := e.tenant(t, "A", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
 	other, _ := e.token(t, tn.ID, "other")
 	reset := time.Date(2030, 3, 10, 13, 0, 0, 0, time.UTC) // t0 is 12:20
