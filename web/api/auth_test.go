@@ -50,9 +50,11 @@ func breakChecksum(v string) string {
 
 // TestTokens: what the API answers for every kind of Authorization
 // header: a valid token works (the scheme is case-insensitive); a missing
-// header, another scheme, a malformed value, a value with a broken
-// checksum, an unknown well-formed value, MQTT credentials and another
-// account's revoked token are 401 invalid_token with a Bearer challenge.
+// header is 401 invalid_token with a bare Bearer challenge; another
+// scheme, a malformed value, a value with a broken checksum, an unknown
+// well-formed value and MQTT usernames and passwords are 401
+// invalid_token with error="invalid_token" in the challenge. A REST
+// token is no MQTT password either.
 func TestTokens(t *testing.T) {
 	t.Parallel()
 	e := start(t)
