@@ -1,0 +1,269 @@
+package portal
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"net/mail"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/control"
+)
+
+// Password rules of the owner's portal password.
+const (
+	MinPasswordLen = 10   // characters
+	MaxPasswordLen = 1024 // bytes: argon2id hashes whatever it gets
+)
+
+// signinData is the sign-in page.
+type signinData struct {
+	Token      string // the sign-in form's CSRF token (also in SigninCookie)
+	Next       string
+	Email      string
+	Error      string
+	RetryAfter time.Time // set when throttled
+}
+
+// safeNext keeps a post-sign-in target only when it is a path of this
+// portal.
+func safeNext(s string) string {
+	if !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") || strings.ContainsAny(s, "\r\n") {
+		return ""
+	}
+	return s
+}
+
+// signinToken returns the sign-in CSRF token of the browser, setting a new
+// one when it has none.
+func (p *Portal) signinToken(w http.ResponseWriter, r *http.Request) string {
+	if c, err := r.Cookie(SigninCookie); err == nil && len(c.Value) == 43 {
+		return c.Value
+	}
+	t := randomToken(32)
+	p.setCookie(w, r, SigninCookie, t, int((24 * time.Hour).Seconds()))
+	return t
+}
+
+func (p *Portal) signinPage(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	next := safeNext(r.URL.Query().Get("next"))
+	if _, err := p.session(r); err == nil {
+		http.Redirect(w, r, orDefault(next, "/overview"), http.StatusSeeOther)
+		return
+	}
+	v := &view{Title: "Sign in", Flash: p.takeFlash(w, r), Data: signinData{Token: p.signinToken(w, r), Next: next}}
+	p.write(w, r, http.StatusOK, "signin", v)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// signin checks an owner's e-mail address and password. Failures are
+// throttled per e-mail address and IP address and all say the same thing;
+// an unknown address costs the same argon2id check as a known one.
+func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	if !p.sameOrigin(r) {
+		p.forbidden(w, r, "This form was sent from another site. Open the sign-in page and try again.")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		p.errorPage(w, r, http.StatusBadRequest, "Bad request", "The form could not be read.")
+		return
+	}
+	ck, err := r.Cookie(SigninCookie)
+	if err != nil || subtle.ConstantTimeCompare([]byte(ck.Value), []byte(r.PostForm.Get(CSRFField))) != 1 {
+		p.forbidden(w, r, "The sign-in form has expired, or cookies are blocked for this site. Open the sign-in page again; "+
+			"the portal needs cookies to keep you signed in.")
+		return
+	}
+	email := strings.ToLower(strings.TrimSpace(r.PostForm.Get("email")))
+	password := r.PostForm.Get("password")
+	data := signinData{Token: ck.Value, Next: safeNext(r.PostForm.Get("next")), Email: email}
+	now := p.deps.Now()
+	pair, addr := signinKeys(email, clientIP(r))
+	if until, blocked := p.throttle.blocked(now, pair, addr); blocked {
+		secs := int(until.Sub(now).Seconds()) + 1
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		data.RetryAfter = until.UTC()
+		data.Error = "Too many failed sign-in attempts."
+		p.write(w, r, http.StatusTooManyRequests, "signin", &view{Title: "Sign in", Now: now.UTC(), Data: data})
+		return
+	}
+	accountID, ok, err := p.checkOwner(r.Context(), email, password)
+	if err != nil {
+		p.serverError(w, r, err)
+		return
+	}
+	if !ok {
+		p.throttle.fail(now, pair, addr)
+		data.Error = "Wrong e-mail address or password."
+		p.write(w, r, http.StatusUnauthorized, "signin", &view{Title: "Sign in", Data: data})
+		return
+	}
+	p.throttle.reset(pair)
+	if old, err := p.session(r); err == nil {
+		p.deps.Store.DeletePortalSession(r.Context(), old.IDHash)
+	}
+	if err := p.newSession(w, r, accountID); err != nil {
+		p.serverError(w, r, err)
+		return
+	}
+	// Sweep every account's expired sessions now and then: at sign-in.
+	if _, err := p.deps.Store.DeleteStalePortalSessions(r.Context(), now.Add(-p.opts.SessionIdle), now.Add(-p.opts.SessionMax)); err != nil {
+		p.deps.Logger.Warn("portal: delete expired sessions", "error", err)
+	}
+	http.Redirect(w, r, orDefault(data.Next, "/overview"), http.StatusSeeOther)
+}
+
+// checkOwner checks an owner's password and returns the account. An
+// unknown or malformed address is checked against a dummy hash, so it
+// takes as long as a wrong password.
+func (p *Portal) checkOwner(ctx context.Context, email, password string) (string, bool, error) {
+	accountID, hash := "", ""
+	if a, err := mail.ParseAddress(email); err == nil && a.Address == email && len(password) <= MaxPasswordLen {
+		accountID, hash, err = p.deps.Store.OwnerPasswordHash(ctx, email)
+		if err != nil && fleetmq.CodeOf(err) != fleetmq.CodeNotFound {
+			return "", false, err
+		}
+	}
+	if len(password) > MaxPasswordLen {
+		password = password[:MaxPasswordLen]
+	}
+	known := hash != ""
+	if !known {
+		hash = p.dummy()
+	}
+	ok, err := p.checkPassword(ctx, hash, password)
+	if err != nil {
+		return "", false, err
+	}
+	return accountID, ok && known, nil
+}
+
+// dummy returns a hash with the parameters of real ones, made once.
+func (p *Portal) dummy() string {
+	p.dummyOnce.Do(func() {
+		h, err := control.HashPassword(randomToken(24))
+		if err != nil {
+			panic("portal: dummy password hash: " + err.Error())
+		}
+		p.dummyHash = h
+	})
+	return p.dummyHash
+}
+
+// checkPassword runs an argon2id check, at most a few at a time (each
+// takes 64 MiB).
+func (p *Portal) checkPassword(ctx context.Context, hash, password string) (bool, error) {
+	select {
+	case p.checks <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-p.checks }()
+	ok, err := control.CheckPassword(hash, password)
+	if err != nil {
+		// A stored hash this portal cannot read signs no one in.
+		p.deps.Logger.Error("portal: owner password hash", "error", err)
+		return false, nil
+	}
+	return ok, nil
+}
+
+// signout ends the session on the server and in the browser.
+func (p *Portal) signout(c *call) {
+	if err := p.deps.Store.DeletePortalSession(c.ctx, c.sess.IDHash); err != nil {
+		c.fail(err)
+		return
+	}
+	p.clearCookie(c.w, c.r, SessionCookie)
+	c.setFlash("success", "You have signed out.")
+	c.redirect("/signin")
+}
+
+// settingsData is the Profile page.
+type settingsData struct {
+	PasswordRules string
+}
+
+func (p *Portal) settings(c *call) {
+	c.render(http.StatusOK, "settings", "Settings", "settings", "profile", settingsData{PasswordRules: passwordRules()})
+}
+
+func passwordRules() string {
+	return "At least " + strconv.Itoa(MinPasswordLen) + " characters. A long passphrase is best."
+}
+
+// changePassword sets a new owner password after checking the current
+// one. Every other session of the account is signed out, and this one
+// gets a new id.
+func (p *Portal) changePassword(c *call) {
+	f := c.r.PostForm
+	cur, next, confirm := f.Get("current_password"), f.Get("new_password"), f.Get("confirm_password")
+	errs := map[string]string{}
+	switch n := utf8.RuneCountInString(next); {
+	case n < MinPasswordLen:
+		errs["new_password"] = "Use at least " + strconv.Itoa(MinPasswordLen) + " characters."
+	case len(next) > MaxPasswordLen:
+		errs["new_password"] = "Use at most " + strconv.Itoa(MaxPasswordLen) + " bytes."
+	}
+	if confirm != next {
+		errs["confirm_password"] = "The two new passwords differ."
+	}
+	now := c.p.deps.Now()
+	key := "p\x00" + c.acc.ID + "\x00" + clientIP(c.r)
+	if free, blocked := p.throttle.blocked(now, key); blocked {
+		errs = map[string]string{"current_password": "Too many wrong attempts. Try again " + until(c.now, free) + "."}
+		c.renderForm(http.StatusTooManyRequests, "settings", "Settings", "settings", "profile", settingsData{PasswordRules: passwordRules()}, nil, errs)
+		return
+	}
+	_, hash, err := p.deps.Store.OwnerPasswordHash(c.ctx, c.acc.OwnerEmail)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	ok, err := p.checkPassword(c.ctx, hash, cur)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if !ok {
+		p.throttle.fail(now, key)
+		errs["current_password"] = "This is not your current password."
+	}
+	if len(errs) > 0 {
+		c.renderForm(http.StatusUnprocessableEntity, "settings", "Settings", "settings", "profile", settingsData{PasswordRules: passwordRules()}, nil, errs)
+		return
+	}
+	p.throttle.reset(key)
+	h, err := control.HashPassword(next)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if err := p.deps.Store.SetOwnerPasswordHash(c.ctx, c.acc.ID, h); err != nil {
+		c.fail(err)
+		return
+	}
+	if _, err := p.deps.Store.DeletePortalSessions(c.ctx, c.acc.ID, ""); err != nil {
+		c.fail(err)
+		return
+	}
+	if err := p.newSession(c.w, c.r, c.acc.ID); err != nil {
+		c.fail(err)
+		return
+	}
+	c.setFlash("success", "Your password was changed. Other browsers signed in to this account were signed out.")
+	c.redirect("/settings")
+}

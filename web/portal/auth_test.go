@@ -1,0 +1,220 @@
+package portal_test
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/web/portal"
+)
+
+// TestSignIn: the right password signs in with a server-side session and
+// a cookie that is HttpOnly and SameSite=Lax (Secure with the option);
+// a wrong password and an unknown address get the same answer; pages
+// need a session and come back after sign-in.
+func TestSignIn(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	e.account(t, "Bolt", "starter")
+	b := e.browser(t)
+
+	// A page without a session goes to the sign-in page and back.
+	b.get(t, "/clients?x=1").redirects(t, "/signin?next="+url.QueryEscape("/clients?x=1"))
+	b.get(t, "/").redirects(t, "/signin")
+	sp := b.get(t, "/signin").want(t, http.StatusOK).has(t, `id="signin-form"`, `id="email"`, `id="password"`, `id="signin-submit"`)
+	if c := sp.cookie(portal.SigninCookie); c == nil || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode {
+		t.Fatalf("sign-in form cookie %+v: want HttpOnly, SameSite=Lax", c)
+	}
+
+	// Wrong password, unknown address, malformed address: one message.
+	var bodies []string
+	for _, f := range []url.Values{
+		{"email": {a.Email}, "password": {"wrong password"}},
+		{"email": {"nobody@example.com"}, "password": {a.Password}},
+		{"email": {"not an address"}, "password": {a.Password}},
+	} {
+		p := b.post(t, "/signin", f).want(t, http.StatusUnauthorized).has(t, "Wrong e-mail address or password.")
+		if p.cookie(portal.SessionCookie) != nil {
+			t.Fatalf("a failed sign-in set a session cookie: %s", p)
+		}
+		bodies = append(bodies, strings.ReplaceAll(p.Body, f.Get("email"), "EMAIL"))
+	}
+	if bodies[0] != bodies[1] {
+		t.Fatalf("a wrong password and an unknown address answer differently:\n%s\n---\n%s", bodies[0], bodies[1])
+	}
+
+	// The right password, with a next page.
+	b.get(t, "/signin?next=/clients")
+	p := b.post(t, "/signin", url.Values{"email": {strings.ToUpper(a.Email)}, "password": {a.Password}, "next": {"/clients"}}).redirects(t, "/clients")
+	c := p.cookie(portal.SessionCookie)
+	if c == nil || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode || c.Secure || c.Path != "/" || c.MaxAge != 0 || len(c.Value) < 40 {
+		t.Fatalf("session cookie %+v: want HttpOnly, SameSite=Lax, not Secure on plain HTTP, Path=/, a browser session, a long random id", c)
+	}
+	// The store keeps the id's hash, never the id.
+	ps, err := e.Store.PortalSession(e.ctx, fleetmq.HashSecret(c.Value))
+	if err != nil || ps.AccountID != a.ID || !ps.CreatedAt.Equal(t0) {
+		t.Fatalf("stored session %+v, %v: want account %s created at %s", ps, err, a.ID, t0)
+	}
+	if _, err := e.Store.PortalSession(e.ctx, c.Value); fleetmq.CodeOf(err) != fleetmq.CodeNotFound {
+		t.Fatalf("the session is findable by its raw id (%v): only its hash may be stored", err)
+	}
+	b.get(t, "/clients").want(t, http.StatusOK).has(t, `data-testid="account-name">Acme<`)
+	if cc := p.Header.Get("Cache-Control"); cc != "no-store" {
+		t.Fatalf("sign-in response Cache-Control %q, want no-store", cc)
+	}
+
+	// A next page elsewhere is ignored.
+	b2 := e.browser(t)
+	b2.get(t, "/signin")
+	b2.post(t, "/signin", url.Values{"email": {a.Email}, "password": {a.Password}, "next": {"//evil.example/x"}}).redirects(t, "/overview")
+	// Signed in, the sign-in page and / go to the portal.
+	b2.get(t, "/signin").redirects(t, "/overview")
+	b2.get(t, "/").redirects(t, "/overview")
+}
+
+// TestSecureCookies: with the option, every cookie is Secure.
+func TestSecureCookies(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.Config) { c.PortalSecureCookies = true })
+	a := e.account(t, "Acme", "starter")
+	b := e.browser(t)
+	sp := b.get(t, "/signin")
+	if c := sp.cookie(portal.SigninCookie); c == nil || !c.Secure {
+		t.Fatalf("sign-in cookie %+v: want Secure", c)
+	}
+	tok := sp.cookie(portal.SigninCookie).Value
+	// The jar does not send Secure cookies over http: send it by hand.
+	p := b.do(t, http.MethodPost, "/signin", url.Values{"email": {a.Email}, "password": {a.Password}, "csrf": {tok}},
+		"Cookie", portal.SigninCookie+"="+tok).redirects(t, "/overview")
+	if c := p.cookie(portal.SessionCookie); c == nil || !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode {
+		t.Fatalf("session cookie %+v: want Secure, HttpOnly, SameSite=Lax", c)
+	}
+}
+
+// TestSignInThrottle: five failures of one address from one IP address
+// within 15 minutes block it (429 with Retry-After and when to retry),
+// even with the right password, until the window passes; other addresses
+// are not blocked.
+func TestSignInThrottle(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	o := e.account(t, "Bolt", "starter")
+	b := e.browser(t)
+	b.get(t, "/signin")
+	for i := 0; i < 5; i++ {
+		b.post(t, "/signin", url.Values{"email": {a.Email}, "password": {"guess " + itoa(i)}}).want(t, http.StatusUnauthorized)
+		e.clock.Add(time.Minute)
+	}
+	p := b.post(t, "/signin", url.Values{"email": {a.Email}, "password": {a.Password}}).want(t, http.StatusTooManyRequests)
+	p.has(t, "Too many failed sign-in attempts.", "Try again after", "2030-03-10 12:35 UTC")
+	if ra, err := strconv.Atoi(p.Header.Get("Retry-After")); err != nil || ra < 9*60 || ra > 10*60+1 {
+		t.Fatalf("Retry-After %q: want about 10 minutes (the first failure at 12:20 leaves the window at 12:35; now 12:25)", p.Header.Get("Retry-After"))
+	}
+	if p.cookie(portal.SessionCookie) != nil {
+		t.Fatal("a throttled sign-in set a session cookie")
+	}
+	// Another address from the same IP address is not blocked.
+	b2 := e.browser(t)
+	b2.signIn(t, o)
+	// After the window, the right password works again.
+	e.clock.Add(10 * time.Minute)
+	b.post(t, "/signin", url.Values{"email": {a.Email}, "password": {a.Password}}).redirects(t, "/overview")
+}
+
+// TestSignOut: signing out deletes the session on the server, so the old
+// cookie no longer works.
+func TestSignOut(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	b := e.browser(t)
+	b.signIn(t, a)
+	id := b.sessionCookie(t)
+	p := b.post(t, "/signout", nil).redirects(t, "/signin")
+	if c := p.cookie(portal.SessionCookie); c == nil || c.MaxAge >= 0 {
+		t.Fatalf("sign-out cookie %+v: want it deleted", c)
+	}
+	if _, err := e.Store.PortalSession(e.ctx, fleetmq.HashSecret(id)); fleetmq.CodeOf(err) != fleetmq.CodeNotFound {
+		t.Fatalf("session after sign-out: %v, want not found", err)
+	}
+	b.get(t, "/signin").has(t, "You have signed out.")
+	// Replaying the old cookie does not sign in.
+	replay := e.browser(t)
+	replay.do(t, http.MethodGet, "/overview", nil, "Cookie", portal.SessionCookie+"="+id).redirects(t, "/signin")
+}
+
+// TestSessionExpiry: a session ends after 12 idle hours, and 7 days after
+// sign-in however much it is used.
+func TestSessionExpiry(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	b := e.browser(t)
+	b.signIn(t, a)
+	e.clock.Add(11 * time.Hour)
+	b.get(t, "/overview").want(t, http.StatusOK)
+	e.clock.Add(11 * time.Hour) // 11 h idle since the last request
+	b.get(t, "/overview").want(t, http.StatusOK)
+	e.clock.Add(12*time.Hour + time.Second)
+	b.get(t, "/overview").redirects(t, "/signin")
+
+	b.signIn(t, a)
+	for i := 0; i < 15; i++ { // used every 11 hours: 165 hours
+		e.clock.Add(11 * time.Hour)
+		b.get(t, "/overview").want(t, http.StatusOK)
+	}
+	e.clock.Add(11 * time.Hour) // 176 h > 7 days
+	b.get(t, "/overview").redirects(t, "/signin")
+	if _, err := e.Store.PortalSession(e.ctx, fleetmq.HashSecret(b.sessionCookie(t))); fleetmq.CodeOf(err) != fleetmq.CodeNotFound {
+		t.Fatalf("an expired session is still stored: %v", err)
+	}
+}
+
+// TestChangePassword: the current password is checked, the new one must
+// be long enough and confirmed; a change signs out every other session,
+// keeps this one, and only the new password signs in after it.
+func TestChangePassword(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	o := e.account(t, "Bolt", "starter")
+	b, other, bolt := e.browser(t), e.browser(t), e.browser(t)
+	b.signIn(t, a)
+	other.signIn(t, a)
+	bolt.signIn(t, o)
+	b.get(t, "/settings").has(t, `id="password-form"`, `id="current-password"`, `id="new-password"`, `id="confirm-password"`)
+
+	newPW := "a much longer passphrase"
+	for _, c := range []struct {
+		form url.Values
+		msg  string
+	}{
+		{url.Values{"current_password": {"wrong"}, "new_password": {newPW}, "confirm_password": {newPW}}, "This is not your current password."},
+		{url.Values{"current_password": {a.Password}, "new_password": {"short"}, "confirm_password": {"short"}}, "Use at least 10 characters."},
+		{url.Values{"current_password": {a.Password}, "new_password": {newPW}, "confirm_password": {newPW + "x"}}, "The two new passwords differ."},
+	} {
+		b.post(t, "/settings/password", c.form).want(t, http.StatusUnprocessableEntity).has(t, c.msg)
+	}
+	old := b.sessionCookie(t)
+	b.post(t, "/settings/password", url.Values{"current_password": {a.Password}, "new_password": {newPW}, "confirm_password": {newPW}}).
+		redirects(t, "/settings")
+	if b.sessionCookie(t) == old {
+		t.Fatal("the session id did not change with the password")
+	}
+	b.get(t, "/settings").want(t, http.StatusOK).has(t, "Your password was changed.")
+	other.get(t, "/overview").redirects(t, "/signin")
+	bolt.get(t, "/overview").want(t, http.StatusOK) // another account's sessions stay
+
+	fresh := e.browser(t)
+	fresh.get(t, "/signin")
+	fresh.post(t, "/signin", url.Values{"email": {a.Email}, "password": {a.Password}}).want(t, http.StatusUnauthorized)
+	a.Password = newPW
+	fresh.signIn(t, a)
+}
