@@ -148,7 +148,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// left a large body unread, keeps the connection and parses the rest
 	// of the body as the next request.
 	r = r.WithContext(r.Context())
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes+1) // huma stops first (see op)
 	a.mux.ServeHTTP(w, r)
 }
 
@@ -291,7 +291,7 @@ func op(id, method, path, summary, description string, addOn fleetmq.AddOn, stat
 		Summary:       summary,
 		Description:   description,
 		DefaultStatus: status,
-		MaxBodyBytes:  MaxBodyBytes,
+		MaxBodyBytes:  MaxBodyBytes + 1, // huma refuses a body that fills its limit
 		Errors:        append([]int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests}, errs...),
 		Metadata:      map[string]any{},
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/web/api"
 )
 
 // rawExchange writes a raw request on a new connection and reads every
@@ -48,16 +49,16 @@ func (e *env) rawExchange(t *testing.T, request []byte) []*response {
 // TestBodyTailIsNotARequest: a chunked body over the limit is refused
 // with 413 and the connection is closed: what the server did not read of
 // the body is never parsed as a next request. The body carries a complete
-// request at the offset where net/http stops discarding (64 KiB read by
-// the API, then 256 KiB discarded); were the connection kept, that request
-// would run as the caller.
+// request at the offset where net/http stops discarding (64 KiB and a
+// byte read by the API, then 256 KiB discarded); were the connection
+// kept, that request would run as the caller.
 func TestBodyTailIsNotARequest(t *testing.T) {
 	t.Parallel()
 	e := start(t)
 	A := e.tenant(t, "A", "starter", allAddOns)
 	smuggled := fmt.Sprintf("POST /api/v1/subscriber/publishers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
 		"Content-Type: application/json\r\nContent-Length: 25\r\n\r\n{\"client_id\":\"smuggled\"}\n", A.Token)
-	const at = 64<<10 + 256<<10
+	const at = api.MaxBodyBytes + 1 + 256<<10 // what huma reads, then what net/http discards
 	var body bytes.Buffer
 	body.WriteString(`{"label":"`)
 	body.WriteString(strings.Repeat("x", at-body.Len()))
@@ -156,4 +157,51 @@ func TestOversizedBody(t *testing.T) {
 	}
 	e.req(t, A.Token, http.MethodPost, "/publishers", atLimit).problem(t, http.StatusUnprocessableEntity, fleetmq.CodeValidation)
 	e.req(t, A.Token, http.MethodPost, "/publishers", map[string]any{"client_id": "ok"}).ok(t, http.StatusCreated, nil)
+}
+
+// TestBodyLimitBoundary: a body of exactly 64 KiB is read (and judged by
+// what it says), one byte more is 413 request_too_large, with a
+// Content-Length and chunked alike.
+func TestBodyLimitBoundary(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	A := e.tenant(t, "A", "starter", allAddOns)
+	body := func(n int) []byte {
+		pre := `{"client_id":"x","label":"`
+		return []byte(pre + strings.Repeat("x", n-len(pre)-2) + `"}`)
+	}
+	for _, chunked := range []bool{false, true} {
+		for _, c := range []struct {
+			size   int
+			status int
+			code   string
+		}{
+			{api.MaxBodyBytes - 1, http.StatusUnprocessableEntity, fleetmq.CodeValidation}, // the label is too long
+			{api.MaxBodyBytes, http.StatusUnprocessableEntity, fleetmq.CodeValidation},
+			{api.MaxBodyBytes + 1, http.StatusRequestEntityTooLarge, "request_too_large"},
+		} {
+			b := body(c.size)
+			if len(b) != c.size {
+				t.Fatalf("test body of %d bytes, want %d", len(b), c.size)
+			}
+			var rd io.Reader = bytes.NewReader(b)
+			if chunked {
+				rd = io.MultiReader(rd)
+			}
+			hr, err := http.NewRequest(http.MethodPost, e.url("/publishers"), rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hr.Header.Set("Authorization", "Bearer "+A.Token)
+			hr.Header.Set("Content-Type", "application/json")
+			r := e.send(t, hr)
+			p := r.problem(t, c.status, c.code)
+			if c.status == http.StatusRequestEntityTooLarge && !strings.Contains(p.Detail, fmt.Sprint(api.MaxBodyBytes)) {
+				t.Fatalf("%s: the detail does not give the limit", r)
+			}
+			if c.status == http.StatusUnprocessableEntity && !p.hasLocation("body.label") {
+				t.Fatalf("%s (chunked %v, %d bytes): want the label refused, not the size", r, chunked, c.size)
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -103,6 +104,9 @@ func humaError(status int, msg string, errs ...error) huma.StatusError {
 		// huma's answer to a body it could not read (a broken chunked
 		// encoding): the request's fault, not the server's.
 		status, msg = http.StatusBadRequest, "the request body could not be read"
+	}
+	if status == http.StatusRequestEntityTooLarge {
+		msg = "the body is longer than " + strconv.Itoa(MaxBodyBytes) + " bytes" // huma's limit is one more
 	}
 	p := newProblem(status, codeForStatus(status), msg)
 	for _, err := range errs {
