@@ -191,6 +191,9 @@ func (e *env) getLines(t *testing.T, token, path string, headers ...string) (*re
 	default:
 		t.Fatalf("%s: want ndjson or csv", r)
 	}
+	if r.Header.Get("X-RateLimit-Limit") == "" || r.Header.Get("X-RateLimit-Used") == "" {
+		t.Fatalf("%s: a streamed answer without X-RateLimit-* headers", r)
+	}
 	lp.next = r.Header.Get("X-Next-Cursor")
 	if l := r.Header.Get("Link"); l != "" {
 		m := regexp.MustCompile(`^<([^>]+)>; rel="next"$`).FindStringSubmatch(l)
