@@ -56,6 +56,9 @@ func (p *Portal) signinPage(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, orDefault(next, "/overview"), http.StatusSeeOther)
 		return
 	}
+	// A sign-in needs this page's token first: make the dummy hash now,
+	// so that the first unknown address costs no more than a known one.
+	go p.dummy()
 	v := &view{Title: "Sign in", Flash: p.takeFlash(w, r), Data: signinData{Token: p.signinToken(w, r), Next: next}}
 	p.write(w, r, http.StatusOK, "signin", v)
 }

@@ -129,7 +129,6 @@ func New(d Deps, o Options) *Portal {
 	p.assetVersion = hashAssets()
 	p.pages = parsePages(p.funcs())
 	p.routes()
-	go p.dummy() // ready before the first unknown address tries to sign in
 	return p
 }
 
