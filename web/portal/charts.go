@@ -33,12 +33,12 @@ func qosMixSVG(m [3]int64) template.HTML {
 	total, pct := mixPct(m)
 	var b strings.Builder
 	if total == 0 {
-		b.WriteString(`<svg class="mixbar" viewBox="0 0 100 8" preserveAspectRatio="none" role="img" aria-label="No messages"><rect class="track" width="100" height="8" rx="2"/></svg>`)
+		b.WriteString(`<svg class="mixbar" viewBox="0 0 100 8" preserveAspectRatio="none" role="img" aria-label="No messages"><rect class="track" width="100" height="8"/></svg>`)
 		return template.HTML(b.String())
 	}
 	fmt.Fprintf(&b, `<svg class="mixbar" viewBox="0 0 100 8" preserveAspectRatio="none" role="img" aria-label="QoS 0 %s, QoS 1 %s, QoS 2 %s">`,
 		fmtPct(pct[0]), fmtPct(pct[1]), fmtPct(pct[2]))
-	b.WriteString(`<rect class="track" width="100" height="8" rx="2"/>`)
+	b.WriteString(`<rect class="track" width="100" height="8"/>`)
 	x := 0.0
 	for q, v := range pct {
 		if v == 0 {
@@ -68,7 +68,7 @@ func meterSVG(used, size int64) template.HTML {
 		class = "warn"
 	}
 	return template.HTML(fmt.Sprintf(`<svg class="meter" viewBox="0 0 100 8" preserveAspectRatio="none" aria-hidden="true">`+
-		`<rect class="track" width="100" height="8" rx="4"/><rect class="fill %s" width="%.3f" height="8" rx="4"/></svg>`, class, frac*100))
+		`<rect class="track" width="100" height="8"/><rect class="fill %s" width="%.3f" height="8"/></svg>`, class, frac*100))
 }
 
 // dayBar is one day of the daily messages chart.
