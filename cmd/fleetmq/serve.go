@@ -19,7 +19,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.SetOutput(stderr)
 	storeFlags(fs, &cfg.DataDir, &cfg.Database)
 	cfg.Listeners.Flags(fs, ":1883")
-	fs.StringVar(&cfg.HTTPListen, "http-listen", ":8080", "HTTP address for /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
+	fs.StringVar(&cfg.HTTPListen, "http-listen", ":8080", "HTTP address for the portal, the REST API, /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
 	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "optional topic_prefix: devices publish under PREFIX/{account_id}/... [FLEETMQ_TOPIC_PREFIX]")
 	fs.DurationVar(&cfg.ReloadInterval, "reload-interval", time.Second, "how often to pick up control-plane changes and flush usage [FLEETMQ_RELOAD_INTERVAL]")
 	fs.DurationVar(&cfg.StateSaveInterval, "state-save-interval", 30*time.Second, "how often retained messages and persistent sessions are saved while running (also at shutdown) [FLEETMQ_STATE_SAVE_INTERVAL]")
@@ -29,6 +29,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.Ingest.QoS0Overload, "ingest-qos0-overload", ingest.OverloadDrop, "QoS 0 messages when the ingest queue is full: drop (delivered live, not stored, counted) or wait [FLEETMQ_INGEST_QOS0_OVERLOAD]")
 	fs.DurationVar(&cfg.RetentionInterval, "retention-interval", time.Hour, "how often history older than each account's plan keeps is deleted [FLEETMQ_RETENTION_INTERVAL]")
 	fs.IntVar(&cfg.RESTRateLimit, "rest-rate-limit", 5000, "requests per hour of one REST API token [FLEETMQ_REST_RATE_LIMIT]")
+	fs.BoolVar(&cfg.PortalSecureCookies, "portal-secure-cookies", false, "mark the portal's cookies Secure on plain HTTP too (TLS-terminating proxy in front) [FLEETMQ_PORTAL_SECURE_COOKIES]")
+	fs.StringVar(&cfg.MQTTPublicAddr, "mqtt-public-addr", "", "broker address host:port shown in the portal's mosquitto examples (default: the portal's host and 1883) [FLEETMQ_MQTT_PUBLIC_ADDR]")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
 	if err := parseFlags(fs, args); err != nil {
 		return err
