@@ -23,6 +23,9 @@ import (
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/platform"
 	"github.com/fleetmq/fleetmq/sqlstore"
+	"github.com/fleetmq/fleetmq/web/api"
+	"github.com/fleetmq/fleetmq/web/portal"
+	"github.com/fleetmq/fleetmq/web/restauth"
 )
 
 // Config configures the platform.
@@ -52,8 +55,17 @@ type Config struct {
 	// RetentionInterval is how often history older than each account's
 	// plan keeps is deleted. Default 1 hour; the first pass runs at start.
 	RetentionInterval time.Duration
-	Now               func() time.Time
-	Logger            *slog.Logger
+	// RESTRateLimit is the requests per hour of one REST API token.
+	// Default restauth.DefaultRateLimit (5000, the spec's).
+	RESTRateLimit int
+	// PortalSecureCookies marks the portal's cookies Secure on plain HTTP
+	// requests too (a TLS-terminating proxy in front).
+	PortalSecureCookies bool
+	// MQTTPublicAddr is the broker's address as devices reach it, shown in
+	// the portal's mosquitto examples; empty: the request's host and 1883.
+	MQTTPublicAddr string
+	Now            func() time.Time
+	Logger         *slog.Logger
 }
 
 // BrokerStateFile is the broker's state file inside the data directory.
@@ -69,7 +81,13 @@ type App struct {
 	Ingest  *ingest.Writer
 	// Retention deletes expired history in the background.
 	Retention *history.Retention
-	Metrics   *metrics.Registry
+	// Auth and Limiter guard the subscriber REST API.
+	Auth    *restauth.Authenticator
+	Limiter *restauth.Limiter
+	API     *api.API
+	// Portal is the account owner's web portal, served at "/".
+	Portal  *portal.Portal
+	Metrics *metrics.Registry
 	// URLs of the listeners, e.g. "mqtt://127.0.0.1:1883".
 	URLs     []string
 	MQTTAddr string // the TCP listener's address, if any
@@ -102,6 +120,9 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	}
 	if cfg.RetentionInterval <= 0 {
 		cfg.RetentionInterval = time.Hour
+	}
+	if cfg.RESTRateLimit <= 0 {
+		cfg.RESTRateLimit = restauth.DefaultRateLimit
 	}
 	if cfg.Ingest.Logger == nil {
 		cfg.Ingest.Logger = cfg.Logger
@@ -158,6 +179,7 @@ func (a *App) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.Policy.SetBroker(a.Broker) // the live view reads retained state from it
 	a.URLs, err = cfg.Listeners.Open(a.Broker)
 	if err != nil {
 		return err
@@ -172,8 +194,14 @@ func (a *App) start(ctx context.Context) error {
 	RegisterPlatform(a.Metrics, a.Policy)
 	a.Retention = &history.Retention{Control: a.Store, History: a.Store, Now: cfg.Now, Logger: cfg.Logger}
 	RegisterHistory(a.Metrics, a.Ingest, a.Retention)
+	if err := a.startAPI(ctx); err != nil {
+		return err
+	}
+	a.startPortal()
 	if cfg.HTTPListen != "" {
 		mux := HealthMux(a.Metrics, func() error { return a.ready(ctx) })
+		mux.Handle(api.Prefix+"/", a.API)
+		mux.Handle("/", a.Portal) // every path the routes above do not take
 		a.http, a.HTTPAddr, err = StartHTTP(cfg.HTTPListen, mux, cfg.Logger)
 		if err != nil {
 			return err
@@ -182,10 +210,14 @@ func (a *App) start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	a.wg.Add(2)
+	a.wg.Add(3)
 	go func() {
 		defer a.wg.Done()
 		a.Policy.Run(runCtx, src, a.Store, a.Broker, cfg.ReloadInterval, cfg.Logger)
+	}()
+	go func() {
+		defer a.wg.Done()
+		a.runAPIBookkeeping(runCtx)
 	}()
 	go func() {
 		defer a.wg.Done()
@@ -195,7 +227,8 @@ func (a *App) start(ctx context.Context) error {
 }
 
 // restorePools carries today's QoS 2 pool use over a restart, so a restart
-// does not hand an account a fresh pool.
+// does not hand an account a fresh pool, and today's per-client QoS mix,
+// so the live view does not start from zero.
 func (a *App) restorePools(ctx context.Context, snap *platform.Snapshot) error {
 	now := a.cfg.Now().UTC()
 	day := now.Format(time.DateOnly)
@@ -207,6 +240,12 @@ func (a *App) restorePools(ctx context.Context, snap *platform.Snapshot) error {
 		if len(u) == 1 && (u[0].PoolUsed > 0 || u[0].Demotions > 0) {
 			a.Policy.Pool(id).Restore(now, u[0].PoolUsed, u[0].Demotions)
 		}
+		// Today's QoS mix per client, for the live view.
+		cu, err := a.Store.ClientUsage(ctx, id, day, day)
+		if err != nil {
+			return fmt.Errorf("restore today's client usage: %w", err)
+		}
+		a.Policy.RestoreToday(now, cu)
 	}
 	return nil
 }
@@ -246,4 +285,78 @@ func (a *App) close(ctx context.Context) error {
 	}
 	errs = append(errs, a.Store.Close())
 	return errors.Join(errs...)
+}
+
+// startAPI builds the subscriber REST API: the token index, the rate
+// limiter with this window's stored counts, and the routes.
+func (a *App) startAPI(ctx context.Context) error {
+	var err error
+	a.Auth, err = restauth.New(ctx, a.Store)
+	if err != nil {
+		return fmt.Errorf("load REST API tokens: %w", err)
+	}
+	// A token created or revoked in this process applies at once; one
+	// changed by another process (the CLI) at the next version check.
+	a.Service.OnRESTTokenChange = func() {
+		if err := a.Auth.Refresh(context.Background()); err != nil {
+			a.cfg.Logger.Error("refresh REST API tokens", "error", err)
+		}
+	}
+	a.Limiter = restauth.NewLimiter(a.Store, a.cfg.RESTRateLimit)
+	if err := a.Limiter.Load(ctx, a.cfg.Now()); err != nil {
+		return fmt.Errorf("load REST rate-limit counts: %w", err)
+	}
+	a.API = api.New(api.Deps{Service: a.Service, Store: a.Store, Policy: a.Policy, Auth: a.Auth, Limiter: a.Limiter,
+		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger})
+	return nil
+}
+
+// runAPIBookkeeping keeps the token index current with the store and
+// writes token last-use times and rate-limit counts every reload
+// interval, and once more on the way out.
+func (a *App) runAPIBookkeeping(ctx context.Context) {
+	t := time.NewTicker(a.cfg.ReloadInterval)
+	defer t.Stop()
+	last, _ := a.Store.Version(ctx)
+	flush := func(ctx context.Context) {
+		if err := a.Auth.Flush(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Error("flush REST token last use", "error", err)
+		}
+		if err := a.Limiter.Flush(ctx, a.cfg.Now()); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Error("flush REST rate-limit counts", "error", err)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			flush(fctx)
+			cancel()
+			return
+		case <-t.C:
+		}
+		if v, err := a.Store.Version(ctx); err == nil && v != last {
+			last = v
+			if err := a.Auth.Refresh(ctx); err != nil && ctx.Err() == nil {
+				a.cfg.Logger.Error("refresh REST API tokens", "error", err)
+			}
+		}
+		flush(ctx)
+	}
+}
+
+// Sync applies control-plane changes at once instead of at the next
+// reload: the policy takes the store's current snapshot and sessions it
+// no longer allows are disconnected. The REST API calls it after each
+// change it makes.
+func (a *App) Sync(ctx context.Context) {
+	snap, err := platform.StoreSource{Store: a.Store}.Load(ctx)
+	if err != nil {
+		a.cfg.Logger.Error("reload control plane", "error", err)
+		return
+	}
+	if cur := a.Policy.Snapshot(); cur == nil || snap.Version >= cur.Version {
+		a.Policy.SetSnapshot(snap)
+	}
+	a.Policy.DisconnectInvalid(a.Broker)
 }
