@@ -151,6 +151,8 @@ func TestBuildRefuses(t *testing.T) {
 		{history.Params{TopicRegex: "^" + accB + "/"}, "topic_regex"}, // another account's expression
 		{history.Params{TopicRegex: ".*"}, "topic_regex"},             // not anchored
 		{history.Params{TopicRegex: "^" + accA + "/("}, "topic_regex"},
+		{history.Params{TopicRegex: "^" + accA + "/x|^" + accB + "/"}, "topic_regex"}, // a branch outside the account
+		{history.Params{TopicRegex: "^" + accA + "/x|.*"}, "topic_regex"},
 		{history.Params{Topic: "$share/g/#"}, "topic"},
 		{history.Params{Topic: accA + "/a/#/b"}, "topic"},
 		{history.Params{Topic: accA + "/#", TopicRegex: "^" + accA + "/"}, "topic"},

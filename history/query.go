@@ -193,7 +193,7 @@ func FilterRegex(accountID, filter string) (re, clientID string, err error) {
 }
 
 // checkAnchored accepts a topic expression that starts with
-// "^{account_id}/" and compiles.
+// "^{account_id}/", compiles, and matches nothing outside the account.
 func checkAnchored(accountID, expr string) error {
 	if !strings.HasPrefix(expr, "^"+accountID+"/") {
 		return fmt.Errorf("must start with ^%s/", accountID)
@@ -201,8 +201,14 @@ func checkAnchored(accountID, expr string) error {
 	if len(expr) > 1024 {
 		return fmt.Errorf("longer than 1024 characters")
 	}
-	if _, err := regexp.Compile(expr); err != nil {
+	re, err := regexp.Compile(expr)
+	if err != nil {
 		return fmt.Errorf("not a valid regular expression: %v", err)
+	}
+	// Every match must begin with the account: "^A/x|^B/y" starts right
+	// but has a second branch outside it.
+	if prefix, _ := re.LiteralPrefix(); !strings.HasPrefix(prefix, accountID+"/") {
+		return fmt.Errorf("every alternative must stay under ^%s/: put alternatives in a group after it, e.g. ^%s/(a|b)", accountID, accountID)
 	}
 	return nil
 }

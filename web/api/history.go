@@ -64,10 +64,8 @@ func (a *API) registerHistory() {
 		switch {
 		case in.Format != "":
 			f, _ = history.ParseFormat(in.Format)
-		case strings.Contains(in.Accept, "application/x-ndjson"):
-			f = history.NDJSON
-		case strings.Contains(in.Accept, "text/csv"):
-			f = history.CSV
+		case in.Accept != "":
+			f = acceptedFormat(in.Accept)
 		}
 		paged := f == history.JSON || in.Limit > 0
 		params := history.Params{ClientID: in.ClientID, Topic: in.Topic, TopicRegex: in.TopicRegex, Class: in.Class,
@@ -146,4 +144,30 @@ func writePage(w interface{ Write([]byte) (int, error) }, page *history.PageResu
 		}
 	}
 	bw.Flush()
+}
+
+// acceptedFormat picks the history format an Accept header prefers: the
+// media type of json, ndjson or csv with the highest q (the first on a
+// tie), json when it names none of them.
+func acceptedFormat(accept string) history.Format {
+	best, bestQ := history.JSON, -1.0
+	for _, part := range strings.Split(accept, ",") {
+		media, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		f, ok := history.ParseFormat(strings.ToLower(strings.TrimSpace(media)))
+		if !ok {
+			continue
+		}
+		q := 1.0
+		for _, p := range strings.Split(params, ";") {
+			if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.EqualFold(k, "q") {
+				if n, err := strconv.ParseFloat(v, 64); err == nil {
+					q = n
+				}
+			}
+		}
+		if q > bestQ && q > 0 {
+			best, bestQ = f, q
+		}
+	}
+	return best
 }
