@@ -158,7 +158,9 @@ func dailySVG(days []dayBar) template.HTML {
 			fmt.Fprintf(&b, `<rect class="q%d" x="%.2f" y="%.2f" width="%.2f" height="%.2f"><title>%s: QoS %d %s</title></rect>`,
 				q, x, y, bw, h, d.Day, q, num(d.Messages[q]))
 		}
-		if i%every == 0 || i == len(days)-1 {
+		// Label every few days counting back from the last (today), so
+		// the last label never crowds the one before it.
+		if (len(days)-1-i)%every == 0 {
 			fmt.Fprintf(&b, `<text class="tick" x="%.2f" y="%.2f" text-anchor="middle">%s</text>`, x+bw/2, chartH-8, html.EscapeString(shortDay(d.Day)))
 		}
 	}
@@ -214,13 +216,16 @@ func lineSVG(s *history.Series, from, to time.Time) template.HTML {
 	// Time ticks.
 	for i := 0; i <= 4; i++ {
 		t := from.Add(span * time.Duration(i) / 4)
-		anchor := "middle"
+		anchor, class := "middle", "tick"
 		if i == 0 {
 			anchor = "start"
 		} else if i == 4 {
 			anchor = "end"
 		}
-		fmt.Fprintf(&b, `<text class="tick" x="%.2f" y="%g" text-anchor="%s">%s</text>`, xOf(t), chartH-8, anchor, html.EscapeString(tickTime(t, span)))
+		if i%2 == 1 {
+			class = "tick tick-minor" // hidden on a narrow screen
+		}
+		fmt.Fprintf(&b, `<text class="%s" x="%.2f" y="%g" text-anchor="%s">%s</text>`, class, xOf(t), chartH-8, anchor, html.EscapeString(tickTime(t, span)))
 	}
 	if len(s.Buckets) > 0 {
 		half := s.Bucket / 2
