@@ -461,6 +461,7 @@ func (b *tab) tablesFit(page string) {
 // token_revoked; a password change, sign-out, and sign-in with the new
 // password.
 func TestBrowserSignInAndTokens(t *testing.T) {
+	needChromium(t)
 	e := start(t)
 	a := e.account(t, "Acme", "starter")
 	b := e.chrome(t)
@@ -574,6 +575,7 @@ func TestBrowserSignInAndTokens(t *testing.T) {
 // created with it ticked has Max QoS 2. Editing (label, Max QoS) and
 // deleting (through the confirmation dialog) the client work too.
 func TestBrowserQoS2Checkbox(t *testing.T) {
+	needChromium(t)
 	e := start(t)
 	a := e.account(t, "Acme", "starter")
 	b := e.chrome(t)
@@ -653,6 +655,7 @@ func TestBrowserQoS2Checkbox(t *testing.T) {
 // pool used up, the demotion and when the pool resets. Revoking the
 // credential disconnects the device.
 func TestBrowserQoS2PoolDemotion(t *testing.T) {
+	needChromium(t)
 	e := start(t)
 	if err := e.Store.PutPlan(e.ctx, fleetmq.Plan{Name: "tiny", MaxPublisherClients: 5, QoS2DailyPool: 3, HistoryRetentionDays: 7}); err != nil {
 		t.Fatal(err)
@@ -722,6 +725,7 @@ func TestBrowserQoS2PoolDemotion(t *testing.T) {
 // devices in URLs give the not-found page and show nothing of B's; the
 // client id both accounts use shows A's client.
 func TestBrowserAccountsIsolated(t *testing.T) {
+	needChromium(t)
 	e := start(t)
 	a := e.account(t, "Acme", "starter")
 	bo := e.account(t, "Bolt", "starter")
