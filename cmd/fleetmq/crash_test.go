@@ -32,6 +32,7 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // childEnv marks a re-executed test binary that runs the fleetmq command
@@ -358,14 +359,8 @@ func connectV5(t *testing.T, addr, id, user, pass string, clean bool) *v5Sub {
 	return s
 }
 
-// eventually polls cond until it holds, failing the test after waitFor.
-func eventually(t *testing.T, what string, cond func() bool) {
+// eventually polls cond until it holds or waitFor passes.
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, waitFor, what, cond)
 }

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,36 +22,14 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // waitFor bounds every wait for something expected to happen.
 const waitFor = 10 * time.Second
 
 // testClock is a settable clock passed as Config.Now.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock(t time.Time) *testClock { return &testClock{t: t} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+type testClock = testkit.Clock
 
 // platform is a running App under test.
 type platform struct {
@@ -66,7 +43,7 @@ type platform struct {
 // 2030-03-10 12:00 UTC.
 func startPlatform(t *testing.T, edit ...func(*app.Config)) *platform {
 	t.Helper()
-	clk := newClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
+	clk := testkit.NewClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
 	cfg := app.Config{
 		DataDir:        t.TempDir(),
 		Listeners:      app.Listeners{Listen: "127.0.0.1:0"},
@@ -211,15 +188,9 @@ func (p *platform) usage(t *testing.T, accountID, day string, what string, match
 }
 
 // eventually polls cond until it holds or waitFor passes.
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testkit.Eventually(t, waitFor, what, cond)
 }
 
 // v5 is a paho.golang client whose messages and server DISCONNECTs land in

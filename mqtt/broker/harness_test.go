@@ -14,6 +14,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -47,16 +48,10 @@ func startBroker(tb testing.TB, opts broker.Options) *testBroker {
 	return &testBroker{Server: srv, Addr: ln.Addr().String()}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+// eventually polls cond until it holds or waitFor passes.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	testkit.Eventually(t, waitFor, what, cond)
 }
 
 // v5Client is a paho.golang (MQTT 5) client whose received messages and

@@ -13,21 +13,16 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // chromiumPath is Debian's chromium (scripts/test.sh installs it).
 const chromiumPath = "/usr/bin/chromium"
 
-// needChromium skips the test when Chromium is not installed, unless
-// FLEETMQ_REQUIRE_TOOLS=1 (scripts/test.sh), when it fails.
+// needChromium skips or fails the test without Chromium (testkit.NeedChromium).
 func needChromium(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("FLEETMQ_REQUIRE_TOOLS") == "1" {
-			t.Fatalf("%s: %v (FLEETMQ_REQUIRE_TOOLS=1): the browser test needs Debian's chromium; scripts/test.sh installs it", chromiumPath, err)
-		}
-		t.Skipf("%s is not installed (Debian package chromium; scripts/test.sh installs it)", chromiumPath)
-	}
+	testkit.NeedChromium(t)
 }
 
 // TestDocsInBrowser opens /api/v1/subscriber/docs in headless Chromium:

@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/web/api"
 )
 
@@ -41,28 +41,7 @@ const atOnce = 2 * time.Second
 var t0 = time.Date(2030, 3, 10, 12, 20, 0, 0, time.UTC)
 
 // testClock is a settable clock passed as Config.Now.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+type testClock = testkit.Clock
 
 // env is a running App under test.
 type env struct {
@@ -77,7 +56,7 @@ type env struct {
 // loopback, a fast reload interval and the test clock at t0.
 func start(t testing.TB, edit ...func(*app.Config)) *env {
 	t.Helper()
-	clk := &testClock{t: t0}
+	clk := testkit.NewClock(t0)
 	cfg := app.Config{
 		DataDir:        t.TempDir(),
 		Listeners:      app.Listeners{Listen: "127.0.0.1:0"},
@@ -389,13 +368,7 @@ func (r *response) problem(t testing.TB, status int, code string) *problem {
 // eventually polls cond until it holds or waitFor passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, waitFor, what, cond)
 }
 
 // mqttClient is a paho.golang (MQTT 5) client whose messages and server

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // chromiumPath is Debian's chromium (scripts/test.sh installs it).
@@ -31,16 +32,10 @@ const chromiumPath = "/usr/bin/chromium"
 // stepTimeout bounds one browser step (a page load, a wait for text).
 const stepTimeout = 15 * time.Second
 
-// needChromium skips the test when Chromium is not installed, unless
-// FLEETMQ_REQUIRE_TOOLS=1 (scripts/test.sh), when it fails.
+// needChromium skips or fails the test without Chromium (testkit.NeedChromium).
 func needChromium(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv("FLEETMQ_REQUIRE_TOOLS") == "1" {
-			t.Fatalf("%s: %v (FLEETMQ_REQUIRE_TOOLS=1): the browser tests need Debian's chromium; scripts/test.sh installs it", chromiumPath, err)
-		}
-		t.Skipf("%s is not installed (Debian package chromium; scripts/test.sh installs it)", chromiumPath)
-	}
+	testkit.NeedChromium(t)
 }
 
 // tab is a headless Chromium with one tab on the App, at a desktop size

@@ -23,7 +23,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +32,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/web/portal"
 )
 
@@ -43,22 +43,7 @@ const waitFor = 10 * time.Second
 var t0 = time.Date(2030, 3, 10, 12, 20, 0, 0, time.UTC)
 
 // testClock is a settable clock passed as Config.Now.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+type testClock = testkit.Clock
 
 // env is a running App under test.
 type env struct {
@@ -72,7 +57,7 @@ type env struct {
 // loopback and the test clock at t0.
 func start(t testing.TB, edit ...func(*app.Config)) *env {
 	t.Helper()
-	clk := &testClock{t: t0}
+	clk := testkit.NewClock(t0)
 	cfg := app.Config{
 		DataDir:        t.TempDir(),
 		Listeners:      app.Listeners{Listen: "127.0.0.1:0"},
@@ -342,13 +327,7 @@ func (b *browser) sessionCookie(t testing.TB) string {
 // eventually polls cond until it holds or waitFor passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, waitFor, what, cond)
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,72 @@
+// Package testkit holds the small helpers fleetmq's tests share: a
+// settable clock to pass as a Now function, polling with a deadline (tests
+// never sleep to synchronise), and finding the headless browser the
+// browser tests drive.
+package testkit
+
+import (
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Clock is a settable clock; pass its Now where a component takes a clock.
+// It is safe for concurrent use.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock standing at t.
+func NewClock(t time.Time) *Clock { return &Clock{t: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Set moves the clock to t.
+func (c *Clock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+// Add moves the clock by d.
+func (c *Clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// Eventually polls cond every few milliseconds until it holds, and fails
+// the test naming what it waited for when within passes first.
+func Eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// ChromiumPath is Debian's chromium, which scripts/test.sh installs.
+const ChromiumPath = "/usr/bin/chromium"
+
+// NeedChromium skips the test when Chromium is not installed, or fails it
+// when FLEETMQ_REQUIRE_TOOLS=1 (scripts/test.sh installed the tools, so a
+// missing one is an error, not a reason to skip).
+func NeedChromium(tb testing.TB) {
+	tb.Helper()
+	if _, err := os.Stat(ChromiumPath); err != nil {
+		if os.Getenv("FLEETMQ_REQUIRE_TOOLS") == "1" {
+			tb.Fatalf("%s: %v (FLEETMQ_REQUIRE_TOOLS=1): the browser tests need Debian's chromium; scripts/test.sh installs it", ChromiumPath, err)
+		}
+		tb.Skipf("%s is not installed (Debian package chromium; scripts/test.sh installs it)", ChromiumPath)
+	}
+}
