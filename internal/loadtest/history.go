@@ -2,11 +2,14 @@ package loadtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -14,9 +17,13 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/ingest"
+	"github.com/fleetmq/fleetmq/platform"
 	"github.com/fleetmq/fleetmq/sqlstore"
+	"github.com/fleetmq/fleetmq/web/api"
+	"github.com/fleetmq/fleetmq/web/restauth"
 )
 
 // HistoryConfig is the history benchmark: a store filled with Records
@@ -53,6 +60,10 @@ type HistoryResult struct {
 	// NDJSON: an export in time order.
 	AccountExportPerSec float64 `json:"account_export_ndjson_records_per_sec"`
 	AccountExported     int64   `json:"account_exported"`
+	// GET /api/v1/subscriber/history?client_id=...&limit=1000 over
+	// loopback HTTP: the newest 1,000 records of a random client, as JSON.
+	APIPageP50ms float64 `json:"api_page_1000_p50_ms"`
+	APIPageP90ms float64 `json:"api_page_1000_p90_ms"`
 
 	// The retention phase (zero when not run).
 	Ingest           *IngestLatency `json:"ingest_alone,omitempty"`
@@ -211,12 +222,73 @@ func RunHistory(ctx context.Context, cfg HistoryConfig, log io.Writer) (*History
 	}
 	res.AccountExported = n
 	res.AccountExportPerSec = float64(n) / time.Since(t).Seconds()
+	if err := apiPages(ctx, st, cfg, client, res); err != nil {
+		return nil, fmt.Errorf("REST history pages: %w", err)
+	}
 	if cfg.Retention > 0 {
 		if err := retentionPhase(ctx, st, cfg, res, log); err != nil {
 			return nil, fmt.Errorf("retention phase: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// apiPages times GET /history pages of 1,000 records through the real
+// REST API over loopback HTTP: the bench account gets a base plan, the
+// history add-on and a token.
+func apiPages(ctx context.Context, st *sqlstore.Store, cfg HistoryConfig, client func() string, res *HistoryResult) error {
+	if _, err := st.Account(ctx, benchAccount); err != nil {
+		if !errors.Is(err, fleetmq.ErrNotFound) {
+			return err
+		}
+		if err := st.CreateAccount(ctx, &fleetmq.Account{ID: benchAccount, Name: "history bench", OwnerEmail: "history@fleetmq.invalid",
+			Plan: "scale", CreatedAt: time.Now().UTC()}, ""); err != nil {
+			return err
+		}
+	}
+	svc := control.New(st)
+	if err := svc.SetAddOn(ctx, benchAccount, fleetmq.AddOnHistoryDownload, true); err != nil {
+		return err
+	}
+	tok, value, err := svc.CreateRESTToken(ctx, benchAccount, control.NewRESTToken{Label: "bench"})
+	if err != nil {
+		return err
+	}
+	defer svc.RevokeRESTToken(context.Background(), benchAccount, tok.ID)
+	auth, err := restauth.New(ctx, st)
+	if err != nil {
+		return err
+	}
+	snap, err := platform.StoreSource{Store: st}.Load(ctx)
+	if err != nil {
+		return err
+	}
+	h := api.New(api.Deps{Service: svc, Store: st, Policy: platform.NewPolicy(platform.Options{}, snap), Auth: auth,
+		Limiter: restauth.NewLimiter(nil, 1<<30)})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	var lat []time.Duration
+	for range cfg.Queries {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+api.Prefix+"/history?limit=1000&client_id="+client(), nil)
+		req.Header.Set("Authorization", "Bearer "+value)
+		t := time.Now()
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Records []json.RawMessage `json:"records"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		d := time.Since(t)
+		if err != nil || resp.StatusCode != http.StatusOK || len(page.Records) != 1000 {
+			return fmt.Errorf("GET history: %d, %d records, %v", resp.StatusCode, len(page.Records), err)
+		}
+		lat = append(lat, d)
+	}
+	res.APIPageP50ms, res.APIPageP90ms = percentileMS(lat, 50), percentileMS(lat, 90)
+	return nil
 }
 
 // retentionPhase stores cfg.Retention records of a year ago for a third
@@ -383,6 +455,7 @@ func mainHistory(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
+	defer fmt.Fprintf(stdout, "REST GET history, 1,000 records of one client as JSON over loopback HTTP: p50 %.1f ms p90 %.1f ms\n", r.APIPageP50ms, r.APIPageP90ms)
 	fmt.Fprintf(stdout, "history: %d records; fill %.0f records/s; newest %d of one client p50 %.1f ms p90 %.1f ms; deep page p50 %.1f ms p90 %.1f ms; export of one client: %d records as NDJSON at %.0f records/s; export of the account's 100 s window: %d records at %.0f records/s\n",
 		r.Records, r.FillPerSec, cfg.Page, r.NewestP50ms, r.NewestP90ms, r.DeepP50ms, r.DeepP90ms, r.Exported, r.ExportPerSec, r.AccountExported, r.AccountExportPerSec)
 	if a, d := r.Ingest, r.IngestRetention; a != nil && d != nil {
