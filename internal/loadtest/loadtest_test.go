@@ -166,3 +166,30 @@ func TestCompareEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestRunHistory runs the history benchmark on a small SQLite store: it
+// fills it, pages, exports and reads pages through the REST API, and a
+// second run over the same store reuses the records instead of filling.
+func TestRunHistory(t *testing.T) {
+	cfg := HistoryConfig{Dir: t.TempDir(), Records: 20_000, Clients: 10, Size: 50, Queries: 3, Page: 500}
+	var log bytes.Buffer
+	r, err := RunHistory(context.Background(), cfg, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every tenth client is the neighbour's: 9 of 10 clients' records in
+	// the bench account's 100-second window (one record per client per 10 ms).
+	if r.Records != 20_000 || r.FillPerSec <= 0 || r.Exported != 2_000 || r.AccountExported != 9*2_000 {
+		t.Fatalf("result %+v", r)
+	}
+	if r.NewestP50ms <= 0 || r.DeepP50ms <= 0 || r.APIPageP50ms <= 0 {
+		t.Fatalf("timings missing: %+v", r)
+	}
+	again, err := RunHistory(context.Background(), cfg, &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.FillPerSec != 0 || again.Records != 20_000 {
+		t.Fatalf("second run refilled the store: %+v", again)
+	}
+}
