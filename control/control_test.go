@@ -5,32 +5,17 @@ import (
 	"errors"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
 // clock is a settable test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
+type clock = testkit.Clock
 
 var t0 = time.Date(2026, 3, 14, 23, 59, 30, 0, time.UTC)
 
@@ -55,7 +40,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	c := &clock{t: t0}
+	c := testkit.NewClock(t0)
 	return &fixture{svc: &control.Service{Store: st, Now: c.Now}, store: st, clock: c, ctx: ctx}
 }
 

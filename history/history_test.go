@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,20 +28,14 @@ var t0 = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 // forEachStore runs f on a fresh SQLite store and a fresh PostgreSQL
 // database (skipped without FLEETMQ_TEST_POSTGRES, see internal/pgtest).
 func forEachStore(t *testing.T, f func(t *testing.T, st *sqlstore.Store)) {
-	for _, backend := range []string{"sqlite", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			dsn := filepath.Join(t.TempDir(), "h.db")
-			if backend == "postgres" {
-				dsn = pgtest.DSN(t)
-			}
-			st, err := sqlstore.Open(context.Background(), dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			f(t, st)
-		})
-	}
+	pgtest.ForEachDSN(t, func(t *testing.T, dsn string) {
+		st, err := sqlstore.Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		f(t, st)
+	})
 }
 
 func rec(acc, client, sub string, at time.Time, payload string) *fleetmq.Record {

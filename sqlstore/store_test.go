@@ -3,7 +3,6 @@ package sqlstore_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -24,31 +23,13 @@ const (
 )
 
 // The store tests are a contract suite: every test runs against SQLite and
-// PostgreSQL, as subtests "sqlite" and "postgres", each on a database of its
-// own. PostgreSQL comes from FLEETMQ_TEST_POSTGRES (see internal/pgtest);
+// PostgreSQL (pgtest.ForEachDSN), as subtests "sqlite" and "postgres", each
+// on a database of its own. PostgreSQL comes from FLEETMQ_TEST_POSTGRES;
 // without it the postgres subtests skip, or fail under
 // FLEETMQ_REQUIRE_TOOLS=1.
 
-// backends are the databases every store test runs on. dsn returns a new,
-// empty database that the test may open and reopen.
-var backends = []struct {
-	name string
-	dsn  func(t *testing.T) string
-}{
-	{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), sqlstore.DatabaseFile) }},
-	{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
-}
-
-// forEachDSN runs f once per backend, in parallel subtests, with a fresh
-// database's DSN.
-func forEachDSN(t *testing.T, f func(t *testing.T, dsn string)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			f(t, b.dsn(t))
-		})
-	}
-}
+// forEachDSN is pgtest.ForEachDSN: a fresh database's DSN per backend.
+func forEachDSN(t *testing.T, f func(t *testing.T, dsn string)) { pgtest.ForEachDSN(t, f) }
 
 // forEachStore runs f once per backend, in parallel subtests, on a fresh
 // store closed when the subtest ends.

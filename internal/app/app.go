@@ -311,13 +311,14 @@ func (a *App) startAPI(ctx context.Context) error {
 	return nil
 }
 
-// runAPIBookkeeping keeps the token index current with the store and
+// runAPIBookkeeping keeps the token index current with the control
+// plane (refreshed when the policy loads a new snapshot) and
 // writes token last-use times and rate-limit counts every reload
 // interval, and once more on the way out.
 func (a *App) runAPIBookkeeping(ctx context.Context) {
 	t := time.NewTicker(a.cfg.ReloadInterval)
 	defer t.Stop()
-	last, _ := a.Store.Version(ctx)
+	last := a.Policy.Snapshot().Version
 	flush := func(ctx context.Context) {
 		if err := a.Auth.Flush(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Logger.Error("flush REST token last use", "error", err)
@@ -335,7 +336,9 @@ func (a *App) runAPIBookkeeping(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if v, err := a.Store.Version(ctx); err == nil && v != last {
+		// The policy's reload loop already polls the store's version; a new
+		// snapshot means the control plane (tokens, accounts) changed.
+		if v := a.Policy.Snapshot().Version; v != last {
 			last = v
 			if err := a.Auth.Refresh(ctx); err != nil && ctx.Err() == nil {
 				a.cfg.Logger.Error("refresh REST API tokens", "error", err)

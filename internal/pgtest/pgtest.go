@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -103,4 +104,22 @@ func redacted(dsn string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// ForEachDSN runs f once per store backend, as parallel subtests named
+// "sqlite" and "postgres", each with the DSN of a new, empty database: a
+// SQLite file in the subtest's temp directory, or a PostgreSQL database
+// from DSN (skipped without FLEETMQ_TEST_POSTGRES). The contract suites of
+// every store run through it, so both backends always run the same tests.
+func ForEachDSN(t *testing.T, f func(t *testing.T, dsn string)) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dsn := filepath.Join(t.TempDir(), "fleetmq.db")
+			if backend == "postgres" {
+				dsn = DSN(t)
+			}
+			f(t, dsn)
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/pgtest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/sqlstore"
 	"github.com/fleetmq/fleetmq/web/restauth"
 )
@@ -26,26 +27,9 @@ const (
 	accB = "9e1d2c3b-4a59-4687-8f6e-5d4c3b2a1908"
 )
 
-// backends are the databases the tests run on, as in the sqlstore contract
-// suite: SQLite always, PostgreSQL when FLEETMQ_TEST_POSTGRES names a
-// server (see internal/pgtest). dsn returns a new, empty database.
-var backends = []struct {
-	name string
-	dsn  func(t *testing.T) string
-}{
-	{"sqlite", func(t *testing.T) string { return filepath.Join(t.TempDir(), sqlstore.DatabaseFile) }},
-	{"postgres", func(t *testing.T) string { return pgtest.DSN(t) }},
-}
-
-// forEachDSN runs f once per backend, in parallel subtests.
-func forEachDSN(t *testing.T, f func(t *testing.T, dsn string)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			f(t, b.dsn(t))
-		})
-	}
-}
+// forEachDSN runs f on SQLite and PostgreSQL, as the sqlstore contract
+// suite does (pgtest.ForEachDSN).
+func forEachDSN(t *testing.T, f func(t *testing.T, dsn string)) { pgtest.ForEachDSN(t, f) }
 
 func openStore(t testing.TB, dsn string) *sqlstore.Store {
 	t.Helper()
@@ -73,22 +57,7 @@ func must(t testing.TB, err error) {
 }
 
 // clock is a settable test clock for the control service.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
+type clock = testkit.Clock
 
 // fixture is a store with accounts A and B on plan starter, the control
 // service on it (clock at t0), and an Authenticator refreshed by the
@@ -103,7 +72,7 @@ type fixture struct {
 
 func newFixture(t testing.TB, dsn string) *fixture {
 	t.Helper()
-	f := &fixture{ctx: ctxT(t), store: openStore(t, dsn), clock: &clock{t: t0}}
+	f := &fixture{ctx: ctxT(t), store: openStore(t, dsn), clock: testkit.NewClock(t0)}
 	for i, id := range []string{accA, accB} {
 		a := &fleetmq.Account{ID: id, Name: "acc" + id[:4], OwnerEmail: id[:8] + "@example.com", Plan: "starter", CreatedAt: t0.Add(time.Duration(i) * time.Second)}
 		must(t, f.store.CreateAccount(f.ctx, a, "unused"))
