@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -22,6 +20,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/apptest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
@@ -44,43 +43,19 @@ type platform struct {
 func startPlatform(t *testing.T, edit ...func(*app.Config)) *platform {
 	t.Helper()
 	clk := testkit.NewClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
-	cfg := app.Config{
-		DataDir:        t.TempDir(),
-		Listeners:      app.Listeners{Listen: "127.0.0.1:0"},
-		ReloadInterval: 20 * time.Millisecond,
-		SweepInterval:  time.Hour,
-		Now:            clk.Now,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	cfg := apptest.Config(t, clk.Now)
+	cfg.HTTPListen = ""
 	for _, e := range edit {
 		e(&cfg)
 	}
-	ctx := context.Background()
-	a, err := app.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return &platform{App: a, clock: clk, ctx: ctx}
+	return &platform{App: apptest.Start(t, cfg), clock: clk, ctx: context.Background()}
 }
 
 // synced waits until the policy's snapshot is the store's current version,
 // so control-plane changes made so far are in force.
 func (p *platform) synced(t *testing.T) {
 	t.Helper()
-	eventually(t, "the policy to load the control plane", func() bool {
-		v, err := p.Store.Version(p.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p.Policy.Snapshot().Version == v
-	})
+	apptest.Synced(t, p.App)
 }
 
 // tenant is an account with a publisher credential and a subscriber

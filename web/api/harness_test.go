@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -25,6 +24,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/apptest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/web/api"
 )
@@ -57,15 +57,7 @@ type env struct {
 func start(t testing.TB, edit ...func(*app.Config)) *env {
 	t.Helper()
 	clk := testkit.NewClock(t0)
-	cfg := app.Config{
-		DataDir:        t.TempDir(),
-		Listeners:      app.Listeners{Listen: "127.0.0.1:0"},
-		HTTPListen:     "127.0.0.1:0",
-		ReloadInterval: 20 * time.Millisecond,
-		SweepInterval:  time.Hour,
-		Now:            clk.Now,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	cfg := apptest.Config(t, clk.Now)
 	for _, e := range edit {
 		e(&cfg)
 	}
@@ -78,18 +70,7 @@ func start(t testing.TB, edit ...func(*app.Config)) *env {
 // open starts the App on e.cfg.
 func (e *env) open(t testing.TB) {
 	t.Helper()
-	a, err := app.Start(e.ctx, e.cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	e.App = a
+	e.App = apptest.Start(t, e.cfg)
 }
 
 // restart closes the App and starts a new one on the same data directory
@@ -109,13 +90,7 @@ func (e *env) restart(t testing.TB) {
 // so control-plane changes made through the service are in force.
 func (e *env) synced(t testing.TB) {
 	t.Helper()
-	eventually(t, "the policy to load the control plane", func() bool {
-		v, err := e.Store.Version(e.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e.Policy.Snapshot().Version == v
-	})
+	apptest.Synced(t, e.App)
 }
 
 // tenant is an account with a REST API token, a publisher credential and

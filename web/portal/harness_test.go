@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -32,6 +31,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/apptest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/web/portal"
 )
@@ -58,29 +58,11 @@ type env struct {
 func start(t testing.TB, edit ...func(*app.Config)) *env {
 	t.Helper()
 	clk := testkit.NewClock(t0)
-	cfg := app.Config{
-		DataDir:        t.TempDir(),
-		Listeners:      app.Listeners{Listen: "127.0.0.1:0"},
-		HTTPListen:     "127.0.0.1:0",
-		ReloadInterval: 20 * time.Millisecond,
-		SweepInterval:  time.Hour,
-		Now:            clk.Now,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
+	cfg := apptest.Config(t, clk.Now)
 	for _, e := range edit {
 		e(&cfg)
 	}
-	a, err := app.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	a := apptest.Start(t, cfg)
 	return &env{App: a, clock: clk, ctx: context.Background(), base: "http://" + a.HTTPAddr}
 }
 
