@@ -144,15 +144,39 @@ func AppendJSON(b []byte, r *fleetmq.Record) []byte {
 		}
 		b = append(b, ']')
 	}
-	if isJSONPayload(r.Payload) {
-		b = append(b, `,"payload_encoding":"json","payload":`...)
-		b = appendCompact(b, r.Payload)
-	} else {
-		b = append(b, `,"payload_encoding":"base64","payload":"`...)
-		b = base64.StdEncoding.AppendEncode(b, r.Payload)
-		b = append(b, '"')
-	}
+	enc := PayloadEncoding(r.Payload)
+	b = append(b, `,"payload_encoding":"`...)
+	b = append(b, enc...)
+	b = append(b, `","payload":`...)
+	b = appendPayload(b, r.Payload, enc)
 	return append(b, '}')
+}
+
+// PayloadEncoding is how a payload is represented in JSON: "json" when it
+// is a JSON value (embedded as is), else "base64" (a base64 string).
+func PayloadEncoding(p []byte) string {
+	if isJSONPayload(p) {
+		return "json"
+	}
+	return "base64"
+}
+
+// EncodePayload returns a payload's JSON representation and its
+// encoding, by the rule of AppendJSON (the REST API's live view uses it
+// for retained messages).
+func EncodePayload(p []byte) (encoding string, value json.RawMessage) {
+	enc := PayloadEncoding(p)
+	return enc, appendPayload(nil, p, enc)
+}
+
+// appendPayload appends a payload as JSON in the given encoding.
+func appendPayload(b, p []byte, enc string) []byte {
+	if enc == "json" {
+		return appendCompact(b, p)
+	}
+	b = append(b, '"')
+	b = base64.StdEncoding.AppendEncode(b, p)
+	return append(b, '"')
 }
 
 // timeFormat is RFC 3339 with microseconds (what the store keeps).

@@ -82,7 +82,7 @@ func (a *API) registerCredentials() {
 			func(ctx context.Context, _ *struct{}) (*credentialList, error) {
 				cs, err := a.deps.Store.Credentials(ctx, caller(ctx).account.ID, kind.kind)
 				if err != nil {
-					return nil, problemOf(err, "")
+					return nil, a.fail(ctx, err, "")
 				}
 				now := a.deps.Now()
 				out := &credentialList{}
@@ -101,7 +101,7 @@ func (a *API) registerCredentials() {
 				// on the publisher route is not found, and the other way.
 				cs, err := a.deps.Store.Credentials(ctx, acc, kind.kind)
 				if err != nil {
-					return nil, problemOf(err, "")
+					return nil, a.fail(ctx, err, "")
 				}
 				found := false
 				for _, c := range cs {
@@ -111,7 +111,7 @@ func (a *API) registerCredentials() {
 					return nil, problemOf(fleetmq.NotFound(kind.what, in.ID), "")
 				}
 				if err := a.deps.Service.RevokeCredential(ctx, acc, in.ID); err != nil {
-					return nil, problemOf(err, "")
+					return nil, a.fail(ctx, err, "")
 				}
 				a.changed(ctx)
 				return nil, nil
@@ -136,7 +136,7 @@ func (a *API) registerCredentials() {
 func (a *API) createCredential(ctx context.Context, in control.NewCredential) (*newCredentialOutput, error) {
 	c, pw, err := a.deps.Service.CreateCredential(ctx, caller(ctx).account.ID, in)
 	if err != nil {
-		return nil, problemOf(err, "body")
+		return nil, a.fail(ctx, err, "body")
 	}
 	a.changed(ctx)
 	return &newCredentialOutput{Body: NewCredentialResult{Credential: credentialOf(c, a.deps.Now()), Password: pw}}, nil

@@ -78,7 +78,7 @@ func (a *API) registerHistory() {
 		}
 		q, err := history.Build(p.account.ID, params, !paged)
 		if err != nil {
-			return nil, problemOf(err, "query")
+			return nil, a.fail(ctx, err, "query")
 		}
 		if !paged {
 			return &huma.StreamResponse{Body: func(hc huma.Context) {
@@ -92,7 +92,7 @@ func (a *API) registerHistory() {
 		}
 		page, err := history.Page(ctx, a.deps.Store, q)
 		if err != nil {
-			return nil, problemOf(err, "query")
+			return nil, a.fail(ctx, err, "query")
 		}
 		return &huma.StreamResponse{Body: func(hc huma.Context) {
 			hc.SetHeader("Content-Type", f.ContentType())

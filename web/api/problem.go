@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -150,6 +151,19 @@ func allUnlocated(es []*FieldError) bool {
 	return true
 }
 
+// statusOfCode is the HTTP status of each domain error code.
+var statusOfCode = map[string]int{
+	fleetmq.CodeNotFound:         http.StatusNotFound,
+	fleetmq.CodeConflict:         http.StatusConflict,
+	fleetmq.CodeValidation:       http.StatusUnprocessableEntity,
+	fleetmq.CodeBasePlanRequired: http.StatusForbidden,
+	fleetmq.CodeAddOnRequired:    http.StatusForbidden,
+	fleetmq.CodeInvalidToken:     http.StatusUnauthorized,
+	fleetmq.CodeTokenExpired:     http.StatusUnauthorized,
+	fleetmq.CodeTokenRevoked:     http.StatusUnauthorized,
+	fleetmq.CodeRateLimited:      http.StatusTooManyRequests,
+}
+
 // problemOf maps an error from the domain (control service, history
 // queries) to a problem. where prefixes field names ("body" or "query").
 func problemOf(err error, where string) *Problem {
@@ -161,17 +175,7 @@ func problemOf(err error, where string) *Problem {
 	if !errors.As(err, &e) {
 		return newProblem(http.StatusInternalServerError, fleetmq.CodeInternal, "internal error")
 	}
-	status := map[string]int{
-		fleetmq.CodeNotFound:         http.StatusNotFound,
-		fleetmq.CodeConflict:         http.StatusConflict,
-		fleetmq.CodeValidation:       http.StatusUnprocessableEntity,
-		fleetmq.CodeBasePlanRequired: http.StatusForbidden,
-		fleetmq.CodeAddOnRequired:    http.StatusForbidden,
-		fleetmq.CodeInvalidToken:     http.StatusUnauthorized,
-		fleetmq.CodeTokenExpired:     http.StatusUnauthorized,
-		fleetmq.CodeTokenRevoked:     http.StatusUnauthorized,
-		fleetmq.CodeRateLimited:      http.StatusTooManyRequests,
-	}[e.Code]
+	status := statusOfCode[e.Code]
 	if status == 0 {
 		status = http.StatusInternalServerError
 	}
@@ -200,5 +204,20 @@ func addOnRequired(x fleetmq.AddOn) *Problem {
 	p := newProblem(http.StatusForbidden, fleetmq.CodeAddOnRequired,
 		fmt.Sprintf("this route needs the %s add-on; the account owner can switch it on in the portal (Subscriptions)", x.Title()))
 	p.AddOn = string(x)
+	return p
+}
+
+// fail is problemOf for a handler: an error that becomes a 500 is logged
+// with the request's account (its problem says nothing more than
+// "internal error").
+func (a *API) fail(ctx context.Context, err error, where string) *Problem {
+	p := problemOf(err, where)
+	if p.Status >= http.StatusInternalServerError {
+		acc := ""
+		if c := caller(ctx); c != nil {
+			acc = c.account.ID
+		}
+		a.deps.Logger.Error("api: internal error", "account", acc, "error", err)
+	}
 	return p
 }

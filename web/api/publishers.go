@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"sort"
 	"time"
-	"unicode/utf8"
 
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/platform"
 )
 
@@ -100,21 +100,11 @@ func liveOf(l platform.PublisherLive) LivePublisher {
 		Transport: l.Transport, RemoteAddr: l.RemoteAddr, LastPublish: timePtr(l.LastPublish),
 		QoSMixToday: mixOf(l.Today), Retained: make([]RetainedMessage, 0, len(l.Retained))}
 	for _, r := range l.Retained {
-		enc, payload := encodePayload(r.Payload)
+		enc, payload := history.EncodePayload(r.Payload)
 		out.Retained = append(out.Retained, RetainedMessage{Topic: r.Topic, QoS: r.QoS, ReceivedAt: r.Received.UTC(),
 			ExpiresAt: timePtr(r.Expires), PayloadEncoding: enc, Payload: payload})
 	}
 	return out
-}
-
-// encodePayload returns a payload as JSON when it is JSON, else as a
-// base64 string (the history export's rule).
-func encodePayload(p []byte) (string, json.RawMessage) {
-	if len(p) > 0 && utf8.Valid(p) && json.Valid(p) {
-		return "json", append(json.RawMessage(nil), p...)
-	}
-	b, _ := json.Marshal(base64.StdEncoding.EncodeToString(p))
-	return "base64", b
 }
 
 type listPublishersInput struct {
@@ -164,7 +154,7 @@ func (a *API) registerPublishers() {
 			p := caller(ctx)
 			cs, err := a.deps.Store.Clients(ctx, p.account.ID)
 			if err != nil {
-				return nil, problemOf(err, "")
+				return nil, a.fail(ctx, err, "")
 			}
 			sort.Slice(cs, func(i, j int) bool { return cs[i].ClientID < cs[j].ClientID })
 			after := ""
@@ -195,7 +185,7 @@ func (a *API) registerPublishers() {
 		func(ctx context.Context, in *clientIDPath) (*publisherOutput, error) {
 			c, err := a.deps.Store.Client(ctx, caller(ctx).account.ID, in.ClientID)
 			if err != nil {
-				return nil, problemOf(err, "")
+				return nil, a.fail(ctx, err, "")
 			}
 			return &publisherOutput{Body: publisherOf(c)}, nil
 		})
@@ -209,7 +199,7 @@ func (a *API) registerPublishers() {
 			c, err := a.deps.Service.CreateClient(ctx, p.account.ID, control.ClientInput{ClientID: in.Body.ClientID,
 				Label: in.Body.Label, MaxPublishQoS: in.Body.MaxPublishQoS})
 			if err != nil {
-				return nil, problemOf(err, "body")
+				return nil, a.fail(ctx, err, "body")
 			}
 			a.changed(ctx)
 			return &publisherOutput{Body: publisherOf(c)}, nil
@@ -224,7 +214,7 @@ func (a *API) registerPublishers() {
 			c, err := a.deps.Service.UpdateClient(ctx, p.account.ID, control.ClientInput{ClientID: in.ClientID,
 				Label: in.Body.Label, MaxPublishQoS: in.Body.MaxPublishQoS})
 			if err != nil {
-				return nil, problemOf(err, "body")
+				return nil, a.fail(ctx, err, "body")
 			}
 			a.changed(ctx)
 			return &publisherOutput{Body: publisherOf(c)}, nil
@@ -235,7 +225,7 @@ func (a *API) registerPublishers() {
 		fleetmq.AddOnMgmtREST, http.StatusNoContent, http.StatusNotFound),
 		func(ctx context.Context, in *clientIDPath) (*struct{}, error) {
 			if err := a.deps.Service.DeleteClient(ctx, caller(ctx).account.ID, in.ClientID); err != nil {
-				return nil, problemOf(err, "")
+				return nil, a.fail(ctx, err, "")
 			}
 			a.changed(ctx)
 			return nil, nil

@@ -85,7 +85,7 @@ func (a *API) registerUsage() {
 			}
 			days, err := a.deps.Store.Usage(ctx, p.account.ID, from.Format(time.DateOnly), to.Format(time.DateOnly))
 			if err != nil {
-				return nil, problemOf(err, "")
+				return nil, a.fail(ctx, err, "")
 			}
 			out := &struct{ Body Usage }{Body: Usage{AccountID: p.account.ID, Plan: p.account.Plan, Days: []DayUsage{}}}
 			var total [3]int64
@@ -104,11 +104,11 @@ func (a *API) registerUsage() {
 				}
 			}
 			st := a.deps.Policy.Pool(p.account.ID).State(now, size)
-			out.Body.Pool = PoolStatus{AddOnActive: p.account.HasAddOn(fleetmq.AddOnQoS2), Size: size, UsedToday: st.Used,
-				Remaining: max(size-st.Used, 0), Demoted: st.Demoted && p.account.HasAddOn(fleetmq.AddOnQoS2),
-				DemotedSince: timePtr(st.Since), ResetsAt: st.ResetsAt}
-			if !out.Body.Pool.Demoted {
-				out.Body.Pool.DemotedSince = nil
+			addOn := p.account.HasAddOn(fleetmq.AddOnQoS2)
+			out.Body.Pool = PoolStatus{AddOnActive: addOn, Size: size, UsedToday: st.Used, Remaining: max(size-st.Used, 0),
+				Demoted: st.Demoted && addOn, ResetsAt: st.ResetsAt}
+			if out.Body.Pool.Demoted {
+				out.Body.Pool.DemotedSince = timePtr(st.Since)
 			}
 			return out, nil
 		})
