@@ -45,17 +45,33 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 		if v, err := src.Version(ctx); err != nil {
 			log.Error("read control-plane version", "error", err)
 		} else if v != last {
-			snap, err := src.Load(ctx)
-			if err != nil {
+			if err := p.Reload(ctx, src); err != nil {
 				log.Error("reload control plane", "error", err)
 			} else {
-				p.SetSnapshot(snap)
-				last = snap.Version
+				last = p.Snapshot().Version
 				log.Debug("control plane reloaded", "version", last)
 			}
 		}
 		p.DisconnectInvalid(srv)
 		p.flush(ctx, sink, log)
+	}
+}
+
+// Reload takes the source's current snapshot, unless the one in force is
+// newer (a reload that raced with another one finished first).
+func (p *Policy) Reload(ctx context.Context, src Source) error {
+	snap, err := src.Load(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		cur := p.snap.Load()
+		if cur != nil && cur.Version > snap.Version {
+			return nil
+		}
+		if p.snap.CompareAndSwap(cur, snap) {
+			return nil
+		}
 	}
 }
 

@@ -95,7 +95,7 @@ type App struct {
 
 	http   *http.Server
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the policy's reload loop and retention
+	wg     sync.WaitGroup // the policy's reload loop, retention and the API's bookkeeping
 
 	closeOnce sync.Once
 	closeErr  error
@@ -353,13 +353,9 @@ func (a *App) runAPIBookkeeping(ctx context.Context) {
 // no longer allows are disconnected. The REST API calls it after each
 // change it makes.
 func (a *App) Sync(ctx context.Context) {
-	snap, err := platform.StoreSource{Store: a.Store}.Load(ctx)
-	if err != nil {
+	if err := a.Policy.Reload(ctx, platform.StoreSource{Store: a.Store}); err != nil {
 		a.cfg.Logger.Error("reload control plane", "error", err)
 		return
-	}
-	if cur := a.Policy.Snapshot(); cur == nil || snap.Version >= cur.Version {
-		a.Policy.SetSnapshot(snap)
 	}
 	a.Policy.DisconnectInvalid(a.Broker)
 }
