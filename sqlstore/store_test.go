@@ -402,38 +402,48 @@ func TestAccountScopedMethodsStayInTheirAccount(t *testing.T) {
 	})
 }
 
+// raceToLimit runs create(0..tries-1) at once on as many goroutines and
+// checks that exactly max of them succeed and the others are conflicts:
+// a limit checked and enforced in one transaction.
+func raceToLimit(t *testing.T, what string, tries, max int, create func(i int) error) {
+	t.Helper()
+	errs := make([]error, tries)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = create(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	ok, conflict := 0, 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case fleetmq.CodeOf(err) == fleetmq.CodeConflict:
+			conflict++
+		default:
+			t.Errorf("%s %d: unexpected error %v", what, i, err)
+		}
+	}
+	if ok != max || conflict != tries-max {
+		t.Fatalf("%s: %d succeeded and %d were conflicts, want %d and %d", what, ok, conflict, max, tries-max)
+	}
+}
+
 func TestCreateClientEnforcesMaxAtomically(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s *sqlstore.Store) {
 		ctx := ctxT(t)
 		twoAccounts(t, s)
 		const tries, max = 20, 5
-		errs := make([]error, tries)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range tries {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs[i] = s.CreateClient(ctx, client(accA, fmt.Sprintf("dev-%02d", i), 1), max)
-			}()
-		}
-		close(start)
-		wg.Wait()
-		ok, conflict := 0, 0
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				ok++
-			case fleetmq.CodeOf(err) == fleetmq.CodeConflict:
-				conflict++
-			default:
-				t.Errorf("CreateClient %d: unexpected error %v", i, err)
-			}
-		}
-		if ok != max || conflict != tries-max {
-			t.Fatalf("%d succeeded and %d were conflicts, want %d and %d", ok, conflict, max, tries-max)
-		}
+		raceToLimit(t, "CreateClient", tries, max, func(i int) error {
+			return s.CreateClient(ctx, client(accA, fmt.Sprintf("dev-%02d", i), 1), max)
+		})
 		cs, err := s.Clients(ctx, accA)
 		must(t, err)
 		if len(cs) != max {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
@@ -107,33 +106,9 @@ func TestCreateRESTTokenLimit(t *testing.T) {
 
 		// Concurrent creations: exactly the limit pass.
 		const tries = 2*fleetmq.MaxActiveRESTTokens + 4
-		errs := make([]error, tries)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := range tries {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				errs[i] = s.CreateRESTToken(ctx, restToken(accA, fmt.Sprintf("a-%02d-token", i), 1))
-			}()
-		}
-		close(start)
-		wg.Wait()
-		ok, conflict := 0, 0
-		for i, err := range errs {
-			switch {
-			case err == nil:
-				ok++
-			case fleetmq.CodeOf(err) == fleetmq.CodeConflict:
-				conflict++
-			default:
-				t.Errorf("create %d: unexpected error %v", i, err)
-			}
-		}
-		if ok != max || conflict != tries-max {
-			t.Fatalf("%d created and %d conflicts, want %d and %d", ok, conflict, max, tries-max)
-		}
+		raceToLimit(t, "CreateRESTToken", tries, max, func(i int) error {
+			return s.CreateRESTToken(ctx, restToken(accA, fmt.Sprintf("a-%02d-token", i), 1))
+		})
 		toks, err := s.RESTTokens(ctx, accA)
 		must(t, err)
 		if len(toks) != max {
