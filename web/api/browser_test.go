@@ -13,17 +13,9 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/browsertest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
-
-// chromiumPath is Debian's chromium (scripts/test.sh installs it).
-const chromiumPath = "/usr/bin/chromium"
-
-// needChromium skips or fails the test without Chromium (testkit.NeedChromium).
-func needChromium(t *testing.T) {
-	t.Helper()
-	testkit.NeedChromium(t)
-}
 
 // TestDocsInBrowser opens /api/v1/subscriber/docs in headless Chromium:
 // Swagger UI loads from the binary (the page makes no request outside
@@ -33,7 +25,7 @@ func needChromium(t *testing.T) {
 // authorized page is written to the test's temp directory, and to
 // docs/screenshots/api-docs.png when FLEETMQ_UPDATE_SCREENSHOTS=1.
 func TestDocsInBrowser(t *testing.T) {
-	needChromium(t)
+	testkit.NeedChromium(t)
 	t.Parallel()
 	e := start(t)
 	tn := e.tenant(t, "Docs", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
@@ -42,24 +34,7 @@ func TestDocsInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
-		chromedp.NoSandbox, // root in containers and CI
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 1400),
-		// Everything must come from the server under test: any other host
-		// is unreachable.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
-	)
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	// The first Do starts the browser on ctx itself: the steps below run
-	// with timeouts of their own, whose cancel must not end the browser.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", chromiumPath, err)
-	}
+	ctx := browsertest.Start(t, 1280, 1400)
 
 	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
 	text := func(what, sel string) string {

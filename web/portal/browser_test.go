@@ -23,20 +23,12 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/browsertest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
-// chromiumPath is Debian's chromium (scripts/test.sh installs it).
-const chromiumPath = "/usr/bin/chromium"
-
 // stepTimeout bounds one browser step (a page load, a wait for text).
 const stepTimeout = 15 * time.Second
-
-// needChromium skips or fails the test without Chromium (testkit.NeedChromium).
-func needChromium(t *testing.T) {
-	t.Helper()
-	testkit.NeedChromium(t)
-}
 
 // tab is a headless Chromium with one tab on the App, at a desktop size
 // (1280x800) until told otherwise. Each tab is a fresh browser profile, so
@@ -50,27 +42,9 @@ type tab struct {
 // chrome starts Chromium for the test; it is closed when the test ends.
 func (e *env) chrome(t *testing.T) *tab {
 	t.Helper()
-	needChromium(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
-		chromedp.NoSandbox, // root in containers and CI
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 800),
+	ctx := browsertest.Start(t, 1280, 800,
 		chromedp.Flag("hide-scrollbars", true),
-		chromedp.Flag("force-color-profile", "srgb"),
-		// Everything must come from the server under test: any other host
-		// is unreachable.
-		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	t.Cleanup(cancelAlloc)
-	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
-	// The first Do starts the browser on ctx itself: the steps run with
-	// timeouts of their own, whose cancel must not end the browser.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("start %s: %v", chromiumPath, err)
-	}
+		chromedp.Flag("force-color-profile", "srgb"))
 	b := &tab{t: t, e: e, ctx: ctx}
 	b.do("set the desktop viewport", chromedp.EmulateViewport(1280, 800))
 	return b
@@ -456,7 +430,7 @@ func (b *tab) tablesFit(page string) {
 // token_revoked; a password change, sign-out, and sign-in with the new
 // password.
 func TestBrowserSignInAndTokens(t *testing.T) {
-	needChromium(t)
+	testkit.NeedChromium(t)
 	e := start(t)
 	a := e.account(t, "Acme", "starter")
 	b := e.chrome(t)
@@ -570,7 +544,7 @@ func TestBrowserSignInAndTokens(t *testing.T) {
 // created with it ticked has Max QoS 2. Editing (label, Max QoS) and
 // deleting (through the confirmation dialog) the client work too.
 func TestBrowserQoS2Checkbox(t *testing.T) {
-	needChromium(t)
+	testkit.NeedChromium(t)
 	e := start(t)
 	a := e.account(t, "Acme", "starter")
 	b := e.chrome(t)
@@ -650,7 +624,7 @@ func TestBrowserQoS2Checkbox(t *testing.T) {
 // pool used up, the demotion and when the pool resets. Revoking the
 // credential disconnects the device.
 func TestBrowserQoS2PoolDemotion(t *testing.T) {
-	needChromium(t)
+	testkit.NeedChromium(t)
 	e := start(t)
 	if err := e.Store.PutPlan(e.ctx, fleetmq.Plan{Name: "tiny", MaxPublisherClients: 5, QoS2DailyPool: 3, HistoryRetentionDays: 7}); err != nil {
 		t.Fatal(err)
@@ -720,7 +694,7 @@ func TestBrowserQoS2PoolDemotion(t *testing.T) {
 // devices in URLs give the not-found page and show nothing of B's; the
 // client id both accounts use shows A's client.
 func TestBrowserAccountsIsolated(t *testing.T) {
-	needChromium(t)
+	testkit.NeedChromium(t)
 	e := start(t)
 	a := e.account(t, "Acme", "starter")
 	bo := e.account(t, "Bolt", "starter")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // tourDays is how many days of traffic the tour's account has had (the
@@ -129,7 +130,7 @@ func (f *fieldDevice) wrapUp(acc string, now time.Time, n int, rollout bool) (in
 // width (1280x800) and a phone width (390x844), checks that each fits its
 // width and shows the account's data, and writes the screenshots.
 func TestBrowserScreenshots(t *testing.T) {
-	needChromium(t)
+	testkit.NeedChromium(t)
 	e := start(t)
 	ctx := e.ctx
 	today := t0.Truncate(24 * time.Hour)
