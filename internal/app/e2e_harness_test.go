@@ -94,16 +94,9 @@ func (p *platform) newTenant(t *testing.T, name, plan string, qos2 bool, clients
 	for _, c := range clients {
 		p.addClient(t, tn, c, 1)
 	}
-	pc, pw, err := p.Service.CreateCredential(ctx, acc.ID, control.NewCredential{Kind: fleetmq.KindPublisher, Label: "fleet"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn.PubUser, tn.PubPass, tn.PubCredID = pc.Username, pw, pc.ID
-	sc, sw, err := p.Service.CreateCredential(ctx, acc.ID, control.NewCredential{Kind: fleetmq.KindSubscriber, Label: "dashboard"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn.SubUser, tn.SubPass, tn.SubCredID = sc.Username, sw, sc.ID
+	pub, sub := apptest.Credentials(t, p.App, acc.ID)
+	tn.PubUser, tn.PubPass, tn.PubCredID = pub.Username, pub.Password, pub.ID
+	tn.SubUser, tn.SubPass, tn.SubCredID = sub.Username, sub.Password, sub.ID
 	return tn
 }
 

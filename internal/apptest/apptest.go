@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
@@ -65,4 +67,24 @@ func Synced(t testing.TB, a *app.App) {
 		}
 		return a.Policy.Snapshot().Version == v
 	})
+}
+
+// Cred is an MQTT credential made for a test, with its password.
+type Cred struct{ ID, Username, Password string }
+
+// Credentials creates a fleet publisher credential (label "fleet") and a
+// subscriber password over the whole account (label "dashboard").
+func Credentials(t testing.TB, a *app.App, accountID string) (pub, sub Cred) {
+	t.Helper()
+	for _, c := range []struct {
+		kind, label string
+		out         *Cred
+	}{{fleetmq.KindPublisher, "fleet", &pub}, {fleetmq.KindSubscriber, "dashboard", &sub}} {
+		cr, pw, err := a.Service.CreateCredential(context.Background(), accountID, control.NewCredential{Kind: c.kind, Label: c.label})
+		if err != nil {
+			t.Fatalf("create %s credential: %v", c.kind, err)
+		}
+		*c.out = Cred{ID: cr.ID, Username: cr.Username, Password: pw}
+	}
+	return pub, sub
 }

@@ -133,16 +133,9 @@ func (e *env) tenant(t testing.TB, name, plan string, addOns []fleetmq.AddOn, cl
 			t.Fatalf("register client %s: %v", c, err)
 		}
 	}
-	pc, pw, err := e.Service.CreateCredential(ctx, acc.ID, control.NewCredential{Kind: fleetmq.KindPublisher, Label: "fleet"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn.PubUser, tn.PubPass, tn.PubCredID = pc.Username, pw, pc.ID
-	sc, sw, err := e.Service.CreateCredential(ctx, acc.ID, control.NewCredential{Kind: fleetmq.KindSubscriber, Label: "dashboard"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tn.SubUser, tn.SubPass, tn.SubCredID = sc.Username, sw, sc.ID
+	pub, sub := apptest.Credentials(t, e.App, acc.ID)
+	tn.PubUser, tn.PubPass, tn.PubCredID = pub.Username, pub.Password, pub.ID
+	tn.SubUser, tn.SubPass, tn.SubCredID = sub.Username, sub.Password, sub.ID
 	return tn
 }
 

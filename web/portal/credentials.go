@@ -204,20 +204,26 @@ func (p *Portal) createCredential(c *call) {
 	c.render(http.StatusCreated, "credential-created", "Credential created", "clients", "credentials", d)
 }
 
-// credential returns a credential of the account by id, or nil.
-func (p *Portal) credential(c *call, id string) (*fleetmq.Credential, error) {
+// credential returns the account's credential of the request's {id} (a
+// fleet publisher credential or a subscriber password), or writes the
+// not-found page (or the error) and returns nil: another account's id is
+// not found.
+func (p *Portal) credential(c *call) *fleetmq.Credential {
+	id := c.r.PathValue("id")
 	for _, kind := range []string{fleetmq.KindPublisher, fleetmq.KindSubscriber} {
 		cs, err := p.deps.Store.Credentials(c.ctx, c.acc.ID, kind)
 		if err != nil {
-			return nil, err
+			c.fail(err)
+			return nil
 		}
 		for _, cr := range cs {
 			if cr.ID == id {
-				return cr, nil
+				return cr
 			}
 		}
 	}
-	return nil, nil
+	c.notFound("Credential")
+	return nil
 }
 
 func credKind(cr *fleetmq.Credential) string {
@@ -228,13 +234,8 @@ func credKind(cr *fleetmq.Credential) string {
 }
 
 func (p *Portal) revokeCredentialPage(c *call) {
-	cr, err := p.credential(c, c.r.PathValue("id"))
-	if err != nil {
-		c.fail(err)
-		return
-	}
+	cr := p.credential(c)
 	if cr == nil {
-		c.notFound("Credential")
 		return
 	}
 	msg := "Devices connected with it are disconnected at once and can no longer connect."
@@ -248,13 +249,8 @@ func (p *Portal) revokeCredentialPage(c *call) {
 }
 
 func (p *Portal) revokeCredential(c *call) {
-	cr, err := p.credential(c, c.r.PathValue("id"))
-	if err != nil {
-		c.fail(err)
-		return
-	}
+	cr := p.credential(c)
 	if cr == nil {
-		c.notFound("Credential")
 		return
 	}
 	if err := p.deps.Service.RevokeCredential(c.ctx, c.acc.ID, cr.ID); err != nil {

@@ -153,18 +153,22 @@ func sentence(s string) string {
 	return s
 }
 
-// token returns a token of the account by id, or nil.
-func (p *Portal) token(c *call, id string) (*fleetmq.RESTToken, error) {
+// token returns the account's REST API token of the request's {id}, or
+// writes the not-found page (or the error) and returns nil: another
+// account's id is not found.
+func (p *Portal) token(c *call) *fleetmq.RESTToken {
 	ts, err := p.deps.Service.RESTTokens(c.ctx, c.acc.ID)
 	if err != nil {
-		return nil, err
+		c.fail(err)
+		return nil
 	}
 	for _, t := range ts {
-		if t.ID == id {
-			return t, nil
+		if t.ID == c.r.PathValue("id") {
+			return t
 		}
 	}
-	return nil, nil
+	c.notFound("REST API token")
+	return nil
 }
 
 // confirmData is a confirmation page of a destructive action.
@@ -179,13 +183,8 @@ type confirmData struct {
 }
 
 func (p *Portal) revokeTokenPage(c *call) {
-	t, err := p.token(c, c.r.PathValue("id"))
-	if err != nil {
-		c.fail(err)
-		return
-	}
+	t := p.token(c)
 	if t == nil {
-		c.notFound("REST API token")
 		return
 	}
 	c.render(http.StatusOK, "confirm", "Revoke token", "settings", "tokens", confirmData{
@@ -202,17 +201,11 @@ func tokenName(t *fleetmq.RESTToken) string {
 }
 
 func (p *Portal) revokeToken(c *call) {
-	id := c.r.PathValue("id")
-	t, err := p.token(c, id)
-	if err != nil {
-		c.fail(err)
-		return
-	}
+	t := p.token(c)
 	if t == nil {
-		c.notFound("REST API token")
 		return
 	}
-	if err := p.deps.Service.RevokeRESTToken(c.ctx, c.acc.ID, id); err != nil {
+	if err := p.deps.Service.RevokeRESTToken(c.ctx, c.acc.ID, t.ID); err != nil {
 		if fleetmq.CodeOf(err) == fleetmq.CodeNotFound {
 			c.notFound("REST API token")
 			return
