@@ -18,8 +18,8 @@ func livePublish(t *testing.T, p *Policy, id *broker.Identity, topic string, qos
 	t.Helper()
 	pk := &packet.Publish{Topic: topic, QoS: qos, Payload: []byte("x")}
 	m := &broker.Message{Topic: topic, QoS: qos, PublishedQoS: qos, Payload: pk.Payload}
-	if code := p.Publish(id, pk, m); code != packet.Success {
-		t.Fatalf("publish %s: %v", topic, code)
+	if err := p.Publish(id, pk, m); err != nil {
+		t.Fatalf("publish %s: %v", topic, err)
 	}
 }
 
@@ -125,14 +125,14 @@ func TestLivePublishers(t *testing.T) {
 	p.Connected(a5, &broker.Connection{Seq: 5, ProtocolLevel: packet.Version311, RemoteAddr: tcpAddr("10.0.0.5:5005")})
 	a4 := connect(t, p, "pub-a", "dev1")
 	p.Connected(a4, &broker.Connection{Seq: 4, ProtocolLevel: packet.Version5, WebSocket: true})
-	p.Disconnected(a4, nil)
-	p.Disconnected(a1, nil)
+	p.Disconnected(a4, broker.Disconnection{})
+	p.Disconnected(a1, broker.Disconnection{})
 	pl = mustLive(t, p, accA, "dev1", clk.now())
 	if !pl.Connected || pl.Protocol != "MQTT 3.1.1" || pl.RemoteAddr != "10.0.0.5:5005" || !pl.ConnectedSince.Equal(clk.now()) {
 		t.Fatalf("after the takeover: %+v, want connection 5", pl)
 	}
 	clk.set(t0.Add(30 * time.Second))
-	p.Disconnected(a5, nil)
+	p.Disconnected(a5, broker.Disconnection{})
 	pl = mustLive(t, p, accA, "dev1", clk.now())
 	if pl.Connected || !pl.ConnectedSince.IsZero() || pl.RemoteAddr != "" || !pl.LastSeen.Equal(clk.now()) ||
 		pl.Protocol != "MQTT 3.1.1" || pl.Transport != TransportTCP || !pl.LastPublish.Equal(now) {

@@ -7,7 +7,8 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,8 +138,10 @@ func hashSecret(secret []byte) string { return fleetmq.HashSecret(string(secret)
 var dummyHash = hashSecret([]byte("fleetmq-no-such-user"))
 
 // Authenticate accepts a fleet publisher credential with a client id
-// registered in its account, or a subscriber password (read-only).
-func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*broker.Identity, packet.ReasonCode) {
+// registered in its account, or a subscriber password (read-only). A
+// refusal says why, for the operator's log (the client only gets the
+// reason code).
+func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*broker.Identity, error) {
 	c := req.Connect
 	snap := p.snap.Load()
 	now := p.opts.Now()
@@ -149,12 +152,22 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 	}
 	got := hashSecret(c.Password)
 	ok := subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-	if !c.HasUsername || !c.HasPassword || cred == nil || !ok || cred.Expired(now) {
-		return nil, packet.BadUserNameOrPassword
+	switch {
+	case !c.HasUsername || !c.HasPassword:
+		return nil, packet.Errorf(packet.BadUserNameOrPassword, "no username or password")
+	case cred == nil:
+		return nil, packet.Errorf(packet.BadUserNameOrPassword, "unknown username")
+	case !ok:
+		return nil, packet.Errorf(packet.BadUserNameOrPassword, "wrong password for credential %s", cred.ID)
+	case cred.Expired(now):
+		return nil, packet.Errorf(packet.BadUserNameOrPassword, "credential %s expired at %s", cred.ID, cred.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	acc := snap.Accounts[cred.AccountID]
-	if acc == nil || acc.Suspended {
-		return nil, packet.NotAuthorized
+	if acc == nil {
+		return nil, packet.Errorf(packet.NotAuthorized, "account %s does not exist", cred.AccountID)
+	}
+	if acc.Suspended {
+		return nil, packet.Errorf(packet.NotAuthorized, "account %s is suspended", acc.ID)
 	}
 	s := &Session{AccountID: acc.ID, Kind: cred.Kind, ClientID: c.ClientID, CredID: cred.ID, Username: cred.Username,
 		acct: p.meter.account(acc.ID), pool: p.Pool(acc.ID)}
@@ -167,7 +180,8 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 			MaxQueued:        acc.MaxQueued(),
 			MaxRetainedBurst: acc.MaxQueued(),
 		},
-		Data: s,
+		LogAttrs: []slog.Attr{slog.String("account", acc.ID), slog.String("kind", cred.Kind)},
+		Data:     s,
 	}
 	if p.opts.TopicPrefix != "" {
 		id.DeliverPrefix = p.opts.TopicPrefix + "/"
@@ -176,7 +190,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 	case KindPublisher:
 		cl := acc.Clients[c.ClientID]
 		if cl == nil {
-			return nil, packet.ClientIdentifierNotValid
+			return nil, packet.Errorf(packet.ClientIdentifierNotValid, "client id %q is not registered in account %s", c.ClientID, acc.ID)
 		}
 		id.Limits.CapQoS = true
 		id.Limits.MaxQoS = cl.MaxPublishQoS
@@ -187,60 +201,70 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 			s.Filters = []string{acc.ID + "/#"}
 		}
 	default:
-		return nil, packet.NotAuthorized
+		return nil, packet.Errorf(packet.NotAuthorized, "credential %s has unknown kind %q", cred.ID, cred.Kind)
 	}
-	return id, packet.Success
+	return id, nil
 }
 
 // Subscribe confines filters to the account: a publisher to its own
 // prefix, a subscriber to its granted filters. Nothing escapes the account:
 // not "#", "+/#", "$share/g/#", "$SYS/#" or another client's prefix.
-func (p *Policy) Subscribe(id *broker.Identity, _ string, sub *packet.Subscription) (string, packet.ReasonCode) {
+func (p *Policy) Subscribe(id *broker.Identity, _ string, sub *packet.Subscription) (string, byte, error) {
 	s := SessionOf(id)
 	if s == nil {
-		return "", packet.NotAuthorized
+		return "", 0, packet.Errorf(packet.NotAuthorized, "not a platform session")
 	}
 	f, ok := StripPrefix(p.opts.TopicPrefix, sub.Filter)
-	if !ok || strings.HasPrefix(f, "$") {
-		return "", packet.NotAuthorized
+	if !ok {
+		return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s does not start with the topic prefix %s/", sub.Filter, p.opts.TopicPrefix)
 	}
-	allowed := false
+	if strings.HasPrefix(f, "$") {
+		return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s: $ topics are not available", sub.Filter)
+	}
 	switch s.Kind {
 	case KindPublisher:
-		allowed = Covers(s.AccountID+"/"+s.ClientID+"/#", f)
+		own := s.AccountID + "/" + s.ClientID + "/#"
+		if !Covers(own, f) {
+			return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s is outside this client's own topics %s", f, own)
+		}
 	case KindSubscriber:
+		allowed := false
 		for _, g := range s.Filters {
 			if Covers(g, f) {
 				allowed = true
 				break
 			}
 		}
+		if !allowed {
+			return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s is outside this credential's filters %s", f, strings.Join(s.Filters, ", "))
+		}
 	}
-	if !allowed {
-		return "", packet.NotAuthorized
-	}
-	return f, packet.ReasonCode(min(sub.QoS, 2))
+	return f, min(sub.QoS, 2), nil
 }
 
 // Publish applies confinement, the taxonomy, vendor layouts, the client's
-// maximum QoS and the effective QoS rules.
-func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Message) packet.ReasonCode {
+// maximum QoS and the effective QoS rules. A refusal says why, in words a
+// tenant understands.
+func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Message) error {
 	s := SessionOf(id)
-	if s == nil || s.Kind != KindPublisher {
-		return p.refuse(s, packet.NotAuthorized)
+	if s == nil {
+		return packet.Errorf(packet.NotAuthorized, "not a platform session")
+	}
+	if s.Kind != KindPublisher {
+		return p.refuse(s, pk.Topic, packet.NotAuthorized, "subscriber credentials are read-only")
 	}
 	snap := p.snap.Load()
 	acc := snap.Accounts[s.AccountID]
 	if acc == nil || acc.Suspended {
-		return p.refuse(s, packet.NotAuthorized)
+		return p.refuse(s, pk.Topic, packet.NotAuthorized, "the account is suspended")
 	}
 	cl := acc.Clients[s.ClientID]
 	if cl == nil {
-		return p.refuse(s, packet.NotAuthorized)
+		return p.refuse(s, pk.Topic, packet.NotAuthorized, "the client is no longer registered")
 	}
 	if pk.QoS > cl.MaxPublishQoS {
 		// The broker disconnects (v5 0x9B); Disconnected counts the refusal.
-		return packet.QoSNotSupported
+		return packet.Errorf(packet.QoSNotSupported, "QoS %d above this client's Max QoS %d", pk.QoS, cl.MaxPublishQoS)
 	}
 	info := &MessageInfo{AccountID: s.AccountID, ClientID: s.ClientID, WireTopic: pk.Topic}
 	own := s.AccountID + "/" + s.ClientID + "/"
@@ -249,23 +273,23 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 	case prefixed && strings.HasPrefix(internal, own):
 		pt, ok := ParsePlatformTopic(internal)
 		if !ok {
-			return p.refuse(s, packet.TopicNameInvalid)
+			return p.refuse(s, pk.Topic, packet.TopicNameInvalid, classProblem(strings.TrimPrefix(internal, own)))
 		}
 		info.Class = pt.Class
 		m.Topic = internal
 	default:
 		l, clientID, subpath, known := snap.layoutFor(pk.Topic)
 		if l == nil {
-			_ = known // an unregistered root and an unmatched topic are both refused
-			return p.refuse(s, packet.NotAuthorized)
+			return p.refuse(s, pk.Topic, packet.NotAuthorized, p.outsideProblem(internal, prefixed, own, known))
 		}
 		if clientID != s.ClientID {
-			return p.refuse(s, packet.NotAuthorized)
+			return p.refuse(s, pk.Topic, packet.NotAuthorized,
+				fmt.Sprintf("layout %s maps this topic to client %q, not to this client %q", l.Name, clientID, s.ClientID))
 		}
-		pt, ok := ParsePlatformTopic(own + subpath)
-		if !ok {
-			return p.refuse(s, packet.TopicNameInvalid)
+		if _, ok := ParsePlatformTopic(own + subpath); !ok {
+			return p.refuse(s, pk.Topic, packet.TopicNameInvalid, "layout "+l.Name+": "+classProblem(subpath))
 		}
+		pt, _ := ParsePlatformTopic(own + subpath)
 		info.Class = pt.Class
 		info.Layout = l.Name
 		m.Topic = own + subpath
@@ -293,15 +317,52 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 		p.demotions.Add(1)
 	}
 	s.client.count(now, eff)
-	return packet.Success
+	return nil
 }
 
-func (p *Policy) refuse(s *Session, code packet.ReasonCode) packet.ReasonCode {
+// refuse counts a refused publish against the account and returns the
+// refusal the broker answers with.
+func (p *Policy) refuse(s *Session, topic string, code packet.ReasonCode, reason string) error {
 	p.refused.Add(1)
-	if s != nil && s.acct != nil {
+	if s.acct != nil {
 		s.acct.slot(p.opts.Now()).refused.Add(1)
 	}
-	return code
+	return packet.Errorf(code, "%s", reason)
+}
+
+// classProblem says what is wrong with a subpath under a client's prefix.
+func classProblem(subpath string) string {
+	class, rest, _ := strings.Cut(subpath, "/")
+	switch {
+	case !ValidClass(class):
+		return fmt.Sprintf("topic class %q is not one of state, event, telemetry, sample", class+"/")
+	case rest == "":
+		return fmt.Sprintf("topic class %s/ needs at least one level after it", class)
+	}
+	return "not a platform topic"
+}
+
+// outsideProblem says why a topic outside the client's own prefix matched
+// no vendor layout.
+func (p *Policy) outsideProblem(internal string, prefixed bool, own string, rootKnown bool) string {
+	switch {
+	case rootKnown:
+		return "the topic matches no rule of the vendor layouts registered for its wire root"
+	case !prefixed:
+		return "the topic does not start with the topic prefix " + p.opts.TopicPrefix + "/"
+	}
+	acc, rest, _ := strings.Cut(internal, "/")
+	if fleetmq.ValidAccountID(acc) {
+		if !strings.HasPrefix(own, acc+"/") {
+			return "devices publish only under their own account " + own
+		}
+		if client, _, _ := strings.Cut(rest, "/"); acc+"/"+client+"/" != own {
+			return fmt.Sprintf("topic is under client %q: devices publish only under their own prefix %s", client, own)
+		}
+		return "a topic needs a class level: " + own + "state/..., event/..., telemetry/... or sample/..."
+	}
+	root, _, _ := strings.Cut(internal, "/")
+	return fmt.Sprintf("wire root %q is neither this client's prefix %s nor a registered vendor layout", root, own)
 }
 
 // stationControllerID reads the station_controller_device_id field of a
@@ -379,38 +440,49 @@ func (p *Policy) Dropped(id *broker.Identity, _ *broker.Message, r broker.DropRe
 // a PUBLISH above the client's max_publish_qos as refused: the broker ends
 // such a connection with QoSNotSupported, usually before Publish is called
 // (the limit from CONNECT), sometimes in Publish (a max lowered since).
-func (p *Policy) Disconnected(id *broker.Identity, err error) {
-	if s := SessionOf(id); s != nil && s.client != nil && s.conn != nil {
+func (p *Policy) Disconnected(id *broker.Identity, d broker.Disconnection) {
+	s := SessionOf(id)
+	if s == nil {
+		return
+	}
+	if s.client != nil && s.conn != nil {
 		s.client.live.detach(s.conn, p.opts.Now())
 	}
-	var pe *packet.Error
-	if errors.As(err, &pe) && pe.Code == packet.QoSNotSupported {
-		p.refuse(SessionOf(id), pe.Code)
+	if d.Reason == broker.CloseQoSNotAllowed {
+		p.refused.Add(1)
+		if s.acct != nil {
+			s.acct.slot(p.opts.Now()).refused.Add(1)
+		}
 	}
 }
 
-// StillValid reports whether a connected identity is still allowed under
-// the snapshot in force at now: its credential exists and has not expired,
-// its account is active and (for a publisher) its client is registered.
-// Sessions that are not are disconnected.
-func (p *Policy) StillValid(id *broker.Identity, now time.Time) bool {
+// Invalid says why a connected identity is no longer allowed under the
+// snapshot in force at now ("" while it is): its credential was revoked or
+// has expired, its account was suspended or (for a publisher) its client
+// was removed. Sessions that are not allowed are disconnected.
+func (p *Policy) Invalid(id *broker.Identity, now time.Time) string {
 	s := SessionOf(id)
 	if s == nil {
-		return true // not ours
+		return "" // not ours
 	}
 	snap := p.snap.Load()
 	cred := snap.Creds[s.Username]
-	if cred == nil || cred.ID != s.CredID || cred.Expired(now) {
-		return false
+	switch {
+	case cred == nil || cred.ID != s.CredID:
+		return "credential " + s.CredID + " was revoked"
+	case cred.Expired(now):
+		return "credential " + s.CredID + " expired"
 	}
 	acc := snap.Accounts[s.AccountID]
-	if acc == nil || acc.Suspended {
-		return false
+	switch {
+	case acc == nil:
+		return "the account was deleted"
+	case acc.Suspended:
+		return "the account was suspended"
+	case s.Kind == KindPublisher && acc.Clients[s.ClientID] == nil:
+		return "client " + s.ClientID + " was removed from the account"
 	}
-	if s.Kind == KindPublisher && acc.Clients[s.ClientID] == nil {
-		return false
-	}
-	return true
+	return ""
 }
 
 // Totals are the policy's process-wide counters for metrics.

@@ -2,6 +2,7 @@ package platform
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -70,12 +71,24 @@ func newTestPolicy(t *testing.T, prefix string) (*Policy, *clock) {
 
 func connect(t *testing.T, p *Policy, user, clientID string) *broker.Identity {
 	t.Helper()
-	id, code := p.Authenticate(context.Background(), &broker.ConnectRequest{Connect: &packet.Connect{
+	id, err := p.Authenticate(context.Background(), &broker.ConnectRequest{Connect: &packet.Connect{
 		ClientID: clientID, HasUsername: true, Username: user, HasPassword: true, Password: []byte("pw-" + user)}})
-	if code != packet.Success {
-		t.Fatalf("connect %s/%s: %v", user, clientID, code)
+	if err != nil {
+		t.Fatalf("connect %s/%s: %v", user, clientID, err)
 	}
 	return id
+}
+
+// refusal splits a policy's answer into its reason code (Success for nil)
+// and reason.
+func refusal(err error) (packet.ReasonCode, string) {
+	if err == nil {
+		return packet.Success, ""
+	}
+	if pe, ok := err.(*packet.Error); ok {
+		return pe.Code, pe.Reason
+	}
+	return packet.UnspecifiedError, err.Error()
 }
 
 func TestPolicyAuthenticate(t *testing.T) {
@@ -86,24 +99,26 @@ func TestPolicyAuthenticate(t *testing.T) {
 		want                     packet.ReasonCode
 		namespace                string
 		maxQoS                   byte
+		reason                   string // the logged reason (contains)
 	}{
-		{"publisher with a registered client", "pub-a", "pw-pub-a", "dev1", false, packet.Success, accA, 2},
-		{"publisher capped at QoS 0", "pub-a", "pw-pub-a", "dev0", false, packet.Success, accA, 0},
-		{"same client id in another account", "pub-b", "pw-pub-b", "dev1", false, packet.Success, accB, 2},
-		{"client registered only in the other account", "pub-b", "pw-pub-b", "dev0", false, packet.ClientIdentifierNotValid, "", 0},
-		{"unregistered client id", "pub-a", "pw-pub-a", "devX", false, packet.ClientIdentifierNotValid, "", 0},
-		{"wrong password", "pub-a", "pw-pub-b", "dev1", false, packet.BadUserNameOrPassword, "", 0},
-		{"unknown username", "pub-z", "pw-pub-z", "dev1", false, packet.BadUserNameOrPassword, "", 0},
-		{"no username", "", "", "dev1", true, packet.BadUserNameOrPassword, "", 0},
-		{"subscriber with any client id", "sub-a", "pw-sub-a", "dashboard-1", false, packet.Success, accA, 0},
-		{"expired subscriber password", "sub-old", "pw-sub-old", "x", false, packet.BadUserNameOrPassword, "", 0},
+		{"publisher with a registered client", "pub-a", "pw-pub-a", "dev1", false, packet.Success, accA, 2, ""},
+		{"publisher capped at QoS 0", "pub-a", "pw-pub-a", "dev0", false, packet.Success, accA, 0, ""},
+		{"same client id in another account", "pub-b", "pw-pub-b", "dev1", false, packet.Success, accB, 2, ""},
+		{"client registered only in the other account", "pub-b", "pw-pub-b", "dev0", false, packet.ClientIdentifierNotValid, "", 0, `client id "dev0" is not registered in account ` + accB},
+		{"unregistered client id", "pub-a", "pw-pub-a", "devX", false, packet.ClientIdentifierNotValid, "", 0, `client id "devX" is not registered`},
+		{"wrong password", "pub-a", "pw-pub-b", "dev1", false, packet.BadUserNameOrPassword, "", 0, "wrong password"},
+		{"unknown username", "pub-z", "pw-pub-z", "dev1", false, packet.BadUserNameOrPassword, "", 0, "unknown username"},
+		{"no username", "", "", "dev1", true, packet.BadUserNameOrPassword, "", 0, "no username or password"},
+		{"subscriber with any client id", "sub-a", "pw-sub-a", "dashboard-1", false, packet.Success, accA, 0, ""},
+		{"expired subscriber password", "sub-old", "pw-sub-old", "x", false, packet.BadUserNameOrPassword, "", 0, "expired"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &packet.Connect{ClientID: tt.client, HasUsername: !tt.noUser, Username: tt.user, HasPassword: !tt.noUser, Password: []byte(tt.pass)}
-			id, code := p.Authenticate(context.Background(), &broker.ConnectRequest{Connect: c})
-			if code != tt.want {
-				t.Fatalf("code %v, want %v", code, tt.want)
+			id, err := p.Authenticate(context.Background(), &broker.ConnectRequest{Connect: c})
+			code, reason := refusal(err)
+			if code != tt.want || !strings.Contains(reason, tt.reason) {
+				t.Fatalf("code %v %q, want %v %q", code, reason, tt.want, tt.reason)
 			}
 			if code != packet.Success {
 				return
@@ -120,8 +135,9 @@ func TestPolicyAuthenticate(t *testing.T) {
 	snap := testSnapshot(t)
 	snap.Accounts[accA].Suspended = true
 	p.SetSnapshot(snap)
-	if _, code := p.Authenticate(context.Background(), &broker.ConnectRequest{Connect: &packet.Connect{ClientID: "dev1", HasUsername: true, Username: "pub-a", HasPassword: true, Password: []byte("pw-pub-a")}}); code != packet.NotAuthorized {
-		t.Fatalf("suspended account: %v", code)
+	_, err := p.Authenticate(context.Background(), &broker.ConnectRequest{Connect: &packet.Connect{ClientID: "dev1", HasUsername: true, Username: "pub-a", HasPassword: true, Password: []byte("pw-pub-a")}})
+	if code, reason := refusal(err); code != packet.NotAuthorized || !strings.Contains(reason, "suspended") {
+		t.Fatalf("suspended account: %v %q", code, reason)
 	}
 }
 
@@ -161,15 +177,15 @@ func TestPolicySubscribeConfinement(t *testing.T) {
 		}
 		for _, tt := range tests {
 			f, _, _ := stripShare(tt.filter)
-			got, code := p.Subscribe(tt.id, "", &packet.Subscription{Filter: f, QoS: 1})
+			got, qos, err := p.Subscribe(tt.id, "", &packet.Subscription{Filter: f, QoS: 1})
 			if tt.internal == "" {
-				if code != packet.NotAuthorized {
-					t.Errorf("prefix %q, %s (%s): code %v, want refused", prefix, tt.name, tt.filter, code)
+				if code, reason := refusal(err); code != packet.NotAuthorized || reason == "" {
+					t.Errorf("prefix %q, %s (%s): code %v %q, want refused with a reason", prefix, tt.name, tt.filter, code, reason)
 				}
 				continue
 			}
-			if code != 1 || got != tt.internal {
-				t.Errorf("prefix %q, %s (%s): got %q %v, want %q granted QoS 1", prefix, tt.name, tt.filter, got, code, tt.internal)
+			if err != nil || qos != 1 || got != tt.internal {
+				t.Errorf("prefix %q, %s (%s): got %q %v %v, want %q granted QoS 1", prefix, tt.name, tt.filter, got, qos, err, tt.internal)
 			}
 		}
 	}
@@ -188,6 +204,19 @@ func stripShare(f string) (string, string, bool) {
 		}
 	}
 	return f, "", false
+}
+
+// publishReasons are what TestPolicyPublish's refusals must say (the
+// reason a tenant sees for their device).
+var publishReasons = map[string]string{
+	"unknown class":                           `topic class "other/" is not one of state, event, telemetry, sample`,
+	"another client's prefix":                 `topic is under client "dev0": devices publish only under their own prefix ` + accA + "/dev1/",
+	"another account":                         "devices publish only under their own account " + accA + "/dev1/",
+	"subscribers never publish":               "subscriber credentials are read-only",
+	"above the client's max QoS":              "QoS 1 above this client's Max QoS 0",
+	"vendor topic naming another client":      `layout acme maps this topic to client "dev0", not to this client "dev1"`,
+	"vendor root registered, no rule matches": "matches no rule of the vendor layouts",
+	"unregistered vendor root":                `wire root "vendorx" is neither this client's prefix`,
 }
 
 func TestPolicyPublish(t *testing.T) {
@@ -227,11 +256,14 @@ func TestPolicyPublish(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pk := &packet.Publish{Topic: tt.topic, QoS: tt.qos, Payload: []byte(tt.payload)}
 			m := &broker.Message{Topic: tt.topic, QoS: tt.qos, PublishedQoS: tt.qos, Payload: pk.Payload}
-			code := p.Publish(tt.id, pk, m)
+			code, reason := refusal(p.Publish(tt.id, pk, m))
 			if code != tt.want {
-				t.Fatalf("code %v, want %v", code, tt.want)
+				t.Fatalf("code %v (%s), want %v", code, reason, tt.want)
 			}
 			if code != packet.Success {
+				if want := publishReasons[tt.name]; !strings.Contains(reason, want) || want == "" {
+					t.Fatalf("reason %q, want it to contain %q", reason, want)
+				}
 				return
 			}
 			info, _ := m.Data.(*MessageInfo)
@@ -254,8 +286,8 @@ func TestPolicyPoolAcrossMidnight(t *testing.T) {
 	publish := func(id *broker.Identity, topic string) byte {
 		pk := &packet.Publish{Topic: topic, QoS: 2, Payload: []byte("x")}
 		m := &broker.Message{Topic: topic, QoS: 2, PublishedQoS: 2, Payload: pk.Payload}
-		if code := p.Publish(id, pk, m); code != packet.Success {
-			t.Fatalf("publish %s: %v", topic, code)
+		if err := p.Publish(id, pk, m); err != nil {
+			t.Fatalf("publish %s: %v", topic, err)
 		}
 		return m.QoS
 	}

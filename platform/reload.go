@@ -79,7 +79,7 @@ func (p *Policy) Reload(ctx context.Context, src Source) error {
 // allows (v5 clients get DISCONNECT 0x87 Not authorized).
 func (p *Policy) DisconnectInvalid(srv *broker.Server) int {
 	now := p.opts.Now()
-	return srv.Disconnect(func(id *broker.Identity) bool { return !p.StillValid(id, now) }, packet.NotAuthorized)
+	return srv.Disconnect(func(id *broker.Identity) string { return p.Invalid(id, now) }, packet.NotAuthorized)
 }
 
 func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {

@@ -25,7 +25,9 @@ type brokerConfig struct {
 	MaxQueued      int
 	MaxPacketSize  int
 	RetainedMaxAge time.Duration
-	LogLevel       string
+	ConnectTimeout time.Duration
+	WriteTimeout   time.Duration
+	Log            logFlags
 }
 
 func (c *brokerConfig) flags(fs *flag.FlagSet) {
@@ -36,7 +38,9 @@ func (c *brokerConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxQueued, "max-queued", broker.DefaultMaxQueued, "messages queued per session behind the inflight window [FLEETMQ_MAX_QUEUED]")
 	fs.IntVar(&c.MaxPacketSize, "max-packet-size", broker.DefaultMaxPacketSize, "largest accepted packet in bytes [FLEETMQ_MAX_PACKET_SIZE]")
 	fs.DurationVar(&c.RetainedMaxAge, "retained-max-age", 0, "maximum age of retained messages, 0 for none [FLEETMQ_RETAINED_MAX_AGE]")
-	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", 10*time.Second, "how long a new connection may take to send CONNECT (TLS handshake included) [FLEETMQ_CONNECT_TIMEOUT]")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", 30*time.Second, "how long a write to a client may wait before the client is disconnected as not reading [FLEETMQ_WRITE_TIMEOUT]")
+	c.Log.register(fs)
 }
 
 func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -50,7 +54,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := cfg.Listeners.Validate(); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, cfg.LogLevel)
+	log, err := cfg.Log.logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -61,6 +65,8 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		MaxPacketSize:  uint32(cfg.MaxPacketSize),
 		RetainedMaxAge: cfg.RetainedMaxAge,
 		StatePath:      cfg.StatePath,
+		ConnectTimeout: cfg.ConnectTimeout,
+		WriteTimeout:   cfg.WriteTimeout,
 	})
 	if err != nil {
 		return err
@@ -93,10 +99,26 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return srv.Close(sctx)
 }
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+// logFlags are -log-level and -log-format, shared by serve and broker.
+type logFlags struct{ level, format string }
+
+func (f *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.level, "log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
+	fs.StringVar(&f.format, "log-format", "text", "text (key=value) or json, one object per line [FLEETMQ_LOG_FORMAT]")
+}
+
+// logger is the event log the flags ask for, writing to w.
+func (f *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: %w", level, err)
+	if err := l.UnmarshalText([]byte(f.level)); err != nil {
+		return nil, fmt.Errorf("-log-level %q: %w", f.level, err)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch f.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("-log-format %q: want text or json", f.format)
 }

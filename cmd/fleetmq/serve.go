@@ -31,14 +31,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.RESTRateLimit, "rest-rate-limit", 5000, "requests per hour of one REST API token [FLEETMQ_REST_RATE_LIMIT]")
 	fs.BoolVar(&cfg.PortalSecureCookies, "portal-secure-cookies", false, "mark the portal's cookies Secure on plain HTTP too (TLS-terminating proxy in front) [FLEETMQ_PORTAL_SECURE_COOKIES]")
 	fs.StringVar(&cfg.MQTTPublicAddr, "mqtt-public-addr", "", "broker address host:port shown in the portal's mosquitto examples (default: the portal's host and 1883) [FLEETMQ_MQTT_PUBLIC_ADDR]")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error [FLEETMQ_LOG_LEVEL]")
+	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 10*time.Second, "how long a new MQTT connection may take to send CONNECT (TLS handshake included) [FLEETMQ_CONNECT_TIMEOUT]")
+	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", 30*time.Second, "how long a write to an MQTT client may wait before the client is disconnected as not reading [FLEETMQ_WRITE_TIMEOUT]")
+	var lf logFlags
+	lf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if p := cfg.TopicPrefix; p != "" && (strings.ContainsAny(p, "+#") || strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.HasPrefix(p, "$")) {
 		return fmt.Errorf("-topic-prefix %q: must be a topic without wildcards, '$' or leading/trailing '/'", p)
 	}
-	log, err := newLogger(stderr, *logLevel)
+	log, err := lf.logger(stderr)
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,11 @@ type Config struct {
 	RetainedMaxAge time.Duration
 	// SweepInterval is the broker's sweep period. Default 1 minute.
 	SweepInterval time.Duration
+	// ConnectTimeout and WriteTimeout are the broker's (defaults 10 s and
+	// 30 s): how long a new connection may take to CONNECT, and how long a
+	// write to a client may wait before the client is disconnected.
+	ConnectTimeout time.Duration
+	WriteTimeout   time.Duration
 	// StateSaveInterval is how often the broker saves retained messages
 	// and persistent sessions while running (they are also saved at a
 	// clean shutdown). Default 30 s.
@@ -173,6 +178,8 @@ func (a *App) start(ctx context.Context) error {
 		MaxInflight:    platform.Inflight,
 		RetainedMaxAge: cfg.RetainedMaxAge,
 		SweepInterval:  cfg.SweepInterval,
+		ConnectTimeout: cfg.ConnectTimeout,
+		WriteTimeout:   cfg.WriteTimeout,
 		SaveInterval:   cfg.StateSaveInterval,
 		StatePath:      filepath.Join(cfg.DataDir, BrokerStateFile),
 	})

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,7 +40,6 @@ func RegisterBroker(reg *metrics.Registry, srv *broker.Server) {
 	}
 	gauge("fleetmq_mqtt_connections", "Open MQTT connections.", func(s broker.Stats) int64 { return s.Connections }, metrics.Gauge)
 	gauge("fleetmq_mqtt_connections_total", "MQTT connections accepted since start.", func(s broker.Stats) int64 { return s.ConnectionsTotal }, metrics.Counter)
-	gauge("fleetmq_mqtt_connects_refused_total", "CONNECTs refused (credentials, client id, policy).", func(s broker.Stats) int64 { return s.ConnectsRefused }, metrics.Counter)
 	gauge("fleetmq_mqtt_sessions", "Sessions known (connected or persisted).", func(s broker.Stats) int64 { return s.Sessions }, metrics.Gauge)
 	gauge("fleetmq_mqtt_subscriptions", "Subscriptions in the index.", func(s broker.Stats) int64 { return s.Subscriptions }, metrics.Gauge)
 	gauge("fleetmq_mqtt_retained_messages", "Retained messages stored.", func(s broker.Stats) int64 { return s.Retained }, metrics.Gauge)
@@ -46,7 +47,6 @@ func RegisterBroker(reg *metrics.Registry, srv *broker.Server) {
 	gauge("fleetmq_mqtt_queued_messages", "Messages waiting in session queues.", func(s broker.Stats) int64 { return s.Queued }, metrics.Gauge)
 	gauge("fleetmq_mqtt_received_bytes_total", "Bytes read from MQTT clients.", func(s broker.Stats) int64 { return s.BytesIn }, metrics.Counter)
 	gauge("fleetmq_mqtt_sent_bytes_total", "Bytes written to MQTT clients.", func(s broker.Stats) int64 { return s.BytesOut }, metrics.Counter)
-	gauge("fleetmq_mqtt_publish_refused_total", "Inbound PUBLISH refused by policy or limits.", func(s broker.Stats) int64 { return s.PublishRefused }, metrics.Counter)
 	gauge("fleetmq_mqtt_protocol_errors_total", "Connections ended by a protocol error.", func(s broker.Stats) int64 { return s.ProtocolErrors }, metrics.Counter)
 	gauge("fleetmq_mqtt_wills_published_total", "Will messages published.", func(s broker.Stats) int64 { return s.WillsPublished }, metrics.Counter)
 
@@ -70,6 +70,30 @@ func RegisterBroker(reg *metrics.Registry, srv *broker.Server) {
 	}
 	byQoS("fleetmq_mqtt_publish_received_total", "Inbound PUBLISH by published QoS.", func(s broker.Stats) [3]int64 { return s.PublishIn })
 	byQoS("fleetmq_mqtt_publish_sent_total", "Outbound PUBLISH by delivered QoS.", func(s broker.Stats) [3]int64 { return s.PublishOut })
+	byCode := func(name, help string, f func(broker.Stats) map[packet.ReasonCode]int64) {
+		reg.Add(metrics.Family{Name: name, Help: help, Kind: metrics.Counter, Collect: func() []metrics.Sample {
+			return codeSamples(f(c.get()))
+		}})
+	}
+	byCode("fleetmq_mqtt_connects_refused_total", "CONNECTs refused, by reason code (bad_user_name_or_password, not_authorized, client_identifier_not_valid, ...).",
+		func(s broker.Stats) map[packet.ReasonCode]int64 { return s.ConnectsRefusedBy })
+	byCode("fleetmq_mqtt_publish_refused_total", "Inbound PUBLISH refused by the policy or the broker's limits, by reason code.",
+		func(s broker.Stats) map[packet.ReasonCode]int64 { return s.PublishRefusedBy })
+	byCode("fleetmq_mqtt_subscribe_refused_total", "SUBSCRIBE topic filters refused, by reason code.",
+		func(s broker.Stats) map[packet.ReasonCode]int64 { return s.SubscribesRefusedBy })
+	reg.Add(metrics.Family{Name: "fleetmq_mqtt_disconnects_total", Help: "Ended MQTT connections, by who ended them (client or server) and why.", Kind: metrics.Counter, Collect: func() []metrics.Sample {
+		st := c.get()
+		out := make([]metrics.Sample, 0, len(st.Closes))
+		for i, name := range broker.CloseNames() {
+			by := "client"
+			if broker.CloseReason(i).ByServer() {
+				by = "server"
+			}
+			out = append(out, metrics.Sample{Labels: []string{"by", by, "reason", name}, Value: float64(st.Closes[i])})
+		}
+		return out
+	}})
+	gauge("fleetmq_log_suppressed_total", "Event-log lines suppressed by the per-client rate limit.", func(s broker.Stats) int64 { return s.LogSuppressed }, metrics.Counter)
 	reg.Add(metrics.Family{Name: "fleetmq_mqtt_dropped_total", Help: "Messages not delivered to a session, by reason.", Kind: metrics.Counter, Collect: func() []metrics.Sample {
 		st := c.get()
 		var out []metrics.Sample
@@ -111,4 +135,21 @@ func RegisterHistory(reg *metrics.Registry, w *ingest.Writer, r *history.Retenti
 	one("fleetmq_ingest_abandoned_total", "Messages neither stored nor acknowledged because the server was shutting down.", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.Abandoned) })
 	reg.Add(metrics.Family{Name: "fleetmq_history_retention_deleted_total", Help: "History records deleted by retention.", Kind: metrics.Counter, Collect: metrics.Value(func() float64 { return float64(r.Deleted()) })})
 	reg.Add(metrics.Family{Name: "fleetmq_history_retention_passes_total", Help: "Completed retention passes.", Kind: metrics.Counter, Collect: metrics.Value(func() float64 { return float64(r.Runs()) })})
+}
+
+// codeSamples are refusal counts by reason code, labelled with the code's
+// name in snake case (every code that occurred; none before the first).
+func codeSamples(m map[packet.ReasonCode]int64) []metrics.Sample {
+	out := make([]metrics.Sample, 0, len(m))
+	for code, n := range m {
+		out = append(out, metrics.Sample{Labels: []string{"code", codeName(code)}, Value: float64(n)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Labels[1] < out[j].Labels[1] })
+	return out
+}
+
+// codeName is a reason code as a label value: "Bad User Name or Password"
+// becomes "bad_user_name_or_password".
+func codeName(c packet.ReasonCode) string {
+	return strings.ReplaceAll(strings.ToLower(c.String()), " ", "_")
 }

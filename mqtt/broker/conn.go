@@ -23,9 +23,6 @@ const (
 
 var readPool = sync.Pool{New: func() any { b := make([]byte, largeRead); return &b }}
 
-// errClosedByServer marks connections the server closed on purpose.
-var errClosedByServer = errors.New("closed by server")
-
 // conn is one network connection. The reader goroutine (run) owns the read
 // side and the inbound protocol state; the write side is shared and guarded
 // by wmu.
@@ -47,7 +44,6 @@ type conn struct {
 	id      *Identity // set once after CONNECT; read by others through identity()
 	idp     atomic.Pointer[Identity]
 	sess    *session
-	ka      time.Duration // keep alive enforced (1.5x), 0 = none
 	aliasIn map[uint16]string
 	ack     packet.Ack // reused for every inbound ack
 	will    *packet.Will
@@ -60,6 +56,21 @@ type conn struct {
 	sendWill bool
 	// taken is set when a newer connection took the session over.
 	taken atomic.Bool
+
+	// Time limits, enforced by the server's watchdog (watch.go), in real
+	// Unix nanoseconds: when the connection was accepted, when bytes last
+	// arrived, the keep alive limit (1.5x the keep alive, 0 = none), and
+	// when the write in progress began (0 = none).
+	accepted   int64
+	lastRead   atomic.Int64
+	kaLimit    atomic.Int64
+	writeSince atomic.Int64
+	// ending is why the connection ends, recorded once by whoever ends it
+	// first (see end).
+	ending atomic.Pointer[Disconnection]
+	// logb rate-limits this connection's event-log lines (its session key's
+	// bucket once authenticated, its remote IP's before).
+	logb *logLimits
 
 	// Inbound QoS 1/2 not yet fully acknowledged (Receive Maximum).
 	pendingMu sync.Mutex
@@ -76,9 +87,16 @@ type conn struct {
 	wbuf    []byte
 	spare   []byte
 	writing bool // a writer is flushing
-	closed  bool
-	full    bool // the pump stopped because wbuf was over the high mark
-	sockMu  sync.Mutex
+	// closed: nothing more is appended; with final, the socket is closed
+	// once what is buffered has been written (closeAfter), otherwise the
+	// buffer is discarded.
+	closed bool
+	final  bool
+	full   bool // the pump stopped because wbuf was over the high mark
+	// qos0 counts the QoS 0 PUBLISHes in wbuf: if the connection ends
+	// before they are written they are lost, and counted as dropped.
+	qos0   int
+	sockMu sync.Mutex
 	// raw is the socket of a plain TCP connection, for non-blocking direct
 	// writes (nil for TLS and WebSocket).
 	raw syscall.RawConn
@@ -105,6 +123,8 @@ const highWater = 256 << 10
 
 func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
 	c := &conn{srv: s, nc: nc, kind: kind, info: &Connection{RemoteAddr: nc.RemoteAddr(), TLS: kind.tls, WebSocket: kind.websocket}}
+	c.accepted = time.Now().UnixNano()
+	c.lastRead.Store(c.accepted)
 	c.buf = c.small[:]
 	if tc, ok := nc.(*net.TCPConn); ok {
 		c.raw, _ = tc.SyscallConn()
@@ -120,9 +140,6 @@ func (c *conn) run() {
 }
 
 func (c *conn) serve() error {
-	// Network deadlines use the real clock, not Options.Now (which tests
-	// move freely).
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.opts.ConnectTimeout))
 	first, err := c.readPacket()
 	if err != nil {
 		c.failConnect(err)
@@ -130,7 +147,7 @@ func (c *conn) serve() error {
 	}
 	cp, ok := first.(*packet.Connect)
 	if !ok {
-		return fmt.Errorf("first packet is %v, not CONNECT", first.Type())
+		return c.protocolError(packet.ProtocolError, fmt.Sprintf("first packet is %v, not CONNECT", first.Type()))
 	}
 	if err := c.connect(cp); err != nil {
 		return err
@@ -142,9 +159,14 @@ func (c *conn) serve() error {
 			if errors.As(err, &pe) {
 				// Malformed or over the maximum size: v5 clients get
 				// DISCONNECT with the reason code.
-				c.closeWith(pe.Code, pe.Reason)
+				c.closeWith(protocolClose(pe.Code, pe.Reason))
 			}
 			return err
+		}
+		if c.ending.Load() != nil {
+			// Ended by the server (taken over, not authorized, keep
+			// alive): nothing more the client sends is acted on.
+			return errEnded
 		}
 		if err := c.handle(p); err != nil {
 			return err
@@ -152,26 +174,34 @@ func (c *conn) serve() error {
 	}
 }
 
+// errEnded stops a reader whose connection another goroutine ended.
+var errEnded = errors.New("connection ended by the server")
+
 // failConnect answers a CONNECT that could not be decoded where the
-// protocol allows it.
+// protocol allows it, and records why the connection ends.
 func (c *conn) failConnect(err error) {
 	var pe *packet.Error
-	if !errors.As(err, &pe) || c.version == 0 {
+	if !errors.As(err, &pe) {
+		return // the network: endedWith says so
+	}
+	d := protocolClose(pe.Code, pe.Reason)
+	if c.version == 0 {
+		c.closeWith(d)
 		return
 	}
-	code := pe.Code
-	if code == packet.UnsupportedProtocolVersion {
+	var ack packet.Packet
+	if pe.Code == packet.UnsupportedProtocolVersion {
 		// Answer in the form the client can read.
-		if c.version == packet.Version5 {
-			c.sendNow(&packet.Connack{ReasonCode: code})
-		} else {
+		if c.version != packet.Version5 {
 			c.version = packet.Version311
-			c.sendNow(&packet.Connack{ReasonCode: code})
 		}
-		return
+		d = Disconnection{Reason: CloseConnectRefused, Code: pe.Code, Detail: pe.Reason}
+		ack = &packet.Connack{ReasonCode: pe.Code}
+	} else if c.version == packet.Version5 {
+		ack = &packet.Connack{ReasonCode: pe.Code}
 	}
-	if c.version == packet.Version5 {
-		c.sendNow(&packet.Connack{ReasonCode: code})
+	if c.end(d) {
+		c.closeAfter(ack)
 	}
 }
 
@@ -191,9 +221,6 @@ func (c *conn) fill() error {
 			// The last read filled the inline buffer: more is coming.
 			c.large = readPool.Get().(*[]byte)
 			c.buf = *c.large
-		}
-		if c.ka > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(c.ka))
 		}
 	} else if c.w == len(c.buf) {
 		// Partial packet at the end of the buffer: make room.
@@ -221,9 +248,13 @@ func (c *conn) fill() error {
 	return err
 }
 
-// received records the time of a network read that returned bytes (one
-// clock read per read call, not per packet).
-func (c *conn) received() { c.info.lastRecv.Store(c.srv.now().UnixNano()) }
+// received records the time of a network read that returned bytes (per
+// read call, not per packet): by the real clock for the keep alive, and by
+// Options.Now for the ConnectObserver.
+func (c *conn) received() {
+	c.lastRead.Store(time.Now().UnixNano())
+	c.info.lastRecv.Store(c.srv.now().UnixNano())
+}
 
 // readPacket returns the next packet. Bodies of packets whose fields are
 // kept (PUBLISH, CONNECT, SUBSCRIBE, UNSUBSCRIBE) are copied out of the read
@@ -272,7 +303,7 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			}
 		}
 		if c.version == 0 && typ != packet.CONNECT {
-			return nil, fmt.Errorf("first packet is %v, not CONNECT", typ)
+			return nil, packet.Errorf(packet.ProtocolError, "first packet is %v, not CONNECT", typ)
 		}
 		if typ == packet.CONNECT && c.version == 0 {
 			// Learn the protocol level early so a failed decode can be
@@ -334,20 +365,32 @@ func (c *conn) handle(p packet.Packet) error {
 
 // protocolError ends the connection: v5 clients get a DISCONNECT with code.
 func (c *conn) protocolError(code packet.ReasonCode, reason string) error {
-	c.closeWith(code, reason)
+	c.closeWith(protocolClose(code, reason))
 	return packet.Errorf(code, "%s", reason)
 }
 
-// closeWith sends a v5 DISCONNECT (when the protocol allows) and closes.
-func (c *conn) closeWith(code packet.ReasonCode, reason string) {
-	if c.version == packet.Version5 && c.id != nil {
-		d := &packet.Disconnect{ReasonCode: code}
-		if reason != "" && c.problemInfo {
-			d.Properties.SetReasonString(reason)
-		}
-		c.sendNow(d)
+// closeWith ends the connection for reason d, unless it is ending already:
+// v5 clients get a DISCONNECT with d's code (when it has one and the
+// connection is past CONNECT) after what is already buffered, then the
+// socket closes. It does not block: a stuck client's last write is bounded
+// by the watchdog.
+func (c *conn) closeWith(d Disconnection) {
+	if !c.end(d) {
+		return
 	}
-	c.nc.Close()
+	if d.Reason == CloseWriteTimeout {
+		c.nc.Close() // the socket takes nothing more
+		return
+	}
+	var p packet.Packet
+	if id := c.identity(); id != nil && d.Code >= 0x80 && c.version == packet.Version5 {
+		dp := &packet.Disconnect{ReasonCode: d.Code}
+		if d.Detail != "" && c.problemInfo {
+			dp.Properties.SetReasonString(d.Detail)
+		}
+		p = dp
+	}
+	c.closeAfter(p)
 }
 
 // handleAck processes PUBACK/PUBREC/PUBREL/PUBCOMP.
@@ -365,32 +408,47 @@ func (c *conn) handleAck(a *packet.Ack) error {
 	return nil
 }
 
-// finish cleans up after the reader ends.
+// finish cleans up after the reader ends: the reason is counted, logged
+// and reported to the policy, and the session detached.
 func (c *conn) finish(err error) {
+	d := c.endedWith(err)
+	c.end(d)
 	c.wmu.Lock()
+	lost := 0
+	closeNow := !(c.final && c.writing) // else the final write closes it
+	if !c.final {
+		lost = c.qos0 // buffered, never to be written
+		c.wbuf, c.qos0 = nil, 0
+	}
 	c.closed = true
 	c.wmu.Unlock()
-	c.nc.Close()
+	if closeNow {
+		c.nc.Close()
+	}
 	if c.large != nil {
 		readPool.Put(c.large)
 		c.large = nil
 	}
+	c.srv.stats.closes[d.Reason].Add(1)
+	switch d.Reason {
+	case CloseProtocolError, CloseMalformedPacket, ClosePacketTooLarge, CloseQoSNotAllowed:
+		c.srv.stats.protocolErrors.Add(1)
+	}
+	c.logClosed(d, err)
 	if c.id == nil {
 		return
 	}
-	var pe *packet.Error
-	if errors.As(err, &pe) {
-		c.srv.stats.protocolErrors.Add(1)
-		c.srv.log.Debug("client disconnected after a protocol error", "client_id", c.id.ClientID, "error", err)
+	if lost > 0 {
+		c.srv.stats.drops[DropConnectionClosed].Add(int64(lost))
+		for range lost {
+			c.srv.policy.Dropped(c.id, nil, DropConnectionClosed)
+		}
 	}
-	c.srv.detach(c, err)
-	if errors.Is(err, errNormalDisconnect) {
-		err = nil
-	}
-	c.srv.policy.Disconnected(c.id, err)
+	c.srv.detach(c, d)
+	c.srv.policy.Disconnected(c.id, d)
 }
 
-// shutdown ends the connection from the server side with a v5 reason.
-func (c *conn) shutdown(code packet.ReasonCode) {
-	c.closeWith(code, "")
+// shutdown ends the connection because the server stops.
+func (c *conn) shutdown() {
+	c.closeWith(Disconnection{Reason: CloseShutdown, Code: packet.ServerShuttingDown, Detail: "the server is shutting down"})
 }

@@ -9,58 +9,50 @@ import (
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
-// errNormalDisconnect ends a connection after a client's normal DISCONNECT.
+// errNormalDisconnect ends a connection after a client's DISCONNECT.
 var errNormalDisconnect = errors.New("normal disconnect")
-
-// errTakenOver ends a connection whose session moved to a newer one.
-var errTakenOver = errors.New("session taken over")
 
 // connect handles the CONNECT packet: authentication, session attach and
 // the CONNACK.
 func (c *conn) connect(cp *packet.Connect) error {
 	c.version = cp.ProtocolLevel
 	v5 := c.version == packet.Version5
-	refuse := func(code packet.ReasonCode) error {
-		c.sendNow(&packet.Connack{ReasonCode: code})
-		c.nc.Close()
-		return packet.Errorf(code, "connect refused")
+	refuse := func(code packet.ReasonCode, reason string) error {
+		c.srv.stats.connectsRefused[code].Add(1)
+		c.logRefusedConnect(cp, code, reason)
+		if c.end(Disconnection{Reason: CloseConnectRefused, Code: code, Detail: reason}) {
+			c.closeAfter(&packet.Connack{ReasonCode: code})
+		}
+		return packet.Errorf(code, "connect refused: %s", reason)
 	}
 	if v5 && cp.Properties.Has(packet.PropAuthMethod) {
-		return refuse(packet.BadAuthenticationMethod)
+		return refuse(packet.BadAuthenticationMethod, "enhanced authentication is not supported")
 	}
 	assigned := ""
 	if cp.ClientID == "" {
 		if !v5 && !cp.CleanStart {
-			return refuse(packet.ClientIdentifierNotValid)
+			return refuse(packet.ClientIdentifierNotValid, "an empty client id needs a clean session")
 		}
 		assigned = "auto-" + strconv.FormatUint(c.srv.nextID.Add(1), 36) + "-" + strconv.FormatInt(c.srv.now().UnixNano()%1e9, 36)
 		cp.ClientID = assigned
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.srv.opts.ConnectTimeout)
-	id, code := c.srv.policy.Authenticate(ctx, &ConnectRequest{Connect: cp, RemoteAddr: c.nc.RemoteAddr(), TLS: c.kind.tls, WebSocket: c.kind.websocket})
+	id, err := c.srv.policy.Authenticate(ctx, &ConnectRequest{Connect: cp, RemoteAddr: c.nc.RemoteAddr(), TLS: c.kind.tls, WebSocket: c.kind.websocket})
 	cancel()
-	if code >= 0x80 || id == nil {
-		if code < 0x80 {
-			code = packet.NotAuthorized
-		}
-		c.srv.stats.connectsRefused.Add(1)
-		return refuse(code)
+	if err != nil || id == nil {
+		code, reason := refusal(err, packet.NotAuthorized)
+		return refuse(code, reason)
 	}
 	if id.ClientID == "" {
 		id.ClientID = cp.ClientID
 	}
 	c.fillLimits(id)
-	c.id = id
-	c.idp.Store(id)
 
 	// Keep alive: the client's value, capped by the server.
 	ka := cp.KeepAlive
 	serverKA := false
 	if max := c.srv.opts.MaxKeepAlive; max > 0 && (ka == 0 || ka > max) {
 		ka, serverKA = max, true
-	}
-	if ka > 0 {
-		c.ka = time.Duration(ka) * time.Second * 3 / 2
 	}
 
 	expiry := uint32(0)
@@ -85,8 +77,18 @@ func (c *conn) connect(cp *packet.Connect) error {
 	}
 
 	c.info.ProtocolLevel = c.version
+	// Past this point the connection is authenticated: the watchdog
+	// applies the keep alive (from now) instead of the connect timeout.
+	c.lastRead.Store(time.Now().UnixNano())
+	if ka > 0 {
+		c.kaLimit.Store(int64(time.Duration(ka) * time.Second * 3 / 2))
+	}
+	c.logb = c.srv.events.limits(id.SessionKey())
+	c.id = id
+	c.idp.Store(id)
 	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window)
 	c.sess = ss
+	c.logConnected(cp, present)
 
 	ack := &packet.Connack{SessionPresent: present, ReasonCode: packet.Success}
 	if v5 {
@@ -119,6 +121,19 @@ func (c *conn) connect(cp *packet.Connect) error {
 	}
 	ss.mu.Unlock()
 	return nil
+}
+
+// refusal is the reason code and reason a Policy gave with err (a
+// *packet.Error), or fallback and err's text for any other error.
+func refusal(err error, fallback packet.ReasonCode) (packet.ReasonCode, string) {
+	var pe *packet.Error
+	switch {
+	case errors.As(err, &pe) && pe.Code >= 0x80:
+		return pe.Code, pe.Reason
+	case err == nil:
+		return fallback, "refused by the policy"
+	}
+	return fallback, err.Error()
 }
 
 // fillLimits replaces zero limits with the server's options.
@@ -193,25 +208,27 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 
 	// The observer learns of the new connection before the connection it
 	// replaces ends.
+	ss.logb.Store(c.logb)
 	if s.observer != nil {
 		s.observer.Connected(id, c.info)
 	}
 	if old != nil {
-		s.takeOver(old, clean)
+		s.takeOver(old, c, clean)
 	}
 	if prev != nil {
 		if prevConn != nil {
-			s.takeOver(prevConn, true)
+			s.takeOver(prevConn, c, true)
 		}
-		s.endSession(prev, false)
+		s.endSession(prev, false, DropSessionExpired)
 	}
 	return ss, present
 }
 
-// takeOver ends an older connection of the same session. Its will follows
-// the normal rules: published now unless the new connection resumes the
-// session and the will has a delay.
-func (s *Server) takeOver(old *conn, clean bool) {
+// takeOver ends an older connection of the same session in favour of c.
+// Its will follows the normal rules: published now unless the new
+// connection resumes the session and the will has a delay.
+func (s *Server) takeOver(old, c *conn, clean bool) {
+	c.logTakeover(old)
 	old.wmu.Lock()
 	will := old.will
 	old.will = nil
@@ -220,12 +237,13 @@ func (s *Server) takeOver(old *conn, clean bool) {
 		s.publishWill(old.id, will)
 	}
 	old.taken.Store(true)
-	old.closeWith(packet.SessionTakenOver, "another connection took over the session")
+	old.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
+		Detail: "a new connection from " + addrString(c.info.RemoteAddr) + " took over the session"})
 }
 
 // detach runs when a connection ends: the session goes offline (or ends)
 // and the will is published or scheduled.
-func (s *Server) detach(c *conn, err error) {
+func (s *Server) detach(c *conn, d Disconnection) {
 	ss := c.sess
 	if ss == nil {
 		return
@@ -234,7 +252,7 @@ func (s *Server) detach(c *conn, err error) {
 	will := c.will
 	c.will = nil
 	c.wmu.Unlock()
-	if errors.Is(err, errNormalDisconnect) && !c.sendWill {
+	if d.Reason == CloseClientDisconnect && !c.sendWill {
 		will = nil
 	}
 	ss.mu.Lock()
@@ -255,7 +273,7 @@ func (s *Server) detach(c *conn, err error) {
 		return // saved with the state; wills are not published at shutdown
 	}
 	if expiry == 0 {
-		s.endSession(ss, true)
+		s.endSession(ss, true, DropConnectionClosed)
 	}
 	if will == nil {
 		return
@@ -288,9 +306,10 @@ func (s *Server) detach(c *conn, err error) {
 }
 
 // endSession removes a session: its subscriptions leave the index and its
-// queued messages are dropped (counted). With remove it also leaves the
-// session table (unless a newer session took its key).
-func (s *Server) endSession(ss *session, remove bool) {
+// queued and inflight messages are dropped (counted under why). With
+// remove it also leaves the session table (unless a newer session took its
+// key).
+func (s *Server) endSession(ss *session, remove bool, why DropReason) {
 	ss.mu.Lock()
 	if ss.ended || ss.c != nil && remove {
 		ss.mu.Unlock()
@@ -301,7 +320,7 @@ func (s *Server) endSession(ss *session, remove bool) {
 		s.subs.Unsubscribe(indexFilter(sub), ss.key)
 		delete(ss.subs, wire)
 	}
-	ss.clearLocked()
+	ss.clearLocked(why)
 	clear(ss.inbound2)
 	ss.mu.Unlock()
 	s.mu.Lock()
@@ -324,7 +343,8 @@ func (c *conn) disconnect(d *packet.Disconnect) error {
 		}
 		c.sendWill = d.ReasonCode == packet.DisconnectWithWill
 	}
-	c.flushInline()
-	c.nc.Close()
+	c.end(Disconnection{Reason: CloseClientDisconnect, Code: d.ReasonCode})
+	c.flushInline()   // the acks still buffered
+	c.closeAfter(nil) // closes now, or after a writer still running
 	return errNormalDisconnect
 }

@@ -26,7 +26,7 @@ type obsEvent struct {
 	connected bool // false: Disconnected
 	clientID  string
 	conn      *broker.Connection
-	err       error
+	end       broker.Disconnection
 }
 
 func (p *obsPolicy) Connected(id *broker.Identity, c *broker.Connection) {
@@ -39,10 +39,10 @@ func (p *obsPolicy) Connected(id *broker.Identity, c *broker.Connection) {
 	p.events = append(p.events, obsEvent{connected: true, clientID: id.ClientID, conn: c})
 }
 
-func (p *obsPolicy) Disconnected(id *broker.Identity, err error) {
+func (p *obsPolicy) Disconnected(id *broker.Identity, d broker.Disconnection) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.events = append(p.events, obsEvent{clientID: id.ClientID, conn: p.conns[id], err: err})
+	p.events = append(p.events, obsEvent{clientID: id.ClientID, conn: p.conns[id], end: d})
 }
 
 // of returns the events of a client id so far.
@@ -121,12 +121,12 @@ func TestConnectObserver(t *testing.T) {
 		t.Fatalf("second remote address %s, want %s", got, want)
 	}
 
-	// A normal DISCONNECT is reported with a nil error for that connection.
+	// A normal DISCONNECT is reported as the client's, for that connection.
 	if err := c2.Disconnect(&paho.Disconnect{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the second connection's Disconnected", func() bool { return len(pol.of("obs1")) == 4 })
-	if last := pol.of("obs1")[3]; last.connected || last.conn != second || last.err != nil {
+	if last := pol.of("obs1")[3]; last.connected || last.conn != second || last.end.Reason != broker.CloseClientDisconnect {
 		t.Fatalf("last event %+v, want a clean Disconnected of the second connection", last)
 	}
 

@@ -57,8 +57,15 @@ type Options struct {
 	// ConnectTimeout is how long a new connection may take to send CONNECT.
 	// Default 10 seconds.
 	ConnectTimeout time.Duration
-	// WriteTimeout bounds one write to a client socket. Default 30 seconds.
+	// WriteTimeout bounds one write to a client socket: a client that
+	// takes nothing for this long is disconnected (write_timeout). Default
+	// 30 seconds.
 	WriteTimeout time.Duration
+	// LogBurst and LogInterval rate-limit the event log per client: a
+	// burst of LogBurst lines, then one per LogInterval; the rest are
+	// counted in Stats.LogSuppressed. Defaults 20 and 3 seconds.
+	LogBurst    int
+	LogInterval time.Duration
 	// StatePath, when set, is the file where retained messages and
 	// persistent sessions are saved on shutdown (and every SaveInterval) and
 	// loaded on start.
@@ -122,6 +129,12 @@ func (o *Options) fill() {
 	if o.SaveInterval == 0 {
 		o.SaveInterval = 30 * time.Second
 	}
+	if o.LogBurst == 0 {
+		o.LogBurst = 20
+	}
+	if o.LogInterval == 0 {
+		o.LogInterval = 3 * time.Second
+	}
 }
 
 // Validate reports options that cannot work.
@@ -141,6 +154,12 @@ func (o *Options) Validate() error {
 	}
 	if o.RetainedMaxAge < 0 {
 		errs = append(errs, errors.New("retained max age must not be negative"))
+	}
+	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
+		errs = append(errs, errors.New("connect and write timeouts must not be negative"))
+	}
+	if o.LogBurst < 1 || o.LogInterval < 0 {
+		errs = append(errs, fmt.Errorf("log burst %d, interval %v: want at least 1 line and a non-negative interval", o.LogBurst, o.LogInterval))
 	}
 	return errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync/atomic"
 	"time"
@@ -48,6 +49,9 @@ type Identity struct {
 	// information.
 	ResponseInfo string
 	Limits       Limits
+	// LogAttrs are added to every event-log line about this session (for
+	// example the account and the kind of credential).
+	LogAttrs []slog.Attr
 	// Data belongs to the Policy (account, role, ...).
 	Data any
 }
@@ -71,10 +75,32 @@ const (
 	DropExpired                          // message expiry passed before delivery
 	DropSessionExpired                   // queued when the session expired or was cleaned
 	DropOffline                          // QoS 0 for an offline session (not queued)
+	// DropConnectionClosed: in flight, queued or still in the write buffer
+	// when a connection without a persistent session ended (or a write to
+	// it failed), so never delivered.
+	DropConnectionClosed
 	numDropReasons
 )
 
-var dropNames = [numDropReasons]string{"queue_full", "retained_burst", "packet_too_large", "expired", "session_expired", "offline_qos0"}
+var dropNames = [numDropReasons]string{"queue_full", "retained_burst", "packet_too_large", "expired", "session_expired", "offline_qos0", "connection_closed"}
+
+var dropDetails = [numDropReasons]string{
+	"the subscriber's queue is full: it reads more slowly than messages arrive",
+	"over the retained messages one SUBSCRIBE may deliver",
+	"larger than the subscriber's Maximum Packet Size",
+	"its Message Expiry Interval passed before it could be delivered",
+	"the subscriber's session expired or was replaced by a clean start",
+	"QoS 0 messages are not kept for an offline session",
+	"the subscriber's connection ended before it was delivered, and its session does not persist",
+}
+
+// Detail says what a drop reason means, for logs and tenants.
+func (r DropReason) Detail() string {
+	if r < numDropReasons {
+		return dropDetails[r]
+	}
+	return ""
+}
 
 func (r DropReason) String() string {
 	if r < numDropReasons {
@@ -87,23 +113,30 @@ func (r DropReason) String() string {
 // connection goroutines concurrently and must not block on I/O, except
 // Authenticate (once per connection) and Accepted (which may block to apply
 // back-pressure to the publisher).
+//
+// A refusal is an error: a *packet.Error whose Code (>= 0x80) is what the
+// client is answered with and whose Reason says why, for the event log and
+// for Disconnected (for example "topic class data/ is not one of state,
+// event, telemetry, sample"). Any other error refuses with a generic code.
 type Policy interface {
-	// Authenticate decides a CONNECT: an identity, or a failure reason code
-	// (>= 0x80; mapped to a 3.1.1 return code for 3.1.1 clients).
-	Authenticate(ctx context.Context, req *ConnectRequest) (*Identity, packet.ReasonCode)
+	// Authenticate decides a CONNECT: an identity, or a refusal (mapped to
+	// a 3.1.1 return code for 3.1.1 clients; other errors: Not authorized).
+	// The reason is logged, never sent to the client.
+	Authenticate(ctx context.Context, req *ConnectRequest) (*Identity, error)
 	// Subscribe authorizes one filter (its inner filter when shared; share
 	// is the group or ""). It returns the internal filter to index and the
-	// granted QoS as a reason code (GrantedQoS0..2, at most the requested),
-	// or a failure reason code (>= 0x80).
-	Subscribe(id *Identity, share string, sub *packet.Subscription) (filter string, code packet.ReasonCode)
+	// granted QoS (at most the requested), or a refusal (other errors: Not
+	// authorized).
+	Subscribe(id *Identity, share string, sub *packet.Subscription) (filter string, qos byte, err error)
 	// Publish decides an inbound PUBLISH (topic alias already resolved).
 	// m is prefilled from the packet; to accept, the policy may rewrite
 	// m.Topic (the internal topic), lower m.QoS (the effective QoS, which
 	// caps delivery while the inbound handshake keeps the published QoS),
-	// set m.Expiry and m.Data, and return Success. A failure code refuses
-	// the message (v5 publishers get it in PUBACK/PUBREC); QoSNotSupported
-	// disconnects the publisher (v5 DISCONNECT 0x9B).
-	Publish(id *Identity, p *packet.Publish, m *Message) packet.ReasonCode
+	// set m.Expiry and m.Data, and return nil. A refusal refuses the
+	// message (v5 publishers get its code in PUBACK/PUBREC; other errors:
+	// Implementation specific error); code QoSNotSupported disconnects the
+	// publisher (v5 DISCONNECT 0x9B).
+	Publish(id *Identity, p *packet.Publish, m *Message) error
 	// Accepted sees every accepted message, in receive order per
 	// connection, before it is acknowledged. Returning false lets the broker
 	// acknowledge at once; returning true defers the acknowledgement until
@@ -112,11 +145,13 @@ type Policy interface {
 	Accepted(id *Identity, m *Message) (deferred bool)
 	// Delivered reports a message handed to a session's connection.
 	Delivered(id *Identity, m *Message, qos byte)
-	// Dropped reports a message not delivered to a session.
+	// Dropped reports a message not delivered to a session. m is nil for
+	// a QoS 0 message lost in the write buffer of a connection that ended
+	// (DropConnectionClosed).
 	Dropped(id *Identity, m *Message, reason DropReason)
-	// Disconnected reports the end of a connection (err nil for a normal
-	// DISCONNECT).
-	Disconnected(id *Identity, err error)
+	// Disconnected reports the end of an authenticated connection: who
+	// ended it and why.
+	Disconnected(id *Identity, d Disconnection)
 }
 
 // ConnectObserver is an optional interface of a Policy that wants to know
@@ -170,20 +205,18 @@ type OpenPolicy struct{}
 
 // Authenticate accepts every client in the empty namespace. Clients that
 // request response information get "response/{client_id}".
-func (OpenPolicy) Authenticate(_ context.Context, req *ConnectRequest) (*Identity, packet.ReasonCode) {
+func (OpenPolicy) Authenticate(_ context.Context, req *ConnectRequest) (*Identity, error) {
 	c := req.Connect
-	return &Identity{ClientID: c.ClientID, Username: c.Username, ResponseInfo: "response/" + c.ClientID}, packet.Success
+	return &Identity{ClientID: c.ClientID, Username: c.Username, ResponseInfo: "response/" + c.ClientID}, nil
 }
 
 // Subscribe grants the requested QoS on the filter as given.
-func (OpenPolicy) Subscribe(_ *Identity, _ string, sub *packet.Subscription) (string, packet.ReasonCode) {
-	return sub.Filter, packet.ReasonCode(sub.QoS)
+func (OpenPolicy) Subscribe(_ *Identity, _ string, sub *packet.Subscription) (string, byte, error) {
+	return sub.Filter, sub.QoS, nil
 }
 
 // Publish accepts the message unchanged.
-func (OpenPolicy) Publish(*Identity, *packet.Publish, *Message) packet.ReasonCode {
-	return packet.Success
-}
+func (OpenPolicy) Publish(*Identity, *packet.Publish, *Message) error { return nil }
 
 // Accepted lets the broker acknowledge at once.
 func (OpenPolicy) Accepted(*Identity, *Message) bool { return false }
@@ -195,4 +228,4 @@ func (OpenPolicy) Delivered(*Identity, *Message, byte) {}
 func (OpenPolicy) Dropped(*Identity, *Message, DropReason) {}
 
 // Disconnected does nothing.
-func (OpenPolicy) Disconnected(*Identity, error) {}
+func (OpenPolicy) Disconnected(*Identity, Disconnection) {}

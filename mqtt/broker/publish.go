@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -28,14 +29,14 @@ func (c *conn) publish(p *packet.Publish) error {
 		}
 	}
 	if err := topic.ValidateName(p.Topic); err != nil {
-		return c.protocolError(packet.TopicNameInvalid, err.Error())
+		return c.protocolError(packet.TopicNameInvalid, fmt.Sprintf("topic name %q: %v", p.Topic, err))
 	}
 	if levels(p.Topic) > c.srv.opts.MaxTopicLevels {
-		return c.protocolError(packet.TopicNameInvalid, "too many topic levels")
+		return c.protocolError(packet.TopicNameInvalid, fmt.Sprintf("topic name %q has more than %d levels", p.Topic, c.srv.opts.MaxTopicLevels))
 	}
 	if p.QoS > c.id.Limits.MaxQoS {
-		c.srv.stats.publishRefused.Add(1)
-		return c.protocolError(packet.QoSNotSupported, "QoS above this client's maximum")
+		c.srv.stats.countRefusedPublish(packet.QoSNotSupported)
+		return c.protocolError(packet.QoSNotSupported, fmt.Sprintf("PUBLISH at QoS %d on %s is above this client's maximum QoS %d", p.QoS, p.Topic, c.id.Limits.MaxQoS))
 	}
 	c.srv.stats.publishIn[p.QoS].Add(1)
 	if p.QoS > 0 {
@@ -46,7 +47,7 @@ func (c *conn) publish(p *packet.Publish) error {
 		}
 		c.pendingMu.Unlock()
 		if over {
-			return c.protocolError(packet.ReceiveMaximumExceeded, "too many unacknowledged QoS 1/2 publishes")
+			return c.protocolError(packet.ReceiveMaximumExceeded, fmt.Sprintf("more than %d QoS 1/2 PUBLISHes awaiting acknowledgement (Receive Maximum)", c.srv.opts.ReceiveMaximum))
 		}
 	}
 	if p.QoS == 2 {
@@ -90,13 +91,13 @@ func (c *conn) publish(p *packet.Publish) error {
 		m.Expiry = now.Add(time.Duration(p.Properties.MessageExpiry) * time.Second)
 	}
 	c.srv.clampRetained(m)
-	code := c.srv.policy.Publish(c.id, p, m)
-	if code == packet.QoSNotSupported {
-		c.srv.stats.publishRefused.Add(1)
-		return c.protocolError(code, "QoS not allowed")
-	}
-	if code >= 0x80 {
-		c.srv.stats.publishRefused.Add(1)
+	if err := c.srv.policy.Publish(c.id, p, m); err != nil {
+		code, reason := refusal(err, packet.ImplementationSpecificError)
+		c.srv.stats.countRefusedPublish(code)
+		if code == packet.QoSNotSupported {
+			return c.protocolError(code, reason)
+		}
+		c.logRefused("publish refused", p.Topic, p.QoS, code, reason)
 		c.refusePublish(p, code)
 		return nil
 	}
@@ -224,11 +225,14 @@ func (s *Server) publishWill(id *Identity, w *packet.Will) {
 	}
 	s.clampRetained(m)
 	if w.QoS > id.Limits.MaxQoS {
-		s.stats.publishRefused.Add(1)
+		s.stats.countRefusedPublish(packet.QoSNotSupported)
+		s.logWillRefused(id, w, packet.QoSNotSupported, fmt.Sprintf("will at QoS %d is above this client's maximum QoS %d", w.QoS, id.Limits.MaxQoS))
 		return
 	}
-	if code := s.policy.Publish(id, p, m); code >= 0x80 {
-		s.stats.publishRefused.Add(1)
+	if err := s.policy.Publish(id, p, m); err != nil {
+		code, reason := refusal(err, packet.ImplementationSpecificError)
+		s.stats.countRefusedPublish(code)
+		s.logWillRefused(id, w, code, reason)
 		return
 	}
 	m.QoS = min(m.QoS, w.QoS)

@@ -25,6 +25,7 @@ type Server struct {
 	policy   Policy
 	observer ConnectObserver // the policy, when it is one
 	log      *slog.Logger
+	events   *eventLog
 	now      func() time.Time
 
 	subs     *topic.Index[string, subscription]
@@ -39,9 +40,12 @@ type Server struct {
 	wills     map[string]*time.Timer // delayed wills by session key
 	attached  uint64                 // connections attached so far (Connection.Seq)
 
-	wg     sync.WaitGroup // serve loops, connections, background loops
-	done   chan struct{}
-	nextID atomic.Uint64 // assigned client identifiers
+	wg   sync.WaitGroup // serve loops, connections, background loops
+	done chan struct{}
+	// stopWatch ends the watchdog, after the connections ended (it bounds
+	// their last writes during Close).
+	stopWatch chan struct{}
+	nextID    atomic.Uint64 // assigned client identifiers
 }
 
 // New creates a server and loads saved state from Options.StatePath.
@@ -51,16 +55,18 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	s := &Server{
-		opts:     opts,
-		policy:   opts.Policy,
-		log:      opts.Logger,
-		now:      opts.Now,
-		subs:     topic.NewIndex[string, subscription](),
-		retained: newRetainedStore(),
-		sessions: make(map[string]*session),
-		conns:    make(map[*conn]struct{}),
-		wills:    make(map[string]*time.Timer),
-		done:     make(chan struct{}),
+		opts:      opts,
+		policy:    opts.Policy,
+		log:       opts.Logger,
+		events:    newEventLog(&opts),
+		now:       opts.Now,
+		subs:      topic.NewIndex[string, subscription](),
+		retained:  newRetainedStore(),
+		sessions:  make(map[string]*session),
+		conns:     make(map[*conn]struct{}),
+		wills:     make(map[string]*time.Timer),
+		done:      make(chan struct{}),
+		stopWatch: make(chan struct{}),
 	}
 	s.observer, _ = opts.Policy.(ConnectObserver)
 	if opts.StatePath != "" {
@@ -70,6 +76,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.wg.Add(1)
 	go s.background()
+	go s.watch(s.stopWatch)
 	return s, nil
 }
 
@@ -205,7 +212,7 @@ func (s *Server) Close(ctx context.Context) error {
 		ln.Close()
 	}
 	for _, c := range conns {
-		c.shutdown(packet.ServerShuttingDown)
+		c.shutdown()
 	}
 	waited := make(chan struct{})
 	go func() { s.wg.Wait(); close(waited) }()
@@ -214,7 +221,11 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-waited:
 	case <-ctx.Done():
 		err = fmt.Errorf("broker: close: %w", ctx.Err())
+		for _, c := range conns {
+			c.nc.Close() // no more waiting for their last writes
+		}
 	}
+	close(s.stopWatch)
 	if s.opts.StatePath != "" {
 		if serr := s.saveState(s.opts.StatePath); serr != nil {
 			err = errors.Join(err, fmt.Errorf("broker: save state: %w", serr))
@@ -263,25 +274,33 @@ func (s *Server) Sweep() {
 	}
 	s.mu.Unlock()
 	for _, ss := range expired {
-		s.endSession(ss, true)
+		s.endSession(ss, true, DropSessionExpired)
 	}
+	s.events.sweep(time.Now())
 }
 
-// Disconnect ends every connection whose identity match selects (v5 clients
-// get DISCONNECT with code, for example AdministrativeAction or
-// NotAuthorized). It reports how many it ended. Use it when a credential is
+// Disconnect ends every connection for which why returns a reason (not
+// ""), with that reason (v5 clients get DISCONNECT with code, for example
+// NotAuthorized or AdministrativeAction, and the reason as its reason
+// string). It reports how many it ended. Use it when a credential is
 // revoked or expires.
-func (s *Server) Disconnect(match func(*Identity) bool, code packet.ReasonCode) int {
+func (s *Server) Disconnect(why func(*Identity) string, code packet.ReasonCode) int {
+	type end struct {
+		c      *conn
+		reason string
+	}
 	s.mu.Lock()
-	var ends []*conn
+	var ends []end
 	for c := range s.conns {
-		if id := c.identity(); id != nil && match(id) {
-			ends = append(ends, c)
+		if id := c.identity(); id != nil && c.ending.Load() == nil {
+			if r := why(id); r != "" {
+				ends = append(ends, end{c, r})
+			}
 		}
 	}
 	s.mu.Unlock()
-	for _, c := range ends {
-		c.closeWith(code, "disconnected by the server")
+	for _, e := range ends {
+		e.c.closeWith(Disconnection{Reason: CloseNotAuthorized, Code: code, Detail: e.reason})
 	}
 	return len(ends)
 }

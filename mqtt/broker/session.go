@@ -48,6 +48,9 @@ type session struct {
 	// must not contend for the lock its own acknowledgements need.
 	full  atomic.Bool
 	ident atomic.Pointer[Identity]
+	// logb rate-limits the session's event-log lines (drops); set at
+	// attach to its connection's bucket.
+	logb atomic.Pointer[logLimits]
 
 	mu       sync.Mutex
 	id       *Identity
@@ -116,6 +119,7 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from
 		// At its bound: dropped without the lock (see full).
 		ss.srv.stats.drops[DropQueueFull].Add(1)
 		ss.srv.policy.Dropped(ss.ident.Load(), m, DropQueueFull)
+		ss.logDropped(m, DropQueueFull)
 		if from != nil {
 			from.congested = true
 		}
@@ -141,6 +145,7 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from
 func (ss *session) dropLocked(m *Message, r DropReason) {
 	ss.srv.stats.drops[r].Add(1)
 	ss.srv.policy.Dropped(ss.id, m, r)
+	ss.logDropped(m, r)
 }
 
 // pumpLocked moves queued deliveries onto the connection while the inflight
@@ -299,14 +304,14 @@ func (ss *session) resendLocked() {
 }
 
 // clearLocked drops every queued and inflight delivery (session end or clean
-// start), counting them.
-func (ss *session) clearLocked() {
+// start), counting them under why.
+func (ss *session) clearLocked(why DropReason) {
 	for ss.qlen() > 0 {
-		ss.dropLocked(ss.pop().msg, DropSessionExpired)
+		ss.dropLocked(ss.pop().msg, why)
 	}
 	for _, d := range ss.inflight {
 		if d != nil {
-			ss.dropLocked(d.msg, DropSessionExpired)
+			ss.dropLocked(d.msg, why)
 			ss.srv.stats.inflight.Add(-1)
 		}
 	}

@@ -2,50 +2,65 @@ package broker
 
 import (
 	"sync/atomic"
+
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // counters are the server's live counters, updated with atomics on the
 // message path.
 type counters struct {
-	connections      atomic.Int64
-	connectionsTotal atomic.Int64
-	connectsRefused  atomic.Int64
-	packetsIn        [16]atomic.Int64
-	packetsOut       [16]atomic.Int64
-	bytesIn          atomic.Int64
-	bytesOut         atomic.Int64
-	publishIn        [3]atomic.Int64
-	publishOut       [3]atomic.Int64
-	publishRefused   atomic.Int64
-	routed           atomic.Int64
-	drops            [numDropReasons]atomic.Int64
-	inflight         atomic.Int64
-	queued           atomic.Int64
-	protocolErrors   atomic.Int64
-	willsPublished   atomic.Int64
+	connections       atomic.Int64
+	connectionsTotal  atomic.Int64
+	connectsRefused   [256]atomic.Int64 // by reason code
+	packetsIn         [16]atomic.Int64
+	packetsOut        [16]atomic.Int64
+	bytesIn           atomic.Int64
+	bytesOut          atomic.Int64
+	publishIn         [3]atomic.Int64
+	publishOut        [3]atomic.Int64
+	publishRefused    [256]atomic.Int64 // by reason code
+	subscribesRefused [256]atomic.Int64 // by reason code
+	closes            [numCloseReasons]atomic.Int64
+	routed            atomic.Int64
+	drops             [numDropReasons]atomic.Int64
+	inflight          atomic.Int64
+	queued            atomic.Int64
+	protocolErrors    atomic.Int64
+	willsPublished    atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters.
 type Stats struct {
 	Connections      int64 // open now (including those not yet through CONNECT)
 	ConnectionsTotal int64
-	ConnectsRefused  int64
-	Sessions         int64     // sessions known (connected or persisted)
-	PacketsIn        [16]int64 // by packet.Type
-	PacketsOut       [16]int64
-	BytesIn          int64
-	BytesOut         int64
-	PublishIn        [3]int64              // inbound PUBLISH by QoS
-	PublishOut       [3]int64              // outbound PUBLISH by QoS
-	PublishRefused   int64                 // inbound PUBLISH refused by the policy or limits
-	Routed           int64                 // deliveries handed to sessions
-	Drops            [numDropReasons]int64 // by DropReason
-	Inflight         int64                 // outbound QoS 1/2 awaiting acknowledgement now
-	Queued           int64                 // deliveries waiting in session queues now
-	Retained         int64                 // retained messages stored now
-	Subscriptions    int64                 // subscriptions in the index now
-	ProtocolErrors   int64
-	WillsPublished   int64
+	ConnectsRefused  int64 // CONNECTs answered with a refusal
+	// ConnectsRefusedBy, PublishRefusedBy and SubscribesRefusedBy count
+	// refusals by reason code (only codes that occurred).
+	ConnectsRefusedBy   map[packet.ReasonCode]int64
+	PublishRefusedBy    map[packet.ReasonCode]int64
+	SubscribesRefusedBy map[packet.ReasonCode]int64
+	SubscribesRefused   int64 // SUBSCRIBE filters refused
+	// Closes counts ended connections by CloseReason (CloseNames).
+	Closes [numCloseReasons]int64
+	// LogSuppressed counts event-log lines the per-client rate limit
+	// suppressed.
+	LogSuppressed  int64
+	Sessions       int64     // sessions known (connected or persisted)
+	PacketsIn      [16]int64 // by packet.Type
+	PacketsOut     [16]int64
+	BytesIn        int64
+	BytesOut       int64
+	PublishIn      [3]int64              // inbound PUBLISH by QoS
+	PublishOut     [3]int64              // outbound PUBLISH by QoS
+	PublishRefused int64                 // inbound PUBLISH refused by the policy or limits
+	Routed         int64                 // deliveries handed to sessions
+	Drops          [numDropReasons]int64 // by DropReason
+	Inflight       int64                 // outbound QoS 1/2 awaiting acknowledgement now
+	Queued         int64                 // deliveries waiting in session queues now
+	Retained       int64                 // retained messages stored now
+	Subscriptions  int64                 // subscriptions in the index now
+	ProtocolErrors int64
+	WillsPublished int64
 }
 
 // DropNames lists the drop reasons in DropReason order.
@@ -57,10 +72,8 @@ func (s *Server) Stats() Stats {
 	st := Stats{
 		Connections:      c.connections.Load(),
 		ConnectionsTotal: c.connectionsTotal.Load(),
-		ConnectsRefused:  c.connectsRefused.Load(),
 		BytesIn:          c.bytesIn.Load(),
 		BytesOut:         c.bytesOut.Load(),
-		PublishRefused:   c.publishRefused.Load(),
 		Routed:           c.routed.Load(),
 		Inflight:         c.inflight.Load(),
 		Queued:           c.queued.Load(),
@@ -68,6 +81,13 @@ func (s *Server) Stats() Stats {
 		Subscriptions:    int64(s.subs.Len()),
 		ProtocolErrors:   c.protocolErrors.Load(),
 		WillsPublished:   c.willsPublished.Load(),
+		LogSuppressed:    s.events.suppressed.Load(),
+	}
+	st.ConnectsRefused, st.ConnectsRefusedBy = byCode(&c.connectsRefused)
+	st.PublishRefused, st.PublishRefusedBy = byCode(&c.publishRefused)
+	st.SubscribesRefused, st.SubscribesRefusedBy = byCode(&c.subscribesRefused)
+	for i := range c.closes {
+		st.Closes[i] = c.closes[i].Load()
 	}
 	for i := range c.packetsIn {
 		st.PacketsIn[i] = c.packetsIn[i].Load()
@@ -85,3 +105,22 @@ func (s *Server) Stats() Stats {
 	s.mu.Unlock()
 	return st
 }
+
+// byCode sums counters indexed by reason code and lists the nonzero ones.
+func byCode(a *[256]atomic.Int64) (int64, map[packet.ReasonCode]int64) {
+	var total int64
+	var m map[packet.ReasonCode]int64
+	for i := range a {
+		if n := a[i].Load(); n != 0 {
+			if m == nil {
+				m = make(map[packet.ReasonCode]int64)
+			}
+			m[packet.ReasonCode(i)] = n
+			total += n
+		}
+	}
+	return total, m
+}
+
+// countRefusedPublish counts a PUBLISH refused with code.
+func (c *counters) countRefusedPublish(code packet.ReasonCode) { c.publishRefused[code].Add(1) }

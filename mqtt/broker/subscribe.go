@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"fmt"
+
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
@@ -37,8 +39,11 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 		if err == nil {
 			err = topic.ValidateFilter(req.Filter)
 		}
-		if err != nil || levels(req.Filter) > c.srv.opts.MaxTopicLevels {
-			codes[i] = failCode(packet.TopicFilterInvalid, v5)
+		if err == nil && levels(req.Filter) > c.srv.opts.MaxTopicLevels {
+			err = fmt.Errorf("more than %d levels", c.srv.opts.MaxTopicLevels)
+		}
+		if err != nil {
+			codes[i] = c.refuseFilter(req, packet.TopicFilterInvalid, "invalid topic filter: "+err.Error())
 			continue
 		}
 		if shared && req.NoLocal {
@@ -46,17 +51,16 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 		}
 		q := req
 		q.Filter = inner
-		filter, code := c.srv.policy.Subscribe(c.id, group, &q)
-		if code >= 0x80 {
-			codes[i] = failCode(code, v5)
+		filter, qos, err := c.srv.policy.Subscribe(c.id, group, &q)
+		if err != nil {
+			code, reason := refusal(err, packet.NotAuthorized)
+			codes[i] = c.refuseFilter(req, code, reason)
 			continue
 		}
-		if byte(code) > req.QoS {
-			code = packet.ReasonCode(req.QoS)
-		}
+		code := packet.ReasonCode(min(qos, req.QoS, 2))
 		if filter != inner {
 			if err := topic.ValidateFilter(filter); err != nil {
-				codes[i] = failCode(packet.ImplementationSpecificError, v5)
+				codes[i] = c.refuseFilter(req, packet.ImplementationSpecificError, fmt.Sprintf("the policy mapped it to an invalid filter %q: %v", filter, err))
 				continue
 			}
 		}
@@ -99,10 +103,12 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 	return nil
 }
 
-// failCode maps a failure to what the protocol can carry: 3.1.1 SUBACK
-// has only 0x80.
-func failCode(code packet.ReasonCode, v5 bool) packet.ReasonCode {
-	if !v5 {
+// refuseFilter counts and logs a refused filter and returns the code its
+// SUBACK carries: code under v5; 3.1.1 has only 0x80.
+func (c *conn) refuseFilter(req packet.Subscription, code packet.ReasonCode, reason string) packet.ReasonCode {
+	c.srv.stats.subscribesRefused[code].Add(1)
+	c.logRefused("subscribe refused", req.Filter, req.QoS, code, reason)
+	if c.version != packet.Version5 {
 		return packet.UnspecifiedError
 	}
 	return code

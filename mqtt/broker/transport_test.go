@@ -35,7 +35,7 @@ type hdTransportPolicy struct {
 	seen map[string][2]bool // client id -> {TLS, WebSocket}
 }
 
-func (p *hdTransportPolicy) Authenticate(ctx context.Context, req *broker.ConnectRequest) (*broker.Identity, packet.ReasonCode) {
+func (p *hdTransportPolicy) Authenticate(ctx context.Context, req *broker.ConnectRequest) (*broker.Identity, error) {
 	p.mu.Lock()
 	if p.seen == nil {
 		p.seen = make(map[string][2]bool)

@@ -215,12 +215,12 @@ wait:
 // hdCapPolicy caps clients whose id starts with "capped" at QoS 1.
 type hdCapPolicy struct{ broker.OpenPolicy }
 
-func (p hdCapPolicy) Authenticate(ctx context.Context, req *broker.ConnectRequest) (*broker.Identity, packet.ReasonCode) {
-	id, code := p.OpenPolicy.Authenticate(ctx, req)
+func (p hdCapPolicy) Authenticate(ctx context.Context, req *broker.ConnectRequest) (*broker.Identity, error) {
+	id, err := p.OpenPolicy.Authenticate(ctx, req)
 	if id != nil && strings.HasPrefix(req.Connect.ClientID, "capped") {
 		id.Limits.CapQoS, id.Limits.MaxQoS = true, 1
 	}
-	return id, code
+	return id, err
 }
 
 // TestV3PublishViolationsClose: a 3.1.1 PUBLISH above the client's maximum

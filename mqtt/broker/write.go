@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"syscall"
 	"time"
 
@@ -68,25 +69,39 @@ func (c *conn) writePacket(p packet.Packet) {
 	c.endWrite(p.Type(), true, nil)
 }
 
-// sendNow writes a packet synchronously (CONNACK refusals, DISCONNECT)
-// after what is already buffered, bounded by a short deadline.
-func (c *conn) sendNow(p packet.Packet) {
+// closeAfter ends the write side: p (when not nil) is appended after what
+// is buffered, nothing more is accepted, and the socket is closed once the
+// buffer is written (by the writer running now, or a new one). The
+// watchdog bounds that last write (finalWriteTimeout).
+func (c *conn) closeAfter(p packet.Packet) {
 	c.wmu.Lock()
-	buf := c.wbuf
-	c.wbuf = nil
-	c.closed = true
+	if c.closed {
+		final := c.final
+		c.wmu.Unlock()
+		if !final {
+			c.nc.Close()
+		}
+		return
+	}
+	if p != nil {
+		if out, err := packet.Encode(c.wbuf, p, c.version); err == nil {
+			c.wbuf = out
+			c.srv.stats.packetsOut[p.Type()&15].Add(1)
+		}
+	}
+	c.closed, c.final = true, true
+	if c.writing {
+		c.wmu.Unlock() // the running writer closes after the buffer
+		return
+	}
+	if len(c.wbuf) == 0 {
+		c.wmu.Unlock()
+		c.nc.Close()
+		return
+	}
+	c.writing = true
 	c.wmu.Unlock()
-	out, err := packet.Encode(buf, p, c.version)
-	if err != nil {
-		out = buf
-	}
-	c.srv.stats.packetsOut[p.Type()&15].Add(1)
-	c.sockMu.Lock()
-	defer c.sockMu.Unlock()
-	c.nc.SetWriteDeadline(time.Now().Add(2 * time.Second))
-	if n, err := c.nc.Write(out); err == nil {
-		c.srv.stats.bytesOut.Add(int64(n))
-	}
+	go c.flushLoop()
 }
 
 // backlogged reports whether the write buffer is over the high mark; the
@@ -104,34 +119,63 @@ func (c *conn) backlogged() bool {
 	return false
 }
 
-// flushLoop writes the buffer until it is empty.
+// takeLocked takes the buffer for writing (with wmu held): the bytes, the
+// QoS 0 PUBLISHes among them, and whether the pump waits for room.
+func (c *conn) takeLocked() (buf []byte, qos0 int, wasFull bool) {
+	buf, qos0, wasFull = c.wbuf, c.qos0, c.full
+	c.wbuf = c.spare[:0]
+	c.spare = nil
+	c.qos0 = 0
+	c.full = false
+	return buf, qos0, wasFull
+}
+
+// writeFailed ends the connection after a write error (with sockMu and
+// the writer's role held, which it gives up): the bytes not written are
+// lost, their QoS 0 PUBLISHes counted as dropped by finish.
+func (c *conn) writeFailed(err error, qos0 int) {
+	c.end(lostClose(err)) // unless the watchdog ended it first (write timeout)
+	c.wmu.Lock()
+	c.closed, c.final = true, false
+	c.writing = false
+	c.qos0 += qos0
+	c.wmu.Unlock()
+	c.sockMu.Unlock()
+	c.nc.Close() // the reader sees the error and cleans up
+}
+
+// doneWriting gives up the writer's role when the buffer is empty or
+// discarded (with wmu and sockMu held, which it releases), closing the
+// socket when the connection was ending after its last write.
+func (c *conn) doneWriting() {
+	c.writing = false
+	final := c.final
+	c.wmu.Unlock()
+	c.sockMu.Unlock()
+	if final {
+		c.nc.Close()
+	}
+}
+
+// flushLoop writes the buffer until it is empty. A write that blocks is
+// bounded by the watchdog (Options.WriteTimeout), which closes the socket.
 func (c *conn) flushLoop() {
 	c.sockMu.Lock()
 	for {
 		c.wmu.Lock()
-		if len(c.wbuf) == 0 || c.closed {
-			c.writing = false
-			c.wmu.Unlock()
-			c.sockMu.Unlock()
+		if len(c.wbuf) == 0 || c.closed && !c.final {
+			c.doneWriting()
 			return
 		}
-		buf := c.wbuf
-		c.wbuf = c.spare[:0]
-		c.spare = nil
-		wasFull := c.full
-		c.full = false
+		buf, qos0, wasFull := c.takeLocked()
 		c.wmu.Unlock()
 
-		c.nc.SetWriteDeadline(time.Now().Add(c.srv.opts.WriteTimeout))
+		c.writeSince.Store(time.Now().UnixNano())
 		n, err := c.nc.Write(buf)
+		c.writeSince.Store(0)
 		c.srv.stats.bytesOut.Add(int64(n))
 		if err != nil {
-			c.wmu.Lock()
-			c.closed = true
-			c.writing = false
-			c.wmu.Unlock()
-			c.sockMu.Unlock()
-			c.nc.Close() // the reader sees the error and cleans up
+			c.writeFailed(err, qos0)
 			return
 		}
 		c.wmu.Lock()
@@ -152,7 +196,7 @@ func (c *conn) flushLoop() {
 // for the common case of acks to the reading client.
 func (c *conn) flushInline() {
 	c.wmu.Lock()
-	if c.writing || len(c.wbuf) == 0 || c.closed {
+	if c.writing || len(c.wbuf) == 0 || c.closed && !c.final {
 		c.wmu.Unlock()
 		return
 	}
@@ -208,6 +252,9 @@ func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, f
 		return true // closed: the delivery stays inflight for a resume
 	}
 	c.wbuf = packet.AppendPublish(c.wbuf, &p, c.version)
+	if d.qos == 0 {
+		c.qos0++
+	}
 	c.endWrite(packet.PUBLISH, from == c, from)
 	c.srv.stats.publishOut[d.qos].Add(1)
 	return true
@@ -226,23 +273,18 @@ func (c *conn) flushPending() {
 // calling reader goroutine. Whatever the socket does not take at once (or
 // the whole buffer, when another goroutine holds the socket) is left to a
 // writer goroutine, so a slow client never stalls the publisher's reader.
+// The caller holds t's writer role (endWrite gave it).
 func (t *conn) flushDirect() {
 	if !t.sockMu.TryLock() {
 		go t.flushLoop()
 		return
 	}
 	t.wmu.Lock()
-	if len(t.wbuf) == 0 || t.closed {
-		t.writing = false
-		t.wmu.Unlock()
-		t.sockMu.Unlock()
+	if len(t.wbuf) == 0 || t.closed && !t.final {
+		t.doneWriting()
 		return
 	}
-	buf := t.wbuf
-	t.wbuf = t.spare[:0]
-	t.spare = nil
-	wasFull := t.full
-	t.full = false
+	buf, qos0, wasFull := t.takeLocked()
 	t.wmu.Unlock()
 
 	n, err := 0, error(nil)
@@ -254,13 +296,11 @@ func (t *conn) flushDirect() {
 		n = 0
 	}
 	t.srv.stats.bytesOut.Add(int64(n))
-	if werr != nil || err != nil && err != syscall.EAGAIN && err != syscall.EINTR {
-		t.wmu.Lock()
-		t.closed = true
-		t.writing = false
-		t.wmu.Unlock()
-		t.sockMu.Unlock()
-		t.nc.Close() // the reader sees the error and cleans up
+	if werr == nil && (err == syscall.EAGAIN || err == syscall.EINTR) {
+		err = nil
+	}
+	if werr != nil || err != nil {
+		t.writeFailed(cmp.Or(werr, err), qos0)
 		return
 	}
 	t.wmu.Lock()
@@ -270,19 +310,24 @@ func (t *conn) flushDirect() {
 		// pump was waiting).
 		rest := append(buf[:0:0], buf[n:]...)
 		t.wbuf = append(rest, t.wbuf...)
+		t.qos0 += qos0 // not known which were written: counted as unsent
 		t.full = t.full || wasFull
-	} else if cap(buf) <= 4*highWater && t.spare == nil {
+		t.wmu.Unlock()
+		t.sockMu.Unlock()
+		go t.flushLoop() // still owed: writing stays true for it
+		return
+	}
+	if cap(buf) <= 4*highWater && t.spare == nil {
 		t.spare = buf[:0]
 	}
-	more := len(t.wbuf) > 0
-	if !more {
-		t.writing = false
+	if len(t.wbuf) > 0 {
+		t.wmu.Unlock()
+		t.sockMu.Unlock()
+		go t.flushLoop()
+		return
 	}
-	t.wmu.Unlock()
-	t.sockMu.Unlock()
-	if more {
-		go t.flushLoop() // still owed: writing stays true for it
-	} else if wasFull && t.sess != nil {
+	t.doneWriting()
+	if wasFull && t.sess != nil {
 		t.sess.pump() // the buffer drained: let the session send more
 	}
 }
