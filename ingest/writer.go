@@ -138,6 +138,10 @@ type Writer struct {
 	acceptWaits atomic.Int64
 	abandoned   atomic.Int64
 	inBatch     atomic.Int64 // records of the batch being committed
+	// dropsReported and dropsReportedAt belong to the writer goroutine
+	// (reportDrops).
+	dropsReported   int64
+	dropsReportedAt time.Time
 }
 
 var _ platform.Sink = (*Writer)(nil)
@@ -234,7 +238,25 @@ func (w *Writer) run() {
 			}
 		}
 		b.reset()
+		w.reportDrops(lastCommit)
 	}
+}
+
+// dropReportEvery is how often at most the writer logs the QoS 0 records
+// the overload policy kept out of history.
+const dropReportEvery = 10 * time.Second
+
+// reportDrops logs how many QoS 0 records were not stored since the last
+// report (one line, however many): the first drops at once, then at most
+// every dropReportEvery.
+func (w *Writer) reportDrops(now time.Time) {
+	n := w.droppedQoS0.Load()
+	if n == w.dropsReported || now.Sub(w.dropsReportedAt) < dropReportEvery {
+		return
+	}
+	w.log.Warn("ingest: QoS 0 messages delivered live but not stored: the history queue was full",
+		"records", n-w.dropsReported, "queue", w.opts.QueueSize)
+	w.dropsReported, w.dropsReportedAt = n, now
 }
 
 // batch is the group being committed.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/ingest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // absence is how long a test watches for something that must not happen
@@ -262,7 +263,8 @@ func TestQoS0Overload(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			db := openDB(t)
 			spy := newSpy(db.Store)
-			opts := ingest.Options{QueueSize: 2}
+			log, sink := testkit.NewLog()
+			opts := ingest.Options{QueueSize: 2, Logger: log}
 			if policy == ingest.OverloadWait {
 				opts.QoS0Overload = policy
 			}
@@ -308,6 +310,15 @@ func TestQoS0Overload(t *testing.T) {
 			}
 			if want := map[bool]int{true: 5, false: 4}[policy == ingest.OverloadWait]; db.count(t, acctA) != want {
 				t.Errorf("history has %d records, want %d", db.count(t, acctA), want)
+			}
+			// The drop is in the log, once, with how many.
+			const msg = "ingest: QoS 0 messages delivered live but not stored: the history queue was full"
+			if policy == ingest.OverloadDrop {
+				eventually(t, "the drop logged", func() bool { return len(sink.Lines(msg)) > 0 })
+			}
+			lines := sink.Lines(msg)
+			if want := map[bool]int{true: 0, false: 1}[policy == ingest.OverloadWait]; len(lines) != want || want == 1 && lines[0]["records"] != float64(1) {
+				t.Errorf("drop log lines %v, want %d with records=1", lines, want)
 			}
 		})
 	}

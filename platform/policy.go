@@ -32,6 +32,9 @@ type Options struct {
 	// Sink, when set, receives every accepted message; the publisher's
 	// acknowledgement waits until the sink calls m.Ack (ingest).
 	Sink Sink
+	// Logger, when set, receives a line for every control-plane change a
+	// new snapshot brings (credentials, clients, accounts, layouts).
+	Logger *slog.Logger
 }
 
 // Sink receives the history record of every accepted message (ingest).
@@ -152,22 +155,26 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 	}
 	got := hashSecret(c.Password)
 	ok := subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-	switch {
-	case !c.HasUsername || !c.HasPassword:
+	if !c.HasUsername || !c.HasPassword {
 		return nil, packet.Errorf(packet.BadUserNameOrPassword, "no username or password")
-	case cred == nil:
+	}
+	if cred == nil {
 		return nil, packet.Errorf(packet.BadUserNameOrPassword, "unknown username")
+	}
+	// From here the account is known: it goes into the refusal's log line.
+	known := &broker.Identity{LogAttrs: []slog.Attr{slog.String("account", cred.AccountID), slog.String("kind", cred.Kind)}}
+	switch {
 	case !ok:
-		return nil, packet.Errorf(packet.BadUserNameOrPassword, "wrong password for credential %s", cred.ID)
+		return known, packet.Errorf(packet.BadUserNameOrPassword, "wrong password for credential %s", cred.ID)
 	case cred.Expired(now):
-		return nil, packet.Errorf(packet.BadUserNameOrPassword, "credential %s expired at %s", cred.ID, cred.ExpiresAt.UTC().Format(time.RFC3339))
+		return known, packet.Errorf(packet.BadUserNameOrPassword, "credential %s expired at %s", cred.ID, cred.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	acc := snap.Accounts[cred.AccountID]
 	if acc == nil {
-		return nil, packet.Errorf(packet.NotAuthorized, "account %s does not exist", cred.AccountID)
+		return known, packet.Errorf(packet.NotAuthorized, "account %s does not exist", cred.AccountID)
 	}
 	if acc.Suspended {
-		return nil, packet.Errorf(packet.NotAuthorized, "account %s is suspended", acc.ID)
+		return known, packet.Errorf(packet.NotAuthorized, "account %s is suspended", acc.ID)
 	}
 	s := &Session{AccountID: acc.ID, Kind: cred.Kind, ClientID: c.ClientID, CredID: cred.ID, Username: cred.Username,
 		acct: p.meter.account(acc.ID), pool: p.Pool(acc.ID)}
@@ -180,7 +187,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 			MaxQueued:        acc.MaxQueued(),
 			MaxRetainedBurst: acc.MaxQueued(),
 		},
-		LogAttrs: []slog.Attr{slog.String("account", acc.ID), slog.String("kind", cred.Kind)},
+		LogAttrs: known.LogAttrs,
 		Data:     s,
 	}
 	if p.opts.TopicPrefix != "" {
@@ -190,7 +197,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 	case KindPublisher:
 		cl := acc.Clients[c.ClientID]
 		if cl == nil {
-			return nil, packet.Errorf(packet.ClientIdentifierNotValid, "client id %q is not registered in account %s", c.ClientID, acc.ID)
+			return known, packet.Errorf(packet.ClientIdentifierNotValid, "client id %q is not registered in account %s", c.ClientID, acc.ID)
 		}
 		id.Limits.CapQoS = true
 		id.Limits.MaxQoS = cl.MaxPublishQoS
@@ -201,7 +208,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 			s.Filters = []string{acc.ID + "/#"}
 		}
 	default:
-		return nil, packet.Errorf(packet.NotAuthorized, "credential %s has unknown kind %q", cred.ID, cred.Kind)
+		return known, packet.Errorf(packet.NotAuthorized, "credential %s has unknown kind %q", cred.ID, cred.Kind)
 	}
 	return id, nil
 }

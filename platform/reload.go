@@ -70,6 +70,7 @@ func (p *Policy) Reload(ctx context.Context, src Source) error {
 			return nil
 		}
 		if p.snap.CompareAndSwap(cur, snap) {
+			logChanges(p.opts.Logger, cur, snap)
 			return nil
 		}
 	}

@@ -167,7 +167,7 @@ func (a *App) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.Policy = platform.NewPolicy(platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now, Sink: a.Ingest}, snap)
+	a.Policy = platform.NewPolicy(platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now, Sink: a.Ingest, Logger: cfg.Logger}, snap)
 	if err := a.restorePools(ctx, snap); err != nil {
 		return err
 	}
@@ -302,6 +302,7 @@ func (a *App) startAPI(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load REST API tokens: %w", err)
 	}
+	a.Auth.Log = a.cfg.Logger
 	// A token created or revoked in this process applies at once; one
 	// changed by another process (the CLI) at the next version check.
 	a.Service.OnRESTTokenChange = func() {

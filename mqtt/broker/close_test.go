@@ -12,6 +12,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -51,7 +52,7 @@ func lastDisconnect(pkts []packet.Packet) (packet.ReasonCode, bool) {
 
 // expectClose checks that the broker counted exactly one close, with
 // reason want, and logged it once under msg with that reason.
-func expectClose(t *testing.T, b *testBroker, sink *logSink, want broker.CloseReason, msg string) map[string]any {
+func expectClose(t *testing.T, b *testBroker, sink *testkit.LogSink, want broker.CloseReason, msg string) map[string]any {
 	t.Helper()
 	eventually(t, "close counted as "+want.String(), func() bool { return b.Stats().Closes[want] == 1 })
 	by := "client"
@@ -60,7 +61,7 @@ func expectClose(t *testing.T, b *testBroker, sink *logSink, want broker.CloseRe
 	}
 	var lines []map[string]any
 	eventually(t, "close logged", func() bool {
-		lines = sink.lines(msg, "reason", want.String(), "by", by)
+		lines = sink.Lines(msg, "reason", want.String(), "by", by)
 		return len(lines) > 0
 	})
 	st := b.Stats()
@@ -187,7 +188,7 @@ func TestCloseReasons(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			log, sink := newLogSink()
+			log, sink := testkit.NewLog()
 			tc.opts.Logger = log
 			b := startBroker(t, tc.opts)
 			rc := tc.run(t, b)
@@ -220,7 +221,7 @@ func (holdPolicy) Accepted(*broker.Identity, *broker.Message) bool { return true
 // coming is disconnected once a write to it has waited Options.WriteTimeout
 // (write_timeout), while the publisher and another subscriber carry on.
 func TestWriteTimeout(t *testing.T) {
-	log, sink := newLogSink()
+	log, sink := testkit.NewLog()
 	b := startBroker(t, broker.Options{Logger: log, WriteTimeout: 300 * time.Millisecond})
 	// The stuck subscriber: a tiny receive buffer, and it never reads.
 	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
@@ -253,7 +254,7 @@ func TestWriteTimeout(t *testing.T) {
 	}
 	defer func() {
 		if t.Failed() {
-			t.Log(sink.buf.String())
+			t.Log(sink.String())
 		}
 	}()
 	expectClose(t, b, sink, broker.CloseWriteTimeout, "client disconnected")
@@ -273,7 +274,7 @@ func v5Pub(tb testing.TB, addr, id string) *rawClient {
 // TestKeepAliveTimeoutOverTLSAndWebSocket: the keep alive is enforced the
 // same way on every listener, with the v5 DISCONNECT 0x8D before the close.
 func TestKeepAliveTimeoutOverTLSAndWebSocket(t *testing.T) {
-	log, sink := newLogSink()
+	log, sink := testkit.NewLog()
 	b := startBroker(t, broker.Options{Logger: log})
 	cert, pool := hdSelfSigned(t)
 	tln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
@@ -295,10 +296,10 @@ func TestKeepAliveTimeoutOverTLSAndWebSocket(t *testing.T) {
 		}
 	}
 	eventually(t, "two keep-alive closes, logged", func() bool {
-		return b.Stats().Closes[broker.CloseKeepAliveTimeout] == 2 && len(sink.lines("client disconnected", "reason", "keepalive_timeout")) == 2
+		return b.Stats().Closes[broker.CloseKeepAliveTimeout] == 2 && len(sink.Lines("client disconnected", "reason", "keepalive_timeout")) == 2
 	})
 	for _, tr := range []string{"tls", "ws"} {
-		if len(sink.lines("client disconnected", "reason", "keepalive_timeout", "transport", tr)) != 1 {
+		if len(sink.Lines("client disconnected", "reason", "keepalive_timeout", "transport", tr)) != 1 {
 			t.Fatalf("no keep-alive close logged for transport %s", tr)
 		}
 	}

@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -17,9 +18,9 @@ var errNormalDisconnect = errors.New("normal disconnect")
 func (c *conn) connect(cp *packet.Connect) error {
 	c.version = cp.ProtocolLevel
 	v5 := c.version == packet.Version5
-	refuse := func(code packet.ReasonCode, reason string) error {
+	refuse := func(code packet.ReasonCode, reason string, attrs ...slog.Attr) error {
 		c.srv.stats.connectsRefused[code].Add(1)
-		c.logRefusedConnect(cp, code, reason)
+		c.logRefusedConnect(cp, code, reason, attrs)
 		if c.end(Disconnection{Reason: CloseConnectRefused, Code: code, Detail: reason}) {
 			c.closeAfter(&packet.Connack{ReasonCode: code})
 		}
@@ -41,7 +42,11 @@ func (c *conn) connect(cp *packet.Connect) error {
 	cancel()
 	if err != nil || id == nil {
 		code, reason := refusal(err, packet.NotAuthorized)
-		return refuse(code, reason)
+		var attrs []slog.Attr
+		if id != nil {
+			attrs = id.LogAttrs
+		}
+		return refuse(code, reason, attrs...)
 	}
 	if id.ClientID == "" {
 		id.ClientID = cp.ClientID

@@ -209,12 +209,15 @@ func (c *conn) logConnected(cp *packet.Connect, present bool) {
 
 // logRefusedConnect logs a CONNECT answered with a refusal: this is also
 // the line of the connection's close (reason connect_refused).
-func (c *conn) logRefusedConnect(cp *packet.Connect, code packet.ReasonCode, detail string) {
-	c.srv.events.write(c.preAuthLimits(), evRefused, slog.LevelWarn, "connect refused",
-		slog.String("client_id", cp.ClientID), slog.String("username", cp.Username),
+func (c *conn) logRefusedConnect(cp *packet.Connect, code packet.ReasonCode, detail string, known []slog.Attr) {
+	attrs := make([]slog.Attr, 0, 9+len(known))
+	attrs = append(attrs, slog.String("client_id", cp.ClientID))
+	attrs = append(attrs, known...)
+	attrs = append(attrs, slog.String("username", cp.Username),
 		slog.String("remote", addrString(c.info.RemoteAddr)), slog.String("transport", c.kind.transport()),
 		slog.String("protocol", protocolName(c.version)), slog.String("by", "server"),
 		slog.String("reason", CloseConnectRefused.String()), codeAttr(code), slog.String("detail", detail))
+	c.srv.events.write(c.preAuthLimits(), evRefused, slog.LevelWarn, "connect refused", attrs...)
 }
 
 // preAuthLimits are the rate limits of a connection not yet

@@ -1,60 +1,14 @@
 package broker_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
-
-// logSink collects a broker's event log as JSON lines.
-type logSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-// newLogSink returns a debug-level JSON logger writing into a new sink.
-func newLogSink() (*slog.Logger, *logSink) {
-	s := &logSink{}
-	return slog.New(slog.NewJSONHandler(s, &slog.HandlerOptions{Level: slog.LevelDebug})), s
-}
-
-// lines returns the logged lines with message msg ("" for any) whose
-// attributes include every key=value of match.
-func (s *logSink) lines(msg string, match ...string) []map[string]any {
-	s.mu.Lock()
-	data := s.buf.String()
-	s.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(data), "\n") {
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) != nil || msg != "" && m["msg"] != msg {
-			continue
-		}
-		ok := true
-		for i := 0; i+1 < len(match); i += 2 {
-			if v, _ := m[match[i]].(string); v != match[i+1] {
-				ok = false
-			}
-		}
-		if ok {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // denyPolicy refuses publishes on topics under deny/ and subscriptions to
 // filters under deny/, saying why.
@@ -78,7 +32,7 @@ func (denyPolicy) Subscribe(_ *broker.Identity, _ string, sub *packet.Subscripti
 // each give one log line with the client, the topic, the reason code and
 // the policy's reason, and are counted by reason code.
 func TestEventLogRefusals(t *testing.T) {
-	log, sink := newLogSink()
+	log, sink := testkit.NewLog()
 	b := startBroker(t, broker.Options{Policy: denyPolicy{}, Logger: log})
 	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "refused-1", CleanStart: true, KeepAlive: 30})
 	rc.must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 1, Payload: []byte("no")})
@@ -89,10 +43,10 @@ func TestEventLogRefusals(t *testing.T) {
 	if sa := rc.expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != packet.NotAuthorized || sa.ReasonCodes[1] != packet.GrantedQoS1 {
 		t.Fatalf("SUBACK %v", sa.ReasonCodes)
 	}
-	pub := sink.lines("publish refused", "client_id", "refused-1", "topic", "deny/x", "code", "0x87 Not authorized", "detail", "nothing may be published under deny/")
-	sub := sink.lines("subscribe refused", "client_id", "refused-1", "filter", "deny/#", "detail", "deny/ is closed to subscribers")
+	pub := sink.Lines("publish refused", "client_id", "refused-1", "topic", "deny/x", "code", "0x87 Not authorized", "detail", "nothing may be published under deny/")
+	sub := sink.Lines("subscribe refused", "client_id", "refused-1", "filter", "deny/#", "detail", "deny/ is closed to subscribers")
 	if len(pub) != 1 || len(sub) != 1 {
-		t.Fatalf("got %d publish and %d subscribe refusal lines, want 1 each:\n%s", len(pub), len(sub), sink.buf.String())
+		t.Fatalf("got %d publish and %d subscribe refusal lines, want 1 each:\n%s", len(pub), len(sub), sink.String())
 	}
 	st := b.Stats()
 	if st.PublishRefusedBy[packet.NotAuthorized] != 1 || st.SubscribesRefusedBy[packet.NotAuthorized] != 1 {
@@ -106,7 +60,7 @@ func TestEventLogRefusals(t *testing.T) {
 // second client's lines, and the first client's other kinds of line (the
 // one saying why it was disconnected), are not affected by the limit.
 func TestEventLogRateLimit(t *testing.T) {
-	log, sink := newLogSink()
+	log, sink := testkit.NewLog()
 	const burst, interval = 3, time.Second
 	b := startBroker(t, broker.Options{Policy: denyPolicy{}, Logger: log, LogBurst: burst, LogInterval: interval})
 	noisy, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "noisy", CleanStart: true, KeepAlive: 30})
@@ -119,7 +73,7 @@ func TestEventLogRateLimit(t *testing.T) {
 	if time.Since(start) > interval {
 		t.Skip("the machine is too slow to publish 20 messages within the interval")
 	}
-	if got := len(sink.lines("publish refused", "client_id", "noisy")); got != burst {
+	if got := len(sink.Lines("publish refused", "client_id", "noisy")); got != burst {
 		t.Fatalf("%d lines for %d refusals, want the burst of %d", got, n, burst)
 	}
 	const suppressed = n - burst
@@ -130,14 +84,14 @@ func TestEventLogRateLimit(t *testing.T) {
 	quiet, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "quiet", CleanStart: true, KeepAlive: 30})
 	quiet.must(t, &packet.Publish{Topic: "deny/y", QoS: 1, PacketID: 1, Payload: []byte("y")})
 	quiet.expect(t, packet.PUBACK)
-	if got := len(sink.lines("publish refused", "client_id", "quiet")); got != 1 {
+	if got := len(sink.Lines("publish refused", "client_id", "quiet")); got != 1 {
 		t.Fatalf("the other client's refusal: %d lines, want 1", got)
 	}
 	// After the interval, one more line gets through, counting the others.
 	time.Sleep(interval) // the time that passes is the input under test
 	noisy.must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 99, Payload: []byte("x")})
 	noisy.expect(t, packet.PUBACK)
-	lines := sink.lines("publish refused", "client_id", "noisy")
+	lines := sink.Lines("publish refused", "client_id", "noisy")
 	if len(lines) != burst+1 || lines[burst]["suppressed_before"] != float64(suppressed) {
 		t.Fatalf("after the interval: %d lines, last %v; want %d with suppressed_before=%d", len(lines), lines[len(lines)-1], burst+1, suppressed)
 	}
@@ -145,6 +99,6 @@ func TestEventLogRateLimit(t *testing.T) {
 	noisy.must(t, &packet.Disconnect{})
 	noisy.closed(t)
 	eventually(t, "the disconnect logged", func() bool {
-		return len(sink.lines("client disconnected", "client_id", "noisy", "reason", "client_disconnect")) == 1
+		return len(sink.Lines("client disconnected", "client_id", "noisy", "reason", "client_disconnect")) == 1
 	})
 }

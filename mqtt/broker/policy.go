@@ -121,7 +121,9 @@ func (r DropReason) String() string {
 type Policy interface {
 	// Authenticate decides a CONNECT: an identity, or a refusal (mapped to
 	// a 3.1.1 return code for 3.1.1 clients; other errors: Not authorized).
-	// The reason is logged, never sent to the client.
+	// The reason is logged, never sent to the client; with a refusal it may
+	// also return an Identity whose LogAttrs (what it knows, such as the
+	// account) go into the log line.
 	Authenticate(ctx context.Context, req *ConnectRequest) (*Identity, error)
 	// Subscribe authorizes one filter (its inner filter when shared; share
 	// is the group or ""). It returns the internal filter to index and the

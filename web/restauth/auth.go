@@ -16,6 +16,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,9 @@ type TokenStore interface {
 // store's tokens. It is safe for concurrent use; Authenticate takes no
 // lock.
 type Authenticator struct {
+	// Log, when set, receives a line for each token that a Refresh finds
+	// created, revoked or deleted (never the value).
+	Log   *slog.Logger
 	store TokenStore
 	mu    sync.Mutex // serialises Refresh and Flush
 	idx   atomic.Pointer[index]
@@ -126,7 +130,33 @@ func (a *Authenticator) Refresh(ctx context.Context) error {
 		idx.byID[t.ID] = e
 	}
 	a.idx.Store(idx)
+	a.logChanges(old, idx)
 	return nil
+}
+
+// logChanges logs the tokens created, revoked or deleted between two
+// indexes (not at the first load).
+func (a *Authenticator) logChanges(old, cur *index) {
+	if a.Log == nil || old == nil {
+		return
+	}
+	attrs := func(t *fleetmq.RESTToken) []any {
+		return []any{slog.String("account", t.AccountID), slog.String("token", t.ID), slog.String("prefix", t.Prefix), slog.String("label", t.Label)}
+	}
+	for id, e := range cur.byID {
+		o := old.byID[id]
+		switch {
+		case o == nil:
+			a.Log.Info("REST API token created", attrs(&e.token)...)
+		case !o.token.Revoked() && e.token.Revoked():
+			a.Log.Info("REST API token revoked", attrs(&e.token)...)
+		}
+	}
+	for id, o := range old.byID {
+		if cur.byID[id] == nil {
+			a.Log.Info("REST API token deleted", attrs(&o.token)...)
+		}
+	}
 }
 
 // noHash stands in for the stored hash of an unknown token, so an unknown
