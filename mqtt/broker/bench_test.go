@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"testing"
 
@@ -23,7 +24,7 @@ func dialBench(tb testing.TB, addr, id string) *rawClient {
 func BenchmarkFanIn(b *testing.B) {
 	for _, qos := range []byte{0, 1, 2} {
 		b.Run("qos"+strconv.Itoa(int(qos)), func(b *testing.B) {
-			srv, err := broker.New(broker.Options{MaxQueued: 1 << 20, MaxInflight: 1000})
+			srv, err := broker.New(broker.Options{MaxQueued: 1 << 20, MaxInflight: 1000, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"sync"
@@ -32,6 +33,9 @@ type testBroker struct {
 // test ends.
 func startBroker(tb testing.TB, opts broker.Options) *testBroker {
 	tb.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler) // tests that read the log set their own
+	}
 	srv, err := broker.New(opts)
 	if err != nil {
 		tb.Fatal(err)
