@@ -16,7 +16,7 @@ import (
 )
 
 // Error codes, stable across the CLI, the REST API and the portal
-// (DESIGN.md "REST API").
+// (docs/design.md "REST API").
 const (
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"

@@ -24,7 +24,7 @@ type Record struct {
 	PayloadFormat  byte // 1: UTF-8 text, 0: unspecified bytes
 	UserProperties []UserProperty
 	// StationControllerDeviceID is the payload's station_controller_device_id
-	// field (DESIGN.md), "" when absent.
+	// field (docs/design.md), "" when absent.
 	StationControllerDeviceID string
 	Received                  time.Time // broker receive time, microsecond precision, UTC
 }

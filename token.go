@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// REST API tokens (DESIGN.md "Identities"): the value is RESTTokenPrefix,
+// REST API tokens (docs/design.md "Identities"): the value is RESTTokenPrefix,
 // 30 random base62 characters and 6 base62 characters of the CRC32 (IEEE)
 // of everything before them. The checksum lets a client or the API tell a
 // mistyped or truncated value from an unknown one without a lookup; it is

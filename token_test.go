@@ -11,7 +11,7 @@ import (
 
 const digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
-// wantChecksum computes a value's checksum from the definition (DESIGN.md:
+// wantChecksum computes a value's checksum from the definition (docs/design.md:
 // 6 base62 characters of the CRC32 IEEE of everything before them),
 // independently of the package's code.
 func wantChecksum(body string) string {

@@ -97,7 +97,7 @@ func Covers(outer, inner string) bool {
 	}
 }
 
-// EffectiveQoS applies the platform's QoS rules (DESIGN.md "QoS rules") to a
+// EffectiveQoS applies the platform's QoS rules (docs/design.md "QoS rules") to a
 // published QoS on a topic class. poolTake is called only when a QoS 2 on
 // state/ or event/ with the add-on active needs a unit of the daily pool; it
 // reports whether one was available. demoted reports a QoS 2 lowered because

@@ -32,7 +32,7 @@ import (
 )
 
 // waitFor bounds every wait; applyWithin is how soon a CLI change must
-// reach a running serve (DESIGN.md: within 2 s).
+// reach a running serve (docs/design.md: within 2 s).
 const (
 	waitFor     = 10 * time.Second
 	applyWithin = 2 * time.Second

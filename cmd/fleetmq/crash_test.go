@@ -3,7 +3,7 @@ package main
 // The crash-safety test runs the real "fleetmq serve" in a child process
 // (this test binary re-executed, see TestMain), drives QoS 1 publishers
 // hard, kills the process with SIGKILL mid-stream, restarts it on the same
-// data directory and checks what DESIGN.md promises: every message that
+// data directory and checks what docs/design.md promises: every message that
 // received a PUBACK is in history exactly once, and retained messages and
 // persistent sessions come back from the last periodic state save.
 //

@@ -1,6 +1,6 @@
 package app_test
 
-// End-to-end tests of the platform rules (DESIGN.md "Identities", "Plans
+// End-to-end tests of the platform rules (docs/design.md "Identities", "Plans
 // and add-ons", "QoS rules (exact)", "Retained messages", "Topics"): the
 // App runs in-process on a temp data directory, two accounts are set up
 // through the control service, and real MQTT clients connect over TCP.
@@ -30,7 +30,7 @@ const (
 )
 
 // disconnectWithin is how soon a control-plane change must end a live
-// session (DESIGN.md: CLI changes apply within 2 s).
+// session (docs/design.md: CLI changes apply within 2 s).
 const disconnectWithin = 2 * time.Second
 
 // TestPlatformConnect: who may connect. A publisher credential with a client

@@ -5,7 +5,7 @@
 // document served at /api/v1/subscriber/openapi.json is generated from the
 // same Go types the handlers use and cannot drift from them; Swagger UI at
 // /api/v1/subscriber/docs is served from the binary. Errors are RFC 9457
-// problem details with the stable codes of DESIGN.md.
+// problem details with the stable codes of docs/design.md.
 //
 // The account always comes from the token, never from the request: every
 // handler reads and writes only the token's account.

@@ -154,7 +154,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			}
 		}
 	}
-	// The documented error codes are the stable ones of DESIGN.md.
+	// The documented error codes are the stable ones of docs/design.md.
 	var problem struct {
 		Properties map[string]struct {
 			Enum []string `json:"enum"`

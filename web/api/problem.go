@@ -15,7 +15,7 @@ import (
 )
 
 // Problem is an RFC 9457 problem details body with the stable code of
-// DESIGN.md ("REST API") as an extension member. Clients branch on code,
+// docs/design.md ("REST API") as an extension member. Clients branch on code,
 // never on title or detail.
 type Problem struct {
 	Type     string        `json:"type" doc:"A URI reference identifying the problem type; about:blank, the code says which problem it is." example:"about:blank"`

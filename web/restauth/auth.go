@@ -3,7 +3,7 @@
 // against an in-memory index of every REST API token (found by the SHA-256
 // of the value, as stored), tells missing, malformed, unknown, revoked and
 // expired tokens apart with errors that carry the stable codes of
-// DESIGN.md, and records each token's last use for a periodic Flush. A
+// docs/design.md, and records each token's last use for a periodic Flush. A
 // Limiter counts requests per token in fixed UTC-hour windows, with
 // in-memory atomic counters on the request path and the counts flushed to
 // the store so they survive a restart. Neither takes a global lock or does
