@@ -434,7 +434,7 @@ func (c *conn) finish(err error) {
 	case CloseProtocolError, CloseMalformedPacket, ClosePacketTooLarge, CloseQoSNotAllowed:
 		c.srv.stats.protocolErrors.Add(1)
 	}
-	c.logClosed(d, err)
+	c.logClosed(d)
 	if c.id == nil {
 		return
 	}

@@ -115,21 +115,27 @@ next:
 	}
 }
 
-// write logs msg at level unless l's rate limit for kind suppresses it.
-func (e *eventLog) write(l *logLimits, kind eventKind, level slog.Level, msg string, attrs ...slog.Attr) {
-	ctx := context.Background()
-	if !e.log.Enabled(ctx, level) {
-		return
+// admit reports whether a line of kind at level may be logged for l now
+// (the level is enabled and the rate limit lets it through), and how many
+// lines of that kind were suppressed before it. Callers build a line's
+// attributes only once admitted: a suppressed line costs no allocation.
+func (e *eventLog) admit(l *logLimits, kind eventKind, level slog.Level) (suppressed int64, ok bool) {
+	if !e.log.Enabled(context.Background(), level) {
+		return 0, false
 	}
-	ok, suppressed := l[kind].allow(time.Now().UnixNano(), e.every, e.tau)
+	ok, suppressed = l[kind].allow(time.Now().UnixNano(), e.every, e.tau)
 	if !ok {
 		e.suppressed.Add(1)
-		return
 	}
+	return suppressed, ok
+}
+
+// emit writes an admitted line.
+func (e *eventLog) emit(level slog.Level, msg string, suppressed int64, attrs ...slog.Attr) {
 	if suppressed > 0 {
 		attrs = append(attrs, slog.Int64("suppressed_before", suppressed))
 	}
-	e.log.LogAttrs(ctx, level, msg, attrs...)
+	e.log.LogAttrs(context.Background(), level, msg, attrs...)
 }
 
 // codeAttr is a reason code as logs show it: "0x87 Not authorized".
@@ -200,7 +206,11 @@ func addrString(a net.Addr) string {
 
 // logConnected logs a connection that attached to its session.
 func (c *conn) logConnected(cp *packet.Connect, present bool) {
-	c.srv.events.write(c.logb, evConnect, slog.LevelInfo, "client connected", c.connAttrs(
+	sup, ok := c.srv.events.admit(c.logb, evConnect, slog.LevelInfo)
+	if !ok {
+		return
+	}
+	c.srv.events.emit(slog.LevelInfo, "client connected", sup, c.connAttrs(
 		slog.String("username", cp.Username),
 		slog.Int("keep_alive", int(cp.KeepAlive)),
 		slog.Bool("clean_start", cp.CleanStart),
@@ -210,6 +220,10 @@ func (c *conn) logConnected(cp *packet.Connect, present bool) {
 // logRefusedConnect logs a CONNECT answered with a refusal: this is also
 // the line of the connection's close (reason connect_refused).
 func (c *conn) logRefusedConnect(cp *packet.Connect, code packet.ReasonCode, detail string, known []slog.Attr) {
+	sup, ok := c.srv.events.admit(c.preAuthLimits(), evRefused, slog.LevelWarn)
+	if !ok {
+		return
+	}
 	attrs := make([]slog.Attr, 0, 9+len(known))
 	attrs = append(attrs, slog.String("client_id", cp.ClientID))
 	attrs = append(attrs, known...)
@@ -217,7 +231,7 @@ func (c *conn) logRefusedConnect(cp *packet.Connect, code packet.ReasonCode, det
 		slog.String("remote", addrString(c.info.RemoteAddr)), slog.String("transport", c.kind.transport()),
 		slog.String("protocol", protocolName(c.version)), slog.String("by", "server"),
 		slog.String("reason", CloseConnectRefused.String()), codeAttr(code), slog.String("detail", detail))
-	c.srv.events.write(c.preAuthLimits(), evRefused, slog.LevelWarn, "connect refused", attrs...)
+	c.srv.events.emit(slog.LevelWarn, "connect refused", sup, attrs...)
 }
 
 // preAuthLimits are the rate limits of a connection not yet
@@ -230,10 +244,24 @@ func (c *conn) preAuthLimits() *logLimits {
 }
 
 // logClosed logs the end of a connection, once.
-func (c *conn) logClosed(d Disconnection, err error) {
+func (c *conn) logClosed(d Disconnection) {
 	level := slog.LevelInfo
 	if d.ByServer() && d.Reason != CloseShutdown && d.Reason != CloseTakenOver {
 		level = slog.LevelWarn
+	}
+	if c.id == nil && d.Reason == CloseConnectRefused {
+		return // logged as "connect refused"
+	}
+	if c.id == nil && d.Reason == CloseConnectionLost {
+		level = slog.LevelDebug // health checks and port scans
+	}
+	limits := c.logb
+	if c.id == nil {
+		limits = c.preAuthLimits()
+	}
+	sup, ok := c.srv.events.admit(limits, evDisconnect, level)
+	if !ok {
+		return
 	}
 	by := "client"
 	if d.ByServer() {
@@ -247,33 +275,35 @@ func (c *conn) logClosed(d Disconnection, err error) {
 		attrs = append(attrs, slog.String("detail", d.Detail))
 	}
 	if c.id == nil {
-		if d.Reason == CloseConnectRefused {
-			return // logged as "connect refused"
-		}
-		if d.Reason == CloseConnectionLost {
-			level = slog.LevelDebug // health checks and port scans
-		}
 		attrs = append(attrs, slog.String("remote", addrString(c.info.RemoteAddr)), slog.String("transport", c.kind.transport()))
-		c.srv.events.write(c.preAuthLimits(), evDisconnect, level, "connection closed before CONNECT", attrs...)
+		c.srv.events.emit(level, "connection closed before CONNECT", sup, attrs...)
 		return
 	}
 	attrs = append(attrs, slog.Duration("connected_for", time.Since(time.Unix(0, c.accepted)).Round(time.Millisecond)))
-	c.srv.events.write(c.logb, evDisconnect, level, "client disconnected", c.connAttrs(attrs...)...)
+	c.srv.events.emit(level, "client disconnected", sup, c.connAttrs(attrs...)...)
 }
 
 // logRefused logs a refused PUBLISH or SUBSCRIBE filter.
 func (c *conn) logRefused(what, topic string, qos byte, code packet.ReasonCode, detail string) {
+	sup, ok := c.srv.events.admit(c.logb, evRefused, slog.LevelWarn)
+	if !ok {
+		return
+	}
 	key := "topic"
 	if what == "subscribe refused" {
 		key = "filter"
 	}
-	c.srv.events.write(c.logb, evRefused, slog.LevelWarn, what, c.connAttrs(slog.String(key, topic), slog.Int("qos", int(qos)),
+	c.srv.events.emit(slog.LevelWarn, what, sup, c.connAttrs(slog.String(key, topic), slog.Int("qos", int(qos)),
 		codeAttr(code), slog.String("detail", detail))...)
 }
 
 // logTakeover logs a session moving from an older connection to c.
 func (c *conn) logTakeover(old *conn) {
-	c.srv.events.write(c.logb, evTakeover, slog.LevelInfo, "session taken over",
+	sup, ok := c.srv.events.admit(c.logb, evTakeover, slog.LevelInfo)
+	if !ok {
+		return
+	}
+	c.srv.events.emit(slog.LevelInfo, "session taken over", sup,
 		c.connAttrs(slog.String("previous_remote", addrString(old.info.RemoteAddr)))...)
 }
 
@@ -284,6 +314,10 @@ func (ss *session) logDropped(m *Message, r DropReason) {
 	if id == nil || b == nil {
 		return
 	}
+	sup, ok := ss.srv.events.admit(b, evDrop, slog.LevelWarn)
+	if !ok {
+		return
+	}
 	attrs := make([]slog.Attr, 0, 6+len(id.LogAttrs))
 	attrs = append(attrs, slog.String("client_id", id.ClientID))
 	attrs = append(attrs, id.LogAttrs...)
@@ -291,14 +325,18 @@ func (ss *session) logDropped(m *Message, r DropReason) {
 	if m != nil {
 		attrs = append(attrs, slog.String("topic", m.Topic), slog.Int("qos", int(m.QoS)))
 	}
-	ss.srv.events.write(b, evDrop, slog.LevelWarn, "message dropped", attrs...)
+	ss.srv.events.emit(slog.LevelWarn, "message dropped", sup, attrs...)
 }
 
 // logWillRefused logs a will message the policy refused.
 func (s *Server) logWillRefused(id *Identity, w *packet.Will, code packet.ReasonCode, reason string) {
+	sup, ok := s.events.admit(s.events.limits(id.SessionKey()), evRefused, slog.LevelWarn)
+	if !ok {
+		return
+	}
 	attrs := make([]slog.Attr, 0, 5+len(id.LogAttrs))
 	attrs = append(attrs, slog.String("client_id", id.ClientID))
 	attrs = append(attrs, id.LogAttrs...)
 	attrs = append(attrs, slog.String("topic", w.Topic), slog.Int("qos", int(w.QoS)), codeAttr(code), slog.String("detail", reason))
-	s.events.write(s.events.limits(id.SessionKey()), evRefused, slog.LevelWarn, "will refused", attrs...)
+	s.events.emit(slog.LevelWarn, "will refused", sup, attrs...)
 }
