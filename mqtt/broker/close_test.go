@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"strings"
 	"syscall"
@@ -303,4 +304,30 @@ func TestKeepAliveTimeoutOverTLSAndWebSocket(t *testing.T) {
 			t.Fatalf("no keep-alive close logged for transport %s", tr)
 		}
 	}
+}
+
+// TestWebSocketCloseDoesNotBlock: ending a WebSocket client that does not
+// answer the close handshake returns at once: the server's callers (the
+// policy's disconnects, the watchdog, Close) are never held by one client.
+func TestWebSocketCloseDoesNotBlock(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	wln, err := b.ListenWebSocket("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3.1.1 (no DISCONNECT from the server: the socket is closed at once)
+	// and 5; the clients read nothing more, so they never answer a close
+	// frame.
+	for _, v := range []byte{packet.Version311, packet.Version5} {
+		rc := rawOver(t, hdDialWS(t, wsURL(wln.Addr().String()), "mqtt"), v)
+		connectOver(t, rc, &packet.Connect{ClientID: fmt.Sprintf("ws-silent-%d", v), CleanStart: true, KeepAlive: 60})
+	}
+	start := time.Now()
+	if n := b.Disconnect(func(id *broker.Identity) string { return "revoked" }, packet.NotAuthorized); n != 2 {
+		t.Fatalf("ended %d", n)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Disconnect took %v: it waited for the clients' close handshake", took)
+	}
+	eventually(t, "the connections ended", func() bool { return b.Stats().Closes[broker.CloseNotAuthorized] == 2 })
 }
