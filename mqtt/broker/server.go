@@ -176,6 +176,7 @@ func (s *Server) startConn(nc net.Conn, kind listenerKind) {
 	s.mu.Unlock()
 	s.stats.connectionsTotal.Add(1)
 	s.stats.connections.Add(1)
+	s.stats.connectionsBy[kind.index()].Add(1)
 	go func() {
 		defer s.wg.Done()
 		c.run()
@@ -183,6 +184,7 @@ func (s *Server) startConn(nc net.Conn, kind listenerKind) {
 		delete(s.conns, c)
 		s.mu.Unlock()
 		s.stats.connections.Add(-1)
+		s.stats.connectionsBy[kind.index()].Add(-1)
 	}()
 }
 

@@ -10,6 +10,7 @@ import (
 // message path.
 type counters struct {
 	connections       atomic.Int64
+	connectionsBy     [numListeners]atomic.Int64 // open now, by listenerKind.index
 	connectionsTotal  atomic.Int64
 	connectsRefused   [256]atomic.Int64 // by reason code
 	packetsIn         [16]atomic.Int64
@@ -31,7 +32,10 @@ type counters struct {
 
 // Stats is a snapshot of the server's counters.
 type Stats struct {
-	Connections      int64 // open now (including those not yet through CONNECT)
+	Connections int64 // open now (including those not yet through CONNECT)
+	// ConnectionsBy counts the open connections by the kind of listener
+	// they came through (ListenerNames).
+	ConnectionsBy    [numListeners]int64
 	ConnectionsTotal int64
 	ConnectsRefused  int64 // CONNECTs answered with a refusal
 	// ConnectsRefusedBy, PublishRefusedBy and SubscribesRefusedBy count
@@ -66,6 +70,26 @@ type Stats struct {
 // DropNames lists the drop reasons in DropReason order.
 func DropNames() []string { return dropNames[:] }
 
+// numListeners is the number of listener kinds.
+const numListeners = 3
+
+var listenerNames = [numListeners]string{"tcp", "tls", "websocket"}
+
+// ListenerNames lists the listener kinds in Stats.ConnectionsBy order:
+// tcp, tls and websocket (with or without TLS).
+func ListenerNames() []string { return listenerNames[:] }
+
+// index is k's place in ListenerNames.
+func (k listenerKind) index() int {
+	switch {
+	case k.websocket:
+		return 2
+	case k.tls:
+		return 1
+	}
+	return 0
+}
+
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
 	c := &s.stats
@@ -86,6 +110,9 @@ func (s *Server) Stats() Stats {
 	st.ConnectsRefused, st.ConnectsRefusedBy = byCode(&c.connectsRefused)
 	st.PublishRefused, st.PublishRefusedBy = byCode(&c.publishRefused)
 	st.SubscribesRefused, st.SubscribesRefusedBy = byCode(&c.subscribesRefused)
+	for i := range c.connectionsBy {
+		st.ConnectionsBy[i] = c.connectionsBy[i].Load()
+	}
 	for i := range c.closes {
 		st.Closes[i] = c.closes[i].Load()
 	}
