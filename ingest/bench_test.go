@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/ingest"
 )
@@ -28,50 +30,63 @@ func (c *countAck) Ack() {
 // BenchmarkIngest accepts b.N QoS 1 records of 200 bytes through a Writer
 // into SQLite in a temp directory and waits until every one is
 // acknowledged (committed): the ingest rate, in records/s. Publishers
-// call Accept concurrently, as connection goroutines do.
+// call Accept concurrently, as connection goroutines do. With
+// observed=true the commit duration and every record's lag go to
+// Prometheus histograms, as serve's do: the cost of the latency metrics.
 //
 //	go test -run '^$' -bench BenchmarkIngest -benchtime 200000x ./ingest/
 func BenchmarkIngest(b *testing.B) {
 	for _, publishers := range []int{1, 16} {
-		b.Run(fmt.Sprintf("publishers=%d", publishers), func(b *testing.B) {
-			db := openDB(b)
-			w := newWriter(b, db.Store, ingest.Options{})
-			payload := []byte(`{"station_controller_device_id":"sc-1","v":"` + strings.Repeat("x", 200-46) + `"}`)
-			if len(payload) != 200 {
-				b.Fatalf("payload is %d bytes", len(payload))
+		for _, observed := range []bool{false, true} {
+			b.Run(fmt.Sprintf("publishers=%d/observed=%v", publishers, observed), func(b *testing.B) {
+				benchIngest(b, publishers, observed)
+			})
+		}
+	}
+}
+
+func benchIngest(b *testing.B, publishers int, observed bool) {
+	db := openDB(b)
+	var opts ingest.Options
+	if observed {
+		opts.CommitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "commit", Buckets: prometheus.DefBuckets})
+		opts.Lag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "lag", Buckets: prometheus.DefBuckets})
+	}
+	w := newWriter(b, db.Store, opts)
+	payload := []byte(`{"station_controller_device_id":"sc-1","v":"` + strings.Repeat("x", 200-46) + `"}`)
+	if len(payload) != 200 {
+		b.Fatalf("payload is %d bytes", len(payload))
+	}
+	ack := &countAck{want: int64(b.N), done: make(chan struct{})}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := fmt.Sprintf("dev%d", p)
+			topic := acctA + "/" + client + "/telemetry/power"
+			for i := p; i < b.N; i += publishers {
+				w.Accept(&fleetmq.Record{
+					AccountID: acctA, ClientID: client, Topic: topic, Class: "telemetry",
+					QoS: 1, PublishedQoS: 1, Payload: payload,
+					StationControllerDeviceID: "sc-1", Received: now,
+				}, ack)
 			}
-			ack := &countAck{want: int64(b.N), done: make(chan struct{})}
-			now := time.Now().UTC().Truncate(time.Microsecond)
-			b.ReportAllocs()
-			b.ResetTimer()
-			var wg sync.WaitGroup
-			for p := range publishers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					client := fmt.Sprintf("dev%d", p)
-					topic := acctA + "/" + client + "/telemetry/power"
-					for i := p; i < b.N; i += publishers {
-						w.Accept(&fleetmq.Record{
-							AccountID: acctA, ClientID: client, Topic: topic, Class: "telemetry",
-							QoS: 1, PublishedQoS: 1, Payload: payload,
-							StationControllerDeviceID: "sc-1", Received: now,
-						}, ack)
-					}
-				}()
-			}
-			wg.Wait()
-			select {
-			case <-ack.done:
-			case <-time.After(time.Minute):
-				b.Fatalf("%d of %d acknowledged after a minute", ack.n.Load(), b.N)
-			}
-			b.StopTimer()
-			st := w.Stats()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
-			if st.Batches > 0 {
-				b.ReportMetric(float64(st.Written)/float64(st.Batches), "records/commit")
-			}
-		})
+		}()
+	}
+	wg.Wait()
+	select {
+	case <-ack.done:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d acknowledged after a minute", ack.n.Load(), b.N)
+	}
+	b.StopTimer()
+	st := w.Stats()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	if st.Batches > 0 {
+		b.ReportMetric(float64(st.Written)/float64(st.Batches), "records/commit")
 	}
 }

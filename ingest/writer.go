@@ -54,8 +54,18 @@ type Options struct {
 	// RetryMin and RetryMax bound the exponential backoff between attempts
 	// of a failed commit. Defaults 10 ms and 2 s.
 	RetryMin, RetryMax time.Duration
-	Logger             *slog.Logger
+	// CommitDuration, if set, observes how long each successful commit
+	// took, in seconds. Lag, if set, observes for every committed record
+	// the seconds from its Accept to the end of its commit (the time it
+	// added to its publisher's acknowledgement). Both are called on the
+	// writer goroutine, after the group is acknowledged: they must not
+	// block.
+	CommitDuration, Lag Observer
+	Logger              *slog.Logger
 }
+
+// Observer takes observations in seconds; a prometheus.Histogram is one.
+type Observer interface{ Observe(seconds float64) }
 
 // Defaults.
 const (
@@ -107,10 +117,12 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// item is a queued record and its publisher's acknowledgement.
+// item is a queued record, its publisher's acknowledgement and when it
+// was accepted.
 type item struct {
 	rec *fleetmq.Record
 	ack platform.Acker
+	at  time.Time
 }
 
 // Writer is the ingest pipeline: a platform.Sink over a history store.
@@ -178,7 +190,7 @@ func (w *Writer) Accept(rec *fleetmq.Record, ack platform.Acker) {
 		w.abandoned.Add(1)
 		return
 	}
-	it := item{rec: rec, ack: ack}
+	it := item{rec: rec, ack: ack, at: time.Now()}
 	select {
 	case w.q <- it:
 		return
@@ -202,6 +214,7 @@ func (w *Writer) run() {
 	b := &batch{
 		recs: make([]*fleetmq.Record, 0, w.opts.MaxBatch),
 		acks: make([]platform.Acker, 0, w.opts.MaxBatch),
+		ats:  make([]time.Time, 0, w.opts.MaxBatch),
 	}
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -221,7 +234,7 @@ func (w *Writer) run() {
 			w.linger(b, linger)
 		}
 		w.inBatch.Store(int64(len(b.recs)))
-		ok := w.commit(b.recs)
+		took, ok := w.commit(b.recs)
 		w.inBatch.Store(0)
 		if !ok {
 			// Close's deadline passed: what was not committed is not
@@ -237,6 +250,7 @@ func (w *Writer) run() {
 				a.Ack()
 			}
 		}
+		w.observe(b, took, lastCommit)
 		b.reset()
 		w.reportDrops(lastCommit)
 	}
@@ -259,21 +273,36 @@ func (w *Writer) reportDrops(now time.Time) {
 	w.dropsReported, w.dropsReportedAt = n, now
 }
 
+// observe gives the latency observers a committed group's figures: the
+// commit took took and ended at end.
+func (w *Writer) observe(b *batch, took time.Duration, end time.Time) {
+	if o := w.opts.CommitDuration; o != nil {
+		o.Observe(took.Seconds())
+	}
+	if o := w.opts.Lag; o != nil {
+		for _, at := range b.ats {
+			o.Observe(end.Sub(at).Seconds())
+		}
+	}
+}
+
 // batch is the group being committed.
 type batch struct {
 	recs []*fleetmq.Record
 	acks []platform.Acker
+	ats  []time.Time // when each record was accepted
 }
 
 func (b *batch) add(it item) {
 	b.recs = append(b.recs, it.rec)
 	b.acks = append(b.acks, it.ack)
+	b.ats = append(b.ats, it.at)
 }
 
 func (b *batch) reset() {
 	clear(b.recs)
 	clear(b.acks)
-	b.recs, b.acks = b.recs[:0], b.acks[:0]
+	b.recs, b.acks, b.ats = b.recs[:0], b.acks[:0], b.ats[:0]
 }
 
 // first waits for the first record of a batch. It returns false when the
@@ -331,25 +360,27 @@ func (w *Writer) linger(b *batch, t *time.Timer) {
 	}
 }
 
-// commit stores a batch, retrying with backoff until it succeeds. It
-// returns false if Close's deadline passed first.
-func (w *Writer) commit(recs []*fleetmq.Record) bool {
+// commit stores a batch, retrying with backoff until it succeeds, and
+// returns how long the successful attempt took. It returns false if
+// Close's deadline passed first.
+func (w *Writer) commit(recs []*fleetmq.Record) (time.Duration, bool) {
 	delay := w.opts.RetryMin
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
 		err := w.store.AppendHistory(w.abortCtx, recs)
 		if err == nil {
-			w.commitNanos.Add(int64(time.Since(start)))
+			took := time.Since(start)
+			w.commitNanos.Add(int64(took))
 			w.batches.Add(1)
 			w.written.Add(int64(len(recs)))
 			if attempt > 1 {
 				w.log.Info("ingest: history batch stored after retries", "records", len(recs), "attempts", attempt)
 			}
-			return true
+			return took, true
 		}
 		w.storeErrors.Add(1)
 		if w.abortCtx.Err() != nil {
-			return false
+			return 0, false
 		}
 		w.log.Error("ingest: store history batch", "records", len(recs), "attempt", attempt, "retry_in", delay, "error", err)
 		t := time.NewTimer(delay)
@@ -357,7 +388,7 @@ func (w *Writer) commit(recs []*fleetmq.Record) bool {
 		case <-t.C:
 		case <-w.abortCtx.Done():
 			t.Stop()
-			return false
+			return 0, false
 		}
 		delay = min(delay*2, w.opts.RetryMax)
 	}

@@ -468,3 +468,61 @@ func TestOptions(t *testing.T) {
 		t.Errorf("default queue capacity %d, want %d", c, ingest.DefaultQueueSize)
 	}
 }
+
+// recorder is an ingest.Observer that keeps its observations.
+type recorder struct {
+	mu  sync.Mutex
+	obs []float64
+}
+
+func (r *recorder) Observe(s float64) {
+	r.mu.Lock()
+	r.obs = append(r.obs, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) seconds() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]float64(nil), r.obs...)
+}
+
+// TestLatencyObserved: every commit's duration is observed once, and every
+// record's lag from Accept to the end of its commit once; a record queued
+// behind a stuck commit shows the wait in its lag, not in its own commit's
+// duration.
+func TestLatencyObserved(t *testing.T) {
+	db := openDB(t)
+	spy := newSpy(db.Store)
+	var commits, lags recorder
+	w := newWriter(t, spy, ingest.Options{CommitDuration: &commits, Lag: &lags, MaxDelay: -1})
+	release := db.lockDB(t)
+
+	a, b := &ack{}, &ack{}
+	w.Accept(rec(acctA, 1), a)
+	spy.waitEntered(t) // the first commit waits for the lock, holding a alone
+	w.Accept(rec(acctA, 1), b)
+	acceptedB := time.Now()
+	deadline := time.Now().Add(absence)
+	for time.Now().Before(deadline) {
+		if a.n.Load()+b.n.Load() != 0 {
+			t.Fatal("acknowledged while the database was locked")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stuck := time.Since(acceptedB).Seconds()
+	release()
+	eventually(t, "both records acknowledged", func() bool { return a.n.Load() == 1 && b.n.Load() == 1 })
+	eventually(t, "both groups observed", func() bool { return len(lags.seconds()) == 2 })
+
+	c, l := commits.seconds(), lags.seconds()
+	if st := w.Stats(); len(c) != 2 || st.Batches != 2 || st.Written != 2 {
+		t.Fatalf("commit durations %v for %d commits of %d records, want one per commit (2)", c, st.Batches, st.Written)
+	}
+	if c[0] < stuck || l[0] < stuck {
+		t.Errorf("the stuck commit: took %.3fs, lag %.3fs; the lock was held %.3fs", c[0], l[0], stuck)
+	}
+	if l[1]-c[1] < stuck {
+		t.Errorf("the record queued behind it: lag %.3fs, commit %.3fs; it waited %.3fs in the queue", l[1], c[1], stuck)
+	}
+}

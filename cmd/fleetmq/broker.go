@@ -81,9 +81,9 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fail(err)
 	}
 	if cfg.HTTPListen != "" {
-		reg := &metrics.Registry{}
+		reg := metrics.NewRegistry(version)
 		app.RegisterBroker(reg, srv)
-		hs, addr, err := app.StartHTTP(cfg.HTTPListen, app.HealthMux(reg, func() error { return nil }), log)
+		hs, addr, err := app.StartHTTP(cfg.HTTPListen, app.HealthMux(metrics.Handler(reg, log), func() error { return nil }), log)
 		if err != nil {
 			return fail(err)
 		}

@@ -20,6 +20,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	storeFlags(fs, &cfg.DataDir, &cfg.Database)
 	cfg.Listeners.Flags(fs, ":1883")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", ":8080", "HTTP address for the portal, the REST API, /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
+	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve /metrics, /livez and /readyz on this address instead of -http-listen, e.g. 127.0.0.1:9100 (empty: on -http-listen) [FLEETMQ_METRICS_LISTEN]")
 	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "optional topic_prefix: devices publish under PREFIX/{account_id}/... [FLEETMQ_TOPIC_PREFIX]")
 	fs.DurationVar(&cfg.ReloadInterval, "reload-interval", time.Second, "how often to pick up control-plane changes and flush usage [FLEETMQ_RELOAD_INTERVAL]")
 	fs.DurationVar(&cfg.StateSaveInterval, "state-save-interval", 30*time.Second, "how often retained messages and persistent sessions are saved while running (also at shutdown) [FLEETMQ_STATE_SAVE_INTERVAL]")
@@ -46,6 +47,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	cfg.Logger = log
+	cfg.Version = version
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
 		return err

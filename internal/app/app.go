@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/ingest"
@@ -37,8 +39,12 @@ type Config struct {
 	// empty for SQLite in DataDir.
 	Database string
 	Listeners
-	HTTPListen  string
-	TopicPrefix string
+	HTTPListen string
+	// MetricsListen, if set, serves /metrics (with /livez and /readyz) on
+	// its own listener instead of HTTPListen, so it can stay private while
+	// the portal and the REST API are public.
+	MetricsListen string
+	TopicPrefix   string
 	// ReloadInterval is how often the control-plane version is polled (and
 	// usage flushed). Default 1 s, so CLI changes apply within 2 s.
 	ReloadInterval time.Duration
@@ -69,8 +75,10 @@ type Config struct {
 	// MQTTPublicAddr is the broker's address as devices reach it, shown in
 	// the portal's mosquitto examples; empty: the request's host and 1883.
 	MQTTPublicAddr string
-	Now            func() time.Time
-	Logger         *slog.Logger
+	// Version is the fleetmq release, shown in fleetmq_build_info.
+	Version string
+	Now     func() time.Time
+	Logger  *slog.Logger
 }
 
 // BrokerStateFile is the broker's state file inside the data directory.
@@ -91,16 +99,20 @@ type App struct {
 	Limiter *restauth.Limiter
 	API     *api.API
 	// Portal is the account owner's web portal, served at "/".
-	Portal  *portal.Portal
-	Metrics *metrics.Registry
+	Portal *portal.Portal
+	// Metrics is the Prometheus registry served at /metrics: fleetmq's
+	// families, the Go runtime and the process.
+	Metrics *prometheus.Registry
 	// URLs of the listeners, e.g. "mqtt://127.0.0.1:1883".
-	URLs     []string
-	MQTTAddr string // the TCP listener's address, if any
-	HTTPAddr string
+	URLs        []string
+	MQTTAddr    string // the TCP listener's address, if any
+	HTTPAddr    string
+	MetricsAddr string // the -metrics-listen address, if any
 
-	http   *http.Server
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the policy's reload loop, retention and the API's bookkeeping
+	http        *http.Server
+	metricsHTTP *http.Server // on MetricsListen, if set
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup // the policy's reload loop, retention and the API's bookkeeping
 
 	closeOnce sync.Once
 	closeErr  error
@@ -163,6 +175,8 @@ func (a *App) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load control plane: %w", err)
 	}
+	a.Metrics = metrics.NewRegistry(cfg.Version)
+	cfg.Ingest.CommitDuration, cfg.Ingest.Lag = IngestLatency(a.Metrics)
 	a.Ingest, err = ingest.New(a.Store, cfg.Ingest)
 	if err != nil {
 		return err
@@ -196,7 +210,6 @@ func (a *App) start(ctx context.Context) error {
 			a.MQTTAddr = u[7:]
 		}
 	}
-	a.Metrics = &metrics.Registry{}
 	RegisterBroker(a.Metrics, a.Broker)
 	RegisterPlatform(a.Metrics, a.Policy)
 	a.Retention = &history.Retention{Control: a.Store, History: a.Store, Now: cfg.Now, Logger: cfg.Logger}
@@ -205,8 +218,18 @@ func (a *App) start(ctx context.Context) error {
 		return err
 	}
 	a.startPortal()
+	ready := func() error { return a.ready(ctx) }
+	metricsHandler := metrics.Handler(a.Metrics, cfg.Logger)
+	if cfg.MetricsListen != "" {
+		a.metricsHTTP, a.MetricsAddr, err = StartHTTP(cfg.MetricsListen, HealthMux(metricsHandler, ready), cfg.Logger)
+		if err != nil {
+			return fmt.Errorf("-metrics-listen %s: %w", cfg.MetricsListen, err)
+		}
+		a.URLs = append(a.URLs, "http://"+a.MetricsAddr+"/metrics")
+		metricsHandler = nil // not on the public listener
+	}
 	if cfg.HTTPListen != "" {
-		mux := HealthMux(a.Metrics, func() error { return a.ready(ctx) })
+		mux := HealthMux(metricsHandler, ready)
 		mux.Handle(api.Prefix+"/", a.API)
 		mux.Handle("/", a.Portal) // every path the routes above do not take
 		a.http, a.HTTPAddr, err = StartHTTP(cfg.HTTPListen, mux, cfg.Logger)
@@ -277,8 +300,10 @@ func (a *App) Close(ctx context.Context) error {
 
 func (a *App) close(ctx context.Context) error {
 	var errs []error
-	if a.http != nil {
-		errs = append(errs, a.http.Shutdown(ctx))
+	for _, hs := range []*http.Server{a.http, a.metricsHTTP} {
+		if hs != nil {
+			errs = append(errs, hs.Shutdown(ctx))
+		}
 	}
 	errs = append(errs, a.Broker.Close(ctx))
 	errs = append(errs, a.Ingest.Close(ctx))

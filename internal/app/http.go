@@ -8,11 +8,14 @@ import (
 	"time"
 )
 
-// HealthMux serves /metrics, /livez (the process is up) and /readyz (ready
-// reports nil when the service can take traffic).
+// HealthMux serves /metrics (unless metricsHandler is nil), /livez (the
+// process is up) and /readyz (ready reports nil when the service can take
+// traffic).
 func HealthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", metricsHandler)
+	if metricsHandler != nil {
+		mux.Handle("GET /metrics", metricsHandler)
+	}
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

@@ -1,101 +1,116 @@
-// Package metrics writes fleetmq's counters in the Prometheus text
-// exposition format (version 0.0.4). Collectors are functions read at scrape
-// time, so nothing is counted twice and the message path only touches its
-// own atomics. Label sets are fixed and small (packet types, QoS levels,
-// drop reasons): no per-account, per-client or per-topic labels.
+// Package metrics is fleetmq's side of the Prometheus client library: the
+// registry every fleetmq process serves (the Go runtime, process and
+// build-info collectors beside fleetmq's own families), its HTTP handler,
+// and Snapshot, the collector of families read at scrape time from one
+// snapshot of a component's counters. So the message path only touches its
+// own atomics and nothing is counted twice. Label sets are fixed and small
+// (packet types, QoS levels, reasons, listeners): no per-account,
+// per-client or per-topic labels.
 package metrics
 
 import (
-	"bufio"
-	"fmt"
+	"log/slog"
 	"net/http"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Kind is a metric type.
-type Kind string
+// NewRegistry returns a registry holding the Go runtime collector
+// (go_*: memory, goroutines, GC), the process collector (process_*: CPU
+// seconds, resident memory, open file descriptors and their limit) and
+// fleetmq_build_info{version, go_version}, always 1.
+func NewRegistry(version string) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "fleetmq_build_info",
+		Help:        "Always 1; the labels say which fleetmq is running and the Go release it was built with.",
+		ConstLabels: prometheus.Labels{"version": version, "go_version": runtime.Version()},
+	})
+	build.Set(1)
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		build,
+	)
+	return reg
+}
 
-// Metric kinds.
+// Handler serves reg in the exposition format the scraper asks for (the
+// text format by default). A family that fails to collect is logged and
+// left out; the others are served.
+func Handler(reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// Kinds of a Family.
 const (
-	Counter Kind = "counter"
-	Gauge   Kind = "gauge"
+	Counter = prometheus.CounterValue
+	Gauge   = prometheus.GaugeValue
 )
 
-// Sample is one value with its labels (name=value pairs, in order).
-type Sample struct {
-	Labels []string
-	Value  float64
+// Emit adds one sample of a family, with its label values in the order of
+// Family.Labels.
+type Emit func(value float64, labelValues ...string)
+
+// Family is a metric family whose samples are read from a snapshot of T.
+type Family[T any] struct {
+	Name   string
+	Help   string
+	Kind   prometheus.ValueType // Counter or Gauge
+	Labels []string             // label names
+	// Collect emits the family's samples from one snapshot.
+	Collect func(snap T, emit Emit)
 }
 
-// Family is a named metric with help text and a function that returns its
-// samples at scrape time.
-type Family struct {
-	Name    string
-	Help    string
-	Kind    Kind
-	Collect func() []Sample
+// Value is a Family of one unlabelled sample.
+func Value[T any](name, help string, kind prometheus.ValueType, f func(T) float64) Family[T] {
+	return Family[T]{Name: name, Help: help, Kind: kind, Collect: func(snap T, emit Emit) { emit(f(snap)) }}
 }
 
-// Registry holds families. Safe for concurrent use.
-type Registry struct {
-	mu       sync.Mutex
-	families []Family
+// Snapshot is a prometheus.Collector of families read at scrape time: each
+// scrape takes one snapshot and emits every family from it, so the
+// families of one scrape agree with each other.
+type Snapshot[T any] struct {
+	read  func() T
+	fams  []Family[T]
+	descs []*prometheus.Desc
 }
 
-// Add registers a family; a duplicate name panics (a programming error).
-func (r *Registry) Add(f Family) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, g := range r.families {
-		if g.Name == f.Name {
-			panic("metrics: duplicate family " + f.Name)
-		}
-	}
-	r.families = append(r.families, f)
-}
-
-// Value is a Collect function for a single unlabelled value.
-func Value(f func() float64) func() []Sample {
-	return func() []Sample { return []Sample{{Value: f()}} }
-}
-
-// ServeHTTP writes every family in the text format.
-func (r *Registry) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	r.mu.Lock()
-	fams := append([]Family(nil), r.families...)
-	r.mu.Unlock()
-	sort.Slice(fams, func(i, j int) bool { return fams[i].Name < fams[j].Name })
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	bw := bufio.NewWriter(w)
+// NewSnapshot returns a collector of fams, which read takes a snapshot for.
+// Register it with a prometheus.Registerer; a family name registered twice
+// is refused there.
+func NewSnapshot[T any](read func() T, fams ...Family[T]) *Snapshot[T] {
+	s := &Snapshot[T]{read: read, fams: fams}
 	for _, f := range fams {
-		fmt.Fprintf(bw, "# HELP %s %s\n# TYPE %s %s\n", f.Name, escapeHelp(f.Help), f.Name, f.Kind)
-		for _, s := range f.Collect() {
-			bw.WriteString(f.Name)
-			if len(s.Labels) > 0 {
-				bw.WriteByte('{')
-				for i := 0; i+1 < len(s.Labels); i += 2 {
-					if i > 0 {
-						bw.WriteByte(',')
-					}
-					fmt.Fprintf(bw, "%s=%q", s.Labels[i], escapeLabel(s.Labels[i+1]))
-				}
-				bw.WriteByte('}')
-			}
-			bw.WriteByte(' ')
-			bw.WriteString(strconv.FormatFloat(s.Value, 'g', -1, 64))
-			bw.WriteByte('\n')
-		}
+		s.descs = append(s.descs, prometheus.NewDesc(f.Name, f.Help, f.Labels, nil))
 	}
-	bw.Flush()
+	return s
 }
 
-func escapeHelp(s string) string {
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
+// Describe implements prometheus.Collector.
+func (s *Snapshot[T]) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range s.descs {
+		ch <- d
+	}
 }
 
-// escapeLabel prepares a label value for %q (which escapes quotes and
-// backslashes itself); newlines become \n as the format requires.
-func escapeLabel(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+// Collect implements prometheus.Collector.
+func (s *Snapshot[T]) Collect(ch chan<- prometheus.Metric) {
+	snap := s.read()
+	for i, f := range s.fams {
+		d := s.descs[i]
+		f.Collect(snap, func(v float64, labelValues ...string) {
+			m, err := prometheus.NewConstMetric(d, f.Kind, v, labelValues...)
+			if err != nil {
+				m = prometheus.NewInvalidMetric(d, err)
+			}
+			ch <- m
+		})
+	}
+}
