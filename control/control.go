@@ -24,6 +24,7 @@ import (
 type Store interface {
 	fleetmq.ControlStore
 	fleetmq.UsageStore
+	fleetmq.ProblemStore
 }
 
 // Service performs control-plane operations.

@@ -2,6 +2,7 @@ package platform
 
 import (
 	"github.com/fleetmq/fleetmq"
+	"hash/maphash"
 
 	"bytes"
 	"context"
@@ -66,6 +67,7 @@ type Policy struct {
 	effective [3]atomic.Int64
 	demotions atomic.Int64
 	refused   atomic.Int64
+	problems  problemLog
 	pool2     atomic.Int64
 }
 
@@ -76,6 +78,7 @@ func NewPolicy(opts Options, snap *Snapshot) *Policy {
 	}
 	opts.TopicPrefix = strings.Trim(opts.TopicPrefix, "/")
 	p := &Policy{opts: opts, meter: NewMeter(), pools: make(map[string]*Pool)}
+	p.problems.seed = maphash.MakeSeed()
 	p.snap.Store(snap)
 	return p
 }
@@ -162,7 +165,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 		return nil, packet.Errorf(packet.BadUserNameOrPassword, "unknown username")
 	}
 	// From here the account is known: it goes into the refusal's log line.
-	known := &broker.Identity{LogAttrs: []slog.Attr{slog.String("account", cred.AccountID), slog.String("kind", cred.Kind)}}
+	known := &broker.Identity{Namespace: cred.AccountID, ClientID: c.ClientID, LogAttrs: []slog.Attr{slog.String("account", cred.AccountID), slog.String("kind", cred.Kind)}}
 	switch {
 	case !ok:
 		return known, packet.Errorf(packet.BadUserNameOrPassword, "wrong password for credential %s", cred.ID)
@@ -436,11 +439,13 @@ func NewRecord(m *broker.Message, info *MessageInfo) *fleetmq.Record {
 // Delivered is not metered separately (ingest meters by effective QoS).
 func (p *Policy) Delivered(*broker.Identity, *broker.Message, byte) {}
 
-// Dropped counts a drop against the receiving session's account.
-func (p *Policy) Dropped(id *broker.Identity, _ *broker.Message, r broker.DropReason) {
+// Dropped counts a drop against the receiving session's account and
+// records it as the client's problem.
+func (p *Policy) Dropped(id *broker.Identity, m *broker.Message, r broker.DropReason) {
 	if s := SessionOf(id); s != nil && s.acct != nil && int(r) < len(s.acct.days[0].drops) {
 		s.acct.slot(p.opts.Now()).drops[r].Add(1)
 	}
+	p.recordDrop(id, m, r)
 }
 
 // Disconnected ends a publisher's connection in the live view, and counts
@@ -452,6 +457,7 @@ func (p *Policy) Disconnected(id *broker.Identity, d broker.Disconnection) {
 	if s == nil {
 		return
 	}
+	p.recordClose(id, d)
 	if s.client != nil && s.conn != nil {
 		s.client.live.detach(s.conn, p.opts.Now())
 	}
@@ -498,15 +504,21 @@ type Totals struct {
 	QoS2Pool  int64    // units of QoS 2 pools used
 	Demotions int64    // QoS 2 messages demoted to 1 (pool used up)
 	Refused   int64    // publishes refused by the platform rules
+	// ProblemsOverflown counts client problems not recorded for their
+	// owners because a flush interval's bounds were reached.
+	ProblemsOverflown int64
 }
 
 // Totals returns the counters.
 func (p *Policy) Totals() Totals {
-	t := Totals{QoS2Pool: p.pool2.Load(), Demotions: p.demotions.Load(), Refused: p.refused.Load()}
+	t := Totals{QoS2Pool: p.pool2.Load(), Demotions: p.demotions.Load(), Refused: p.refused.Load(), ProblemsOverflown: p.problems.overflown.Load()}
 	for i := range t.Effective {
 		t.Effective[i] = p.effective[i].Load()
 	}
 	return t
 }
 
-var _ broker.Policy = (*Policy)(nil)
+var (
+	_ broker.Policy          = (*Policy)(nil)
+	_ broker.RefusalObserver = (*Policy)(nil)
+)

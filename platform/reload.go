@@ -87,6 +87,11 @@ func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 	if sink == nil {
 		return
 	}
+	if ps, ok := sink.(ProblemSink); ok {
+		if err := p.flushProblems(ctx, ps); err != nil {
+			log.Error("flush client problems", "error", err)
+		}
+	}
 	daily, clients := p.meter.Collect(broker.DropNames())
 	if len(daily) == 0 && len(clients) == 0 {
 		return

@@ -241,6 +241,7 @@ func accountCmds() map[string]*adminCmd {
 				return nil
 			},
 		},
+		"problems": problemsCmd(false),
 		"usage": {
 			usage: "account usage ACCOUNT_ID [-days N]",
 			help:  "metered usage per UTC day: messages and bytes by effective QoS, QoS 2 pool, demotions, refusals, drops",
@@ -435,6 +436,7 @@ func clientCmds() map[string]*adminCmd {
 				})
 			},
 		},
+		"problems": problemsCmd(true),
 		"remove": {
 			usage: "client remove ACCOUNT_ID CLIENT_ID",
 			help:  "remove a client; its live sessions are disconnected",

@@ -3,7 +3,6 @@ package app
 import (
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -103,6 +102,7 @@ func RegisterPlatform(reg prometheus.Registerer, p *platform.Policy) {
 		one("fleetmq_platform_qos2_pool_used_total", "QoS 2 pool units used (all accounts).", func(t platform.Totals) int64 { return t.QoS2Pool }),
 		one("fleetmq_platform_demotions_total", "QoS 2 publishes demoted to QoS 1 because the daily pool was used up.", func(t platform.Totals) int64 { return t.Demotions }),
 		one("fleetmq_platform_publish_refused_total", "Publishes refused by the platform rules.", func(t platform.Totals) int64 { return t.Refused }),
+		one("fleetmq_platform_problems_overflown_total", "Client problems (refusals, closes, drops) not recorded for their account owners because a flush interval's bounds were reached.", func(t platform.Totals) int64 { return t.ProblemsOverflown }),
 	))
 }
 
@@ -160,7 +160,7 @@ func codeSamples(m map[packet.ReasonCode]int64, emit metrics.Emit) {
 	names := make([]string, 0, len(m))
 	byName := make(map[string]int64, len(m))
 	for code, n := range m {
-		name := codeName(code)
+		name := code.Name()
 		names = append(names, name)
 		byName[name] = n
 	}
@@ -168,10 +168,4 @@ func codeSamples(m map[packet.ReasonCode]int64, emit metrics.Emit) {
 	for _, name := range names {
 		emit(float64(byName[name]), name)
 	}
-}
-
-// codeName is a reason code as a label value: "Bad User Name or Password"
-// becomes "bad_user_name_or_password".
-func codeName(c packet.ReasonCode) string {
-	return strings.ReplaceAll(strings.ToLower(c.String()), " ", "_")
 }

@@ -18,21 +18,29 @@ var errNormalDisconnect = errors.New("normal disconnect")
 func (c *conn) connect(cp *packet.Connect) error {
 	c.version = cp.ProtocolLevel
 	v5 := c.version == packet.Version5
-	refuse := func(code packet.ReasonCode, reason string, attrs ...slog.Attr) error {
+	refuse := func(code packet.ReasonCode, reason string, known *Identity) error {
 		c.srv.stats.connectsRefused[code].Add(1)
+		var attrs []slog.Attr
+		if known != nil {
+			attrs = known.LogAttrs
+			if known.ClientID == "" {
+				known.ClientID = cp.ClientID
+			}
+		}
 		c.logRefusedConnect(cp, code, reason, attrs)
+		c.srv.refused(known, Refusal{What: RefusedConnect, Code: code, Detail: reason})
 		if c.end(Disconnection{Reason: CloseConnectRefused, Code: code, Detail: reason}) {
 			c.closeAfter(&packet.Connack{ReasonCode: code})
 		}
 		return packet.Errorf(code, "connect refused: %s", reason)
 	}
 	if v5 && cp.Properties.Has(packet.PropAuthMethod) {
-		return refuse(packet.BadAuthenticationMethod, "enhanced authentication is not supported")
+		return refuse(packet.BadAuthenticationMethod, "enhanced authentication is not supported", nil)
 	}
 	assigned := ""
 	if cp.ClientID == "" {
 		if !v5 && !cp.CleanStart {
-			return refuse(packet.ClientIdentifierNotValid, "an empty client id needs a clean session")
+			return refuse(packet.ClientIdentifierNotValid, "an empty client id needs a clean session", nil)
 		}
 		assigned = "auto-" + strconv.FormatUint(c.srv.nextID.Add(1), 36) + "-" + strconv.FormatInt(c.srv.now().UnixNano()%1e9, 36)
 		cp.ClientID = assigned
@@ -42,11 +50,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 	cancel()
 	if err != nil || id == nil {
 		code, reason := refusal(err, packet.NotAuthorized)
-		var attrs []slog.Attr
-		if id != nil {
-			attrs = id.LogAttrs
-		}
-		return refuse(code, reason, attrs...)
+		return refuse(code, reason, id)
 	}
 	if id.ClientID == "" {
 		id.ClientID = cp.ClientID

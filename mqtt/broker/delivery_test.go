@@ -641,7 +641,7 @@ func TestDeliveryCounters(t *testing.T) {
 		Routed:           4,
 		Subscriptions:    1,
 	}
-	want.ConnectionsBy[0] = 2 // tcp (ListenerNames)
+	want.ConnectionsBy[0] = 2                     // tcp (ListenerNames)
 	want.Closes[broker.CloseClientDisconnect] = 1 // the 3.1.1 publisher's DISCONNECT
 	in := map[packet.Type]int64{packet.CONNECT: 3, packet.SUBSCRIBE: 1, packet.PUBLISH: 4, packet.PUBACK: 2,
 		packet.PUBREC: 1, packet.PUBREL: 1, packet.PUBCOMP: 1, packet.PINGREQ: 3, packet.DISCONNECT: 1}

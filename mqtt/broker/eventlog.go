@@ -283,17 +283,26 @@ func (c *conn) logClosed(d Disconnection) {
 	c.srv.events.emit(level, "client disconnected", sup, c.connAttrs(attrs...)...)
 }
 
-// logRefused logs a refused PUBLISH or SUBSCRIBE filter.
-func (c *conn) logRefused(what, topic string, qos byte, code packet.ReasonCode, detail string) {
+// refused tells the policy of a refusal, if it wants to know.
+func (s *Server) refused(id *Identity, r Refusal) {
+	if s.refusals != nil {
+		s.refusals.Refused(id, r)
+	}
+}
+
+// logRefused logs a refused PUBLISH or SUBSCRIBE filter and tells the
+// policy.
+func (c *conn) logRefused(what RefusalKind, topic string, qos byte, code packet.ReasonCode, detail string) {
+	c.srv.refused(c.id, Refusal{What: what, Topic: topic, QoS: qos, Code: code, Detail: detail})
 	sup, ok := c.srv.events.admit(c.logb, evRefused, slog.LevelWarn)
 	if !ok {
 		return
 	}
-	key := "topic"
-	if what == "subscribe refused" {
-		key = "filter"
+	msg, key := "publish refused", "topic"
+	if what == RefusedSubscribe {
+		msg, key = "subscribe refused", "filter"
 	}
-	c.srv.events.emit(slog.LevelWarn, what, sup, c.connAttrs(slog.String(key, topic), slog.Int("qos", int(qos)),
+	c.srv.events.emit(slog.LevelWarn, msg, sup, c.connAttrs(slog.String(key, topic), slog.Int("qos", int(qos)),
 		codeAttr(code), slog.String("detail", detail))...)
 }
 
@@ -328,8 +337,10 @@ func (ss *session) logDropped(m *Message, r DropReason) {
 	ss.srv.events.emit(slog.LevelWarn, "message dropped", sup, attrs...)
 }
 
-// logWillRefused logs a will message the policy refused.
+// logWillRefused logs a will message that was refused, and tells the
+// policy.
 func (s *Server) logWillRefused(id *Identity, w *packet.Will, code packet.ReasonCode, reason string) {
+	s.refused(id, Refusal{What: RefusedWill, Topic: w.Topic, QoS: w.QoS, Code: code, Detail: reason})
 	sup, ok := s.events.admit(s.events.limits(id.SessionKey()), evRefused, slog.LevelWarn)
 	if !ok {
 		return

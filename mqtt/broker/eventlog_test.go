@@ -1,7 +1,11 @@
 package broker_test
 
 import (
+	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,4 +105,74 @@ func TestEventLogRateLimit(t *testing.T) {
 	eventually(t, "the disconnect logged", func() bool {
 		return len(sink.Lines("client disconnected", "client_id", "noisy", "reason", "client_disconnect")) == 1
 	})
+}
+
+// refusalSpy is denyPolicy that also watches every refusal, and refuses
+// CONNECTs with the password "wrong" (returning an identity that says who
+// it was, as the platform does for a known credential).
+type refusalSpy struct {
+	denyPolicy
+	mu   sync.Mutex
+	seen []string
+}
+
+func (p *refusalSpy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*broker.Identity, error) {
+	if string(req.Connect.Password) == "wrong" {
+		return &broker.Identity{Namespace: "known"}, packet.Errorf(packet.BadUserNameOrPassword, "wrong password")
+	}
+	return &broker.Identity{ClientID: req.Connect.ClientID}, nil
+}
+
+func (p *refusalSpy) Refused(id *broker.Identity, r broker.Refusal) {
+	who := "nobody"
+	if id != nil {
+		who = id.Namespace + ":" + id.ClientID
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seen = append(p.seen, fmt.Sprintf("%s %s %s q%d %s: %s", who, r.What, r.Topic, r.QoS, r.Code.Name(), r.Detail))
+}
+
+func (p *refusalSpy) refusals() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.seen)
+}
+
+// TestRefusalObserver: a policy that implements RefusalObserver is told of
+// every refusal once, whoever decided it: the policy's own (a CONNECT with
+// the identity it returned, a PUBLISH, a SUBSCRIBE filter) and the
+// broker's (an invalid filter, an unsupported authentication method).
+func TestRefusalObserver(t *testing.T) {
+	spy := &refusalSpy{}
+	b := startBroker(t, broker.Options{Policy: spy})
+	for _, cp := range []*packet.Connect{
+		{ClientID: "dev-1", Username: "u", HasUsername: true, Password: []byte("wrong"), HasPassword: true},
+		{ClientID: "dev-2", Properties: packet.Properties{AuthMethod: "SCRAM-SHA-1"}},
+	} {
+		cp.ProtocolName, cp.ProtocolLevel, cp.CleanStart, cp.KeepAlive = "MQTT", packet.Version5, true, 30
+		if cp.Properties.AuthMethod != "" {
+			cp.Properties.Mark(packet.PropAuthMethod)
+		}
+		rc := dialRaw(t, b.Addr, packet.Version5)
+		rc.must(t, cp)
+		if ack := rc.expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode < 0x80 {
+			t.Fatalf("%s: CONNACK %v, want a refusal", cp.ClientID, ack.ReasonCode)
+		}
+	}
+	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "dev-3", CleanStart: true, KeepAlive: 30})
+	rc.must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 1, Payload: []byte("no")})
+	rc.expect(t, packet.PUBACK)
+	rc.must(t, &packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "deny/#", QoS: 1}, {Filter: "a/#/b", QoS: 0}, {Filter: "ok/#", QoS: 1}}})
+	rc.expect(t, packet.SUBACK)
+	want := []string{
+		"known:dev-1 connect  q0 bad_user_name_or_password: wrong password",
+		"nobody connect  q0 bad_authentication_method: enhanced authentication is not supported",
+		":dev-3 publish deny/x q1 not_authorized: nothing may be published under deny/",
+		":dev-3 subscribe deny/# q1 not_authorized: deny/ is closed to subscribers",
+	}
+	got := spy.refusals()
+	if len(got) != 5 || !slices.Equal(got[:4], want) || !strings.HasPrefix(got[4], ":dev-3 subscribe a/#/b q0 topic_filter_invalid: ") {
+		t.Fatalf("refusals seen:\n%s\nwant:\n%s\n(and the invalid filter a/#/b)", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }

@@ -170,6 +170,49 @@ type ConnectObserver interface {
 	Connected(id *Identity, c *Connection)
 }
 
+// RefusalObserver is an optional interface of a Policy that wants to know
+// of every refusal the server answers, whoever decided it (the policy or
+// the broker's own limits and checks): a CONNECT, a PUBLISH, a SUBSCRIBE
+// filter or a will. Refused is called once per refusal, with what the
+// event log says about it, on the connection's goroutine; it must not
+// block. For a refused CONNECT, id is the Identity Authenticate returned
+// with its refusal (nil when it returned none, or the broker refused
+// before asking), with ClientID set to the CONNECT's. Connections the
+// server ends are reported by Disconnected, messages not delivered by
+// Dropped.
+type RefusalObserver interface {
+	Refused(id *Identity, r Refusal)
+}
+
+// Refusal is what a RefusalObserver is told.
+type Refusal struct {
+	What   RefusalKind
+	Topic  string // the topic of a PUBLISH or will, the filter of a SUBSCRIBE
+	QoS    byte
+	Code   packet.ReasonCode // what the client was answered (v5 codes; 3.1.1 clients get their version's)
+	Detail string            // why
+}
+
+// RefusalKind says what was refused.
+type RefusalKind uint8
+
+// Kinds of refusal.
+const (
+	RefusedConnect RefusalKind = iota
+	RefusedPublish
+	RefusedSubscribe
+	RefusedWill
+)
+
+var refusalNames = [...]string{"connect", "publish", "subscribe", "will"}
+
+func (k RefusalKind) String() string {
+	if int(k) < len(refusalNames) {
+		return refusalNames[k]
+	}
+	return "unknown"
+}
+
 // Connection describes an authenticated network connection to a
 // ConnectObserver. Its fields are fixed once Connected is called; it is
 // safe to keep and read from any goroutine after the connection ended.

@@ -97,7 +97,7 @@ func (c *conn) publish(p *packet.Publish) error {
 		if code == packet.QoSNotSupported {
 			return c.protocolError(code, reason)
 		}
-		c.logRefused("publish refused", p.Topic, p.QoS, code, reason)
+		c.logRefused(RefusedPublish, p.Topic, p.QoS, code, reason)
 		c.refusePublish(p, code)
 		return nil
 	}

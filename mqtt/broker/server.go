@@ -24,6 +24,7 @@ type Server struct {
 	opts     Options
 	policy   Policy
 	observer ConnectObserver // the policy, when it is one
+	refusals RefusalObserver // the policy, when it is one
 	log      *slog.Logger
 	events   *eventLog
 	now      func() time.Time
@@ -69,6 +70,7 @@ func New(opts Options) (*Server, error) {
 		stopWatch: make(chan struct{}),
 	}
 	s.observer, _ = opts.Policy.(ConnectObserver)
+	s.refusals, _ = opts.Policy.(RefusalObserver)
 	if opts.StatePath != "" {
 		if err := s.loadState(opts.StatePath); err != nil {
 			return nil, fmt.Errorf("broker: load state: %w", err)

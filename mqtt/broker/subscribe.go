@@ -107,7 +107,7 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 // SUBACK carries: code under v5; 3.1.1 has only 0x80.
 func (c *conn) refuseFilter(req packet.Subscription, code packet.ReasonCode, reason string) packet.ReasonCode {
 	c.srv.stats.subscribesRefused[code].Add(1)
-	c.logRefused("subscribe refused", req.Filter, req.QoS, code, reason)
+	c.logRefused(RefusedSubscribe, req.Filter, req.QoS, code, reason)
 	if c.version != packet.Version5 {
 		return packet.UnspecifiedError
 	}

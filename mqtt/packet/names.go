@@ -1,6 +1,9 @@
 package packet
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 var typeNames = [16]string{
 	"RESERVED", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP",
@@ -72,6 +75,13 @@ func (r ReasonCode) String() string {
 	}
 	const hex = "0123456789ABCDEF"
 	return "Reason code 0x" + string([]byte{hex[r>>4], hex[r&0x0F]})
+}
+
+// Name is the code's name in snake case, as metrics labels and stored
+// problems carry it: "Bad User Name or Password" is
+// "bad_user_name_or_password".
+func (r ReasonCode) Name() string {
+	return strings.ReplaceAll(strings.ToLower(r.String()), " ", "_")
 }
 
 // V3ReturnCode maps a v5 CONNACK reason code to the MQTT 3.1.1 CONNACK return

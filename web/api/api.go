@@ -46,6 +46,7 @@ type Store interface {
 	fleetmq.ControlStore
 	fleetmq.HistoryStore
 	fleetmq.UsageStore
+	fleetmq.ProblemStore
 }
 
 // Deps are the parts the API works with.
@@ -307,6 +308,7 @@ func op(id, method, path, summary, description string, addOn fleetmq.AddOn, stat
 func (a *API) register() {
 	a.registerHistory()
 	a.registerPublishers()
+	a.registerProblems()
 	a.registerCredentials()
 	a.registerUsage()
 }

@@ -37,6 +37,12 @@ var routes = []route{
 	{http.MethodGet, "/publishers/live", fleetmq.AddOnLiveREST, func(testing.TB, *env, *tenant) (string, any, int) {
 		return "/publishers/live", nil, http.StatusOK
 	}},
+	{http.MethodGet, "/publishers/{client_id}/problems", fleetmq.AddOnLiveREST, func(t testing.TB, e *env, tn *tenant) (string, any, int) {
+		return "/publishers/" + e.client(t, tn) + "/problems", nil, http.StatusOK
+	}},
+	{http.MethodGet, "/problems", fleetmq.AddOnLiveREST, func(testing.TB, *env, *tenant) (string, any, int) {
+		return "/problems?limit=10", nil, http.StatusOK
+	}},
 	{http.MethodGet, "/publishers", fleetmq.AddOnMgmtREST, func(testing.TB, *env, *tenant) (string, any, int) {
 		return "/publishers", nil, http.StatusOK
 	}},

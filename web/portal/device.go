@@ -65,6 +65,7 @@ type deviceData struct {
 	Older    string // URL of the next (older) page, "" on the last
 	Newest   string // URL of the first page
 	Chart    chartData
+	Problems []problemRow
 }
 
 // chartData is the chart form and its result.
@@ -100,6 +101,12 @@ func (p *Portal) device(c *call) {
 			d.Retained = append(d.Retained, r)
 		}
 	}
+	problems, err := p.deps.Store.Problems(c.ctx, c.acc.ID, cl.ClientID, problemsSince(c.now), DeviceProblems)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	d.Problems = problemRows(problems, d.Prefix, nil)
 	latest, err := p.deps.Store.LatestHistory(c.ctx, c.acc.ID, cl.ClientID)
 	if err != nil {
 		c.fail(err)

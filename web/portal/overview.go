@@ -31,6 +31,7 @@ type overviewData struct {
 	Days       []dayBar
 	Chart      template.HTML
 	DaysTotal  [3]int64
+	Problems   []problemRow
 }
 
 // dropRow is one drop reason of today.
@@ -85,6 +86,21 @@ func (p *Portal) overview(c *call) {
 		return
 	}
 	d.Clients = len(cs)
+	problems, err := p.deps.Store.Problems(c.ctx, c.acc.ID, "", problemsSince(c.now), OverviewProblems)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	registered := make(map[string]bool, len(cs))
+	for _, cl := range cs {
+		registered[cl.ClientID] = true
+	}
+	d.Problems = problemRows(problems, c.acc.ID+"/", func(id string) string {
+		if registered[id] {
+			return clientURL(id) + "#problems"
+		}
+		return "" // a subscriber's client id: no device page
+	})
 	if c.plan != nil {
 		d.MaxClients = c.plan.MaxPublisherClients
 		d.PoolSize = c.plan.QoS2DailyPool

@@ -44,6 +44,7 @@ type Store interface {
 	fleetmq.UsageStore
 	fleetmq.HistoryStore
 	fleetmq.PortalStore
+	fleetmq.ProblemStore
 }
 
 // Deps are the parts the portal works with.

@@ -141,6 +141,9 @@ func (p *Portal) funcs() template.FuncMap {
 		"list":      func(s ...string) []string { return s },
 		"mul3":      func(n int) int { return 3 * n },
 		"copyArgs":  func(id, value, label string) copyArgs { return copyArgs{ID: id, Value: value, Label: label} },
+		"problemsArgs": func(now time.Time, rows []problemRow, overview bool) problemsArgs {
+			return problemsArgs{Now: now, Rows: rows, Overview: overview}
+		},
 		"credSection": func(v *view, pre, kind, title, intro string, rows []credRow) credSection {
 			return credSection{View: v, Pre: pre, Kind: kind, Title: title, Intro: intro, Rows: rows}
 		},
@@ -156,6 +159,14 @@ func (p *Portal) funcs() template.FuncMap {
 // copyArgs are the arguments of the "copy" template: a value with a copy
 // button.
 type copyArgs struct{ ID, Value, Label string }
+
+// problemsArgs are the "problems" partial's: the rows, and whether it is
+// the Overview's (a column for the client).
+type problemsArgs struct {
+	Now      time.Time
+	Rows     []problemRow
+	Overview bool
+}
 
 // credSection are the arguments of the "credential-section" template.
 type credSection struct {
@@ -262,6 +273,8 @@ func dropName(r string) string {
 		return "Subscriber session expired"
 	case "offline_qos0":
 		return "QoS 0 for an offline subscriber"
+	case "connection_closed":
+		return "Connection closed with the message in flight or queued"
 	}
 	return r
 }
