@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
 
@@ -132,15 +133,10 @@ func TestCompareEndToEnd(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := testkit.FreePorts(t, 3) // fleetmq broker, Mosquitto, platform
 	jsonl := filepath.Join(t.TempDir(), "out.jsonl")
 	var out, errs bytes.Buffer
-	err = Main(context.Background(), []string{"compare", "-fleetmq", bin, "-rounds", "1", "-only", "fixed-rate-qos1",
+	err := Main(context.Background(), []string{"compare", "-fleetmq", bin, "-rounds", "1", "-only", "fixed-rate-qos1",
 		"-duration", "300ms", "-rate", "400", "-publishers", "4", "-port", strconv.Itoa(port), "-out", jsonl}, &out, &errs)
 	if err != nil {
 		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, &out, &errs)

@@ -5,7 +5,10 @@
 package testkit
 
 import (
+	"math/rand/v2"
+	"net"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -69,4 +72,35 @@ func NeedChromium(tb testing.TB) {
 		}
 		tb.Skipf("%s is not installed (Debian package chromium; scripts/test.sh installs it)", ChromiumPath)
 	}
+}
+
+// FreePorts returns the first of n consecutive loopback TCP ports that are
+// free now, for programs that must be told a port (Mosquitto, a child
+// process with several listeners). The ports lie below Linux's ephemeral
+// range (32768 and up), so no outgoing connection of a concurrently running
+// test can take one between this check and the program's bind; only another
+// program binding an explicit port could.
+func FreePorts(t testing.TB, n int) int {
+	t.Helper()
+	const lo, hi = 20000, 32000
+	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	for range 200 {
+		base := lo + r.IntN(hi-lo-n)
+		var held []net.Listener
+		for p := base; p < base+n; p++ {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				break
+			}
+			held = append(held, ln)
+		}
+		for _, ln := range held {
+			ln.Close()
+		}
+		if len(held) == n {
+			return base
+		}
+	}
+	t.Fatalf("no %d consecutive free loopback ports between %d and %d", n, lo, hi)
+	return 0
 }
