@@ -36,6 +36,11 @@ type Options struct {
 	// Logger, when set, receives a line for every control-plane change a
 	// new snapshot brings (credentials, clients, accounts, layouts).
 	Logger *slog.Logger
+	// Applied, when set, is called by Run after every check of the
+	// source's version, with the version in force: by then every change up
+	// to it is enforced (sessions it no longer allows were disconnected).
+	// serve reports it to the operator commands waiting for their change.
+	Applied func(ctx context.Context, version int64)
 }
 
 // Sink receives the history record of every accepted message (ingest).

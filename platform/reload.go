@@ -53,6 +53,9 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 			}
 		}
 		p.DisconnectInvalid(srv)
+		if p.opts.Applied != nil {
+			p.opts.Applied(ctx, p.Snapshot().Version)
+		}
 		p.flush(ctx, sink, log)
 	}
 }

@@ -19,7 +19,8 @@ import (
 // The operator commands open the store directly: SQLite in the data
 // directory, or the PostgreSQL database of -database. SQLite in WAL mode
 // lets them write while "fleetmq serve" runs; serve picks the change up
-// within its reload interval on either database.
+// at its next reload on either database, and a command that changed
+// something returns only once every running serve has (awaitApplied).
 
 // adminCmd is one operator subcommand.
 type adminCmd struct {
@@ -37,7 +38,7 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 		for _, verb := range sortedKeys(cmds) {
 			fmt.Fprintf(w, "  fleetmq %s\n      %s\n", cmds[verb].usage, cmds[verb].help)
 		}
-		fmt.Fprintf(w, "Every command takes -data DIR (default ./data, or FLEETMQ_DATA) or -database URL (PostgreSQL, or FLEETMQ_DATABASE).\n")
+		fmt.Fprintf(w, "Every command takes -data DIR (default ./data, or FLEETMQ_DATA) or -database URL (PostgreSQL, or FLEETMQ_DATABASE).\nA command that changes something returns once every running fleetmq serve enforces the change (-wait, default 5s).\n")
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "help" || args[0] == "--help" {
 		usage(stderr)
@@ -53,6 +54,7 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 	fs.Usage = func() { fmt.Fprintf(stderr, "Usage: fleetmq %s\n  %s\n", c.usage, c.help); fs.PrintDefaults() }
 	var dir, database string
 	storeFlags(fs, &dir, &database)
+	wait := fs.Duration("wait", 5*time.Second, "after a change, how long to wait until every running fleetmq serve enforces it (0: do not wait)")
 	if c.flags != nil {
 		c.flags(fs)
 	}
@@ -69,7 +71,38 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 		return err
 	}
 	defer store.Close()
-	return c.run(ctx, control.New(store), pos, stdout)
+	svc := control.New(store)
+	before, err := store.Version(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.run(ctx, svc, pos, stdout); err != nil {
+		return err
+	}
+	return awaitApplied(ctx, svc, before, *wait, stderr)
+}
+
+// awaitApplied returns once a change the command stored (the control-plane
+// version moved from before) is in force on every running fleetmq serve,
+// so that what the command made can be used on the next line of a script:
+// a credential to connect with, a revocation already enforced. When serve
+// is not running, or has not applied the change within wait, it says so on
+// stderr; the change is stored either way, and the exit status is 0.
+func awaitApplied(ctx context.Context, svc *control.Service, before int64, wait time.Duration, stderr io.Writer) error {
+	if wait <= 0 {
+		return nil
+	}
+	if v, err := svc.Store.Version(ctx); err != nil || v == before {
+		return err // a read, or a write that changed nothing
+	}
+	a, err := svc.AwaitApplied(ctx, wait, 20*time.Millisecond)
+	if err != nil {
+		return fmt.Errorf("stored; could not check that fleetmq serve applied it: %w", err)
+	}
+	if !a.Running() || !a.Done() {
+		fmt.Fprintln(stderr, a)
+	}
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -108,23 +141,37 @@ func dash(s string) string {
 	return s
 }
 
+// The fields -print can name, in the order the full output shows them.
+var (
+	accountFields    = []string{"account_id", "owner", "plan", "password"}
+	credentialFields = []string{"id", "kind", "username", "password"}
+)
+
 // accountCmds is "fleetmq account ...".
 func accountCmds() map[string]*adminCmd {
-	var name, email, plan string
+	var name, email, plan, only string
 	var days int
 	return map[string]*adminCmd{
 		"create": {
-			usage: "account create -name NAME -email OWNER_EMAIL [-plan PLAN]",
+			usage: "account create -name NAME -email OWNER_EMAIL [-plan PLAN] [-print FIELDS]",
 			help:  "create an account; prints its id and the owner's first portal password (shown once)",
 			flags: func(fs *flag.FlagSet) {
 				fs.StringVar(&name, "name", "", "account name")
 				fs.StringVar(&email, "email", "", "owner's e-mail (portal sign-in)")
 				fs.StringVar(&plan, "plan", "", "base plan (see: fleetmq plan list)")
+				fs.StringVar(&only, "print", "", "print only these comma-separated fields on one line, for scripts: account_id,owner,plan,password")
 			},
 			run: func(ctx context.Context, svc *control.Service, _ []string, out io.Writer) error {
+				list, err := printList(only, accountFields)
+				if err != nil {
+					return err
+				}
 				a, pw, err := svc.CreateAccount(ctx, control.NewAccount{Name: name, OwnerEmail: email, Plan: plan})
 				if err != nil {
 					return err
+				}
+				if list != nil {
+					return printFields(out, list, map[string]string{"account_id": a.ID, "owner": a.OwnerEmail, "plan": dash(a.Plan), "password": pw})
 				}
 				fmt.Fprintf(out, "account_id:      %s\nowner:           %s\nplan:            %s\nportal password: %s\n", a.ID, a.OwnerEmail, dash(a.Plan), pw)
 				fmt.Fprintln(out, "The password is shown only now; the owner should change it after signing in.")
@@ -455,9 +502,10 @@ func clientCmds() map[string]*adminCmd {
 // credentialCmds is "fleetmq credential ...".
 func credentialCmds() map[string]*adminCmd {
 	var in control.NewCredential
+	var only string
 	return map[string]*adminCmd{
 		"create": {
-			usage: "credential create ACCOUNT_ID -kind publisher|subscriber [-label L] [-expires-in-days N] [-filter F]...",
+			usage: "credential create ACCOUNT_ID -kind publisher|subscriber [-label L] [-expires-in-days N] [-filter F]... [-print FIELDS]",
 			help:  "create a fleet publisher credential or a read-only subscriber password; the password is shown once",
 			args:  1,
 			flags: func(fs *flag.FlagSet) {
@@ -468,11 +516,19 @@ func credentialCmds() map[string]*adminCmd {
 					in.Filters = append(in.Filters, s)
 					return nil
 				})
+				fs.StringVar(&only, "print", "", "print only these comma-separated fields on one line, for scripts: id,kind,username,password")
 			},
 			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {
+				list, err := printList(only, credentialFields)
+				if err != nil {
+					return err
+				}
 				c, secret, err := svc.CreateCredential(ctx, pos[0], in)
 				if err != nil {
 					return err
+				}
+				if list != nil {
+					return printFields(out, list, map[string]string{"id": c.ID, "kind": c.Kind, "username": c.Username, "password": secret})
 				}
 				fmt.Fprintf(out, "id:       %s\nkind:     %s\nusername: %s\npassword: %s\nexpires:  %s\n", c.ID, c.Kind, c.Username, secret, when(c.ExpiresAt))
 				if c.Kind == fleetmq.KindSubscriber {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/ingest"
@@ -114,6 +115,9 @@ type App struct {
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup // the policy's reload loop, retention and the API's bookkeeping
 
+	node        fleetmq.Node // this process's row in the store's nodes
+	authVersion int64        // the control-plane version the REST token index follows
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -181,7 +185,8 @@ func (a *App) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.Policy = platform.NewPolicy(platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now, Sink: a.Ingest, Logger: cfg.Logger}, snap)
+	a.Policy = platform.NewPolicy(platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now, Sink: a.Ingest, Logger: cfg.Logger,
+		Applied: a.applied}, snap)
 	if err := a.restorePools(ctx, snap); err != nil {
 		return err
 	}
@@ -237,6 +242,9 @@ func (a *App) start(ctx context.Context) error {
 			return err
 		}
 		a.URLs = append(a.URLs, "http://"+a.HTTPAddr)
+	}
+	if err := a.startNode(ctx, snap.Version); err != nil {
+		return err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
@@ -312,6 +320,7 @@ func (a *App) close(ctx context.Context) error {
 	go func() { a.wg.Wait(); close(stopped) }()
 	select {
 	case <-stopped: // the last usage flush
+		errs = append(errs, a.stopNode(ctx))
 	case <-ctx.Done():
 		errs = append(errs, ctx.Err())
 	}
@@ -344,14 +353,12 @@ func (a *App) startAPI(ctx context.Context) error {
 	return nil
 }
 
-// runAPIBookkeeping keeps the token index current with the control
-// plane (refreshed when the policy loads a new snapshot) and
-// writes token last-use times and rate-limit counts every reload
-// interval, and once more on the way out.
+// runAPIBookkeeping writes token last-use times and rate-limit counts
+// every reload interval, and once more on the way out. (The token index
+// follows the control plane in applied.)
 func (a *App) runAPIBookkeeping(ctx context.Context) {
 	t := time.NewTicker(a.cfg.ReloadInterval)
 	defer t.Stop()
-	last := a.Policy.Snapshot().Version
 	flush := func(ctx context.Context) {
 		if err := a.Auth.Flush(ctx); err != nil && ctx.Err() == nil {
 			a.cfg.Logger.Error("flush REST token last use", "error", err)
@@ -368,14 +375,6 @@ func (a *App) runAPIBookkeeping(ctx context.Context) {
 			cancel()
 			return
 		case <-t.C:
-		}
-		// The policy's reload loop already polls the store's version; a new
-		// snapshot means the control plane (tokens, accounts) changed.
-		if v := a.Policy.Snapshot().Version; v != last {
-			last = v
-			if err := a.Auth.Refresh(ctx); err != nil && ctx.Err() == nil {
-				a.cfg.Logger.Error("refresh REST API tokens", "error", err)
-			}
 		}
 		flush(ctx)
 	}

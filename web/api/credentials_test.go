@@ -60,10 +60,10 @@ func (e *env) credentials(t *testing.T, token, path string) map[string]credentia
 // subscriber password's id.
 func TestSubscriberPasswords(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, slowReload)
 	A := e.tenant(t, "A", "starter", allAddOns, "dev1")
 	B := e.tenant(t, "B", "starter", allAddOns, "dev1")
-	e.synced(t)
+	e.App.Sync(e.ctx) // the tenants were made through the service
 	dev := e.dial(t, "dev1", A.PubUser, A.PubPass)
 
 	var c credential
@@ -155,8 +155,9 @@ func TestSubscriberPasswords(t *testing.T) {
 // route does not know a publisher credential's id.
 func TestPublisherCredentials(t *testing.T) {
 	t.Parallel()
-	e := start(t)
+	e := start(t, slowReload)
 	A := e.tenant(t, "A", "starter", allAddOns)
+	e.App.Sync(e.ctx) // the tenant was made through the service
 
 	var c credential
 	e.req(t, A.Token, "POST", "/publisher-credentials", map[string]any{"label": "fleet 2031"}).ok(t, http.StatusCreated, &c)

@@ -86,6 +86,11 @@ func (e *env) restart(t testing.TB) {
 	e.open(t)
 }
 
+// slowReload leaves control-plane changes to the API's own Changed call
+// (the reload loop waits an hour), so a test shows that what a request
+// changed is in force when its response arrives.
+func slowReload(c *app.Config) { c.ReloadInterval = time.Hour }
+
 // synced waits until the policy's snapshot is the store's current version,
 // so control-plane changes made through the service are in force.
 func (e *env) synced(t testing.TB) {

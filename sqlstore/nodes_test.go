@@ -1,0 +1,45 @@
+package sqlstore_test
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/sqlstore"
+)
+
+// TestNodesReportWithoutMovingTheVersion: a node's row is created, its
+// heartbeat and applied version updated (its start kept), and deleted; none
+// of it is a control-plane change, so serve does not reload for it.
+func TestNodesReportWithoutMovingTheVersion(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *sqlstore.Store) {
+		ctx := ctxT(t)
+		v0, err := s.Version(ctx)
+		must(t, err)
+		n := &fleetmq.Node{ID: "n1", Host: "box", PID: 42, Started: t0, Heartbeat: t0, Applied: v0}
+		must(t, s.PutNode(ctx, n))
+		must(t, s.PutNode(ctx, &fleetmq.Node{ID: "n2", Host: "box", PID: 43, Started: t0, Heartbeat: t0, Applied: v0}))
+		later := *n
+		later.Started, later.Heartbeat, later.Applied = t0.Add(time.Hour), t0.Add(5*time.Second), v0+3
+		must(t, s.PutNode(ctx, &later))
+		got, err := s.Nodes(ctx)
+		must(t, err)
+		want := *n
+		want.Heartbeat, want.Applied = later.Heartbeat, later.Applied
+		if len(got) != 2 || !reflect.DeepEqual(*got[0], want) || got[1].ID != "n2" {
+			t.Fatalf("nodes %+v, want n1 %+v and n2", got, want)
+		}
+		if !got[0].Live(t0.Add(5*time.Second+fleetmq.NodeStaleAfter-time.Millisecond)) || got[0].Live(t0.Add(5*time.Second+fleetmq.NodeStaleAfter)) {
+			t.Fatal("liveness does not follow the heartbeat")
+		}
+		must(t, s.DeleteNode(ctx, "n2"))
+		must(t, s.DeleteNode(ctx, "unknown"))
+		if got, err := s.Nodes(ctx); err != nil || len(got) != 1 {
+			t.Fatalf("after delete: %+v %v", got, err)
+		}
+		if v, err := s.Version(ctx); err != nil || v != v0 {
+			t.Fatalf("control version moved from %d to %d (%v): nodes are not control-plane state", v0, v, err)
+		}
+	})
+}
