@@ -22,41 +22,58 @@ type UsageSink interface {
 	AddUsage(ctx context.Context, daily []DailyDelta, clients []ClientDelta) error
 }
 
-// Run keeps the policy current until ctx ends: every interval it reloads
-// the snapshot when the source's version moved, disconnects sessions that
-// are no longer valid (credential revoked or expired, account suspended,
-// client deleted), and flushes metered usage to sink. It flushes once more
-// on the way out. srv also becomes the broker the live view reads retained
-// messages from (SetBroker).
+// VersionPoll is how often Run checks the source's version (when its
+// interval is longer): a control-plane change is in force within it.
+const VersionPoll = 100 * time.Millisecond
+
+// Run keeps the policy current until ctx ends. Every VersionPoll (or
+// interval, if shorter) it reloads the snapshot when the source's version
+// moved and then disconnects the sessions the new snapshot no longer allows
+// (credential revoked, account suspended, client deleted). Every interval it
+// also disconnects the sessions whose credential expired meanwhile and
+// flushes metered usage to sink; it flushes once more on the way out. srv
+// also becomes the broker the live view reads retained messages from
+// (SetBroker).
 func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broker.Server, interval time.Duration, log *slog.Logger) {
 	if srv != nil {
 		p.SetBroker(srv)
 	}
-	t := time.NewTicker(interval)
+	t := time.NewTicker(min(interval, VersionPoll))
 	defer t.Stop()
 	last := p.Snapshot().Version
+	lastFull := time.Now()
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			p.flush(context.Background(), sink, log)
 			return
-		case <-t.C:
+		case now = <-t.C:
 		}
+		full := now.Sub(lastFull) >= interval
+		changed := false
 		if v, err := src.Version(ctx); err != nil {
-			log.Error("read control-plane version", "error", err)
+			if full { // not every poll: a store that is down would flood the log
+				log.Error("read control-plane version", "error", err)
+			}
 		} else if v != last {
 			if err := p.Reload(ctx, src); err != nil {
 				log.Error("reload control plane", "error", err)
 			} else {
-				last = p.Snapshot().Version
+				last, changed = p.Snapshot().Version, true
 				log.Debug("control plane reloaded", "version", last)
 			}
 		}
-		p.DisconnectInvalid(srv)
+		if changed || full {
+			p.DisconnectInvalid(srv)
+		}
 		if p.opts.Applied != nil {
 			p.opts.Applied(ctx, p.Snapshot().Version)
 		}
-		p.flush(ctx, sink, log)
+		if full {
+			p.flush(ctx, sink, log)
+			lastFull = now
+		}
 	}
 }
 

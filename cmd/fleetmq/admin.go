@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -76,10 +77,19 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 	if err != nil {
 		return err
 	}
-	if err := c.run(ctx, svc, pos, stdout); err != nil {
+	// The output waits with the command: a script reading it (read -r ID
+	// PASSWORD < <(fleetmq ... -print id,password)) goes on only once the
+	// change is in force, not as soon as the line is printed.
+	var out bytes.Buffer
+	if err := c.run(ctx, svc, pos, &out); err != nil {
+		stdout.Write(out.Bytes())
 		return err
 	}
-	return awaitApplied(ctx, svc, before, *wait, stderr)
+	err = awaitApplied(ctx, svc, before, *wait, stderr)
+	if _, werr := stdout.Write(out.Bytes()); werr != nil && err == nil {
+		err = werr
+	}
+	return err
 }
 
 // awaitApplied returns once a change the command stored (the control-plane

@@ -22,7 +22,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.HTTPListen, "http-listen", ":8080", "HTTP address for the portal, the REST API, /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve /metrics, /livez and /readyz on this address instead of -http-listen, e.g. 127.0.0.1:9100 (empty: on -http-listen) [FLEETMQ_METRICS_LISTEN]")
 	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "optional topic_prefix: devices publish under PREFIX/{account_id}/... [FLEETMQ_TOPIC_PREFIX]")
-	fs.DurationVar(&cfg.ReloadInterval, "reload-interval", time.Second, "how often to pick up control-plane changes and flush usage [FLEETMQ_RELOAD_INTERVAL]")
+	fs.DurationVar(&cfg.ReloadInterval, "reload-interval", time.Second, "how often to flush usage and disconnect expired credentials; control-plane changes are picked up within 100ms (or this, if shorter) [FLEETMQ_RELOAD_INTERVAL]")
 	fs.DurationVar(&cfg.StateSaveInterval, "state-save-interval", 30*time.Second, "how often retained messages and persistent sessions are saved while running (also at shutdown) [FLEETMQ_STATE_SAVE_INTERVAL]")
 	fs.IntVar(&cfg.Ingest.QueueSize, "ingest-queue", ingest.DefaultQueueSize, "accepted messages that may wait to be stored before publishers are slowed down [FLEETMQ_INGEST_QUEUE]")
 	fs.IntVar(&cfg.Ingest.MaxBatch, "ingest-batch", ingest.DefaultMaxBatch, "most messages stored in one commit [FLEETMQ_INGEST_BATCH]")

@@ -46,8 +46,9 @@ type Config struct {
 	// the portal and the REST API are public.
 	MetricsListen string
 	TopicPrefix   string
-	// ReloadInterval is how often the control-plane version is polled (and
-	// usage flushed). Default 1 s, so CLI changes apply within 2 s.
+	// ReloadInterval is how often usage and client problems are flushed and
+	// expired credentials disconnected. Default 1 s. The control-plane
+	// version is polled every platform.VersionPoll (or this, if shorter).
 	ReloadInterval time.Duration
 	// RetainedMaxAge is the retained maximum age. Default 24 h (the spec).
 	RetainedMaxAge time.Duration

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"testing"
@@ -103,4 +104,19 @@ func FreePorts(t testing.TB, n int) int {
 	}
 	t.Fatalf("no %d consecutive free loopback ports between %d and %d", n, lo, hi)
 	return 0
+}
+
+// NeedTools checks that the named commands are on PATH. When one is
+// missing the test is skipped, unless FLEETMQ_REQUIRE_TOOLS=1 (set by
+// scripts/test.sh, which installs them), where it fails.
+func NeedTools(tb testing.TB, names ...string) {
+	tb.Helper()
+	for _, n := range names {
+		if _, err := exec.LookPath(n); err != nil {
+			if os.Getenv("FLEETMQ_REQUIRE_TOOLS") == "1" {
+				tb.Fatalf("%s not found (FLEETMQ_REQUIRE_TOOLS=1): %v", n, err)
+			}
+			tb.Skipf("%s not found (install it, or run scripts/test.sh)", n)
+		}
+	}
 }

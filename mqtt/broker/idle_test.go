@@ -12,6 +12,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -30,7 +31,7 @@ func idle(d time.Duration) { time.Sleep(d) }
 // connect timeout, then receive the next message on the same connection:
 // no connection is closed and none reconnects.
 func TestIdleSubscribersKeepReceiving(t *testing.T) {
-	hdRequireTools(t, "mosquitto_sub")
+	testkit.NeedTools(t, "mosquitto_sub")
 	const timeout = 300 * time.Millisecond
 	b := startBroker(t, broker.Options{WriteTimeout: timeout, ConnectTimeout: timeout})
 	cert, pool := hdSelfSigned(t)

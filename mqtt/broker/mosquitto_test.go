@@ -4,30 +4,15 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
-
-// hdRequireTools returns the paths of the named commands. When one is
-// missing the test is skipped, unless FLEETMQ_REQUIRE_TOOLS=1 (set by
-// scripts/test.sh, which installs them), where it fails.
-func hdRequireTools(tb testing.TB, names ...string) {
-	tb.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			if os.Getenv("FLEETMQ_REQUIRE_TOOLS") == "1" {
-				tb.Fatalf("%s not found (FLEETMQ_REQUIRE_TOOLS=1): %v", n, err)
-			}
-			tb.Skipf("%s not found (install mosquitto-clients, or run scripts/test.sh)", n)
-		}
-	}
-}
 
 // hdMosquitto runs a mosquitto client command against the broker at addr
 // and returns its standard output; it fails the test if the command fails.
@@ -53,7 +38,7 @@ func hdMosquittoCmd(ctx context.Context, addr string, name string, args ...strin
 // exchange messages at QoS 0, 1 and 2 through the broker, and a retained
 // message reaches a later subscriber.
 func TestMosquittoClients(t *testing.T) {
-	hdRequireTools(t, "mosquitto_pub", "mosquitto_sub")
+	testkit.NeedTools(t, "mosquitto_pub", "mosquitto_sub")
 	for _, v := range []string{"mqttv311", "mqttv5"} {
 		t.Run(v, func(t *testing.T) {
 			b := startBroker(t, broker.Options{})
