@@ -9,6 +9,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/ingest"
 	"github.com/fleetmq/fleetmq/internal/app"
 )
 
@@ -139,8 +140,11 @@ func TestPlatformHistory(t *testing.T) {
 		}
 	}
 
-	// The ingest counters behind /metrics agree.
-	st := p.Ingest.Stats()
+	// The ingest counters behind /metrics agree. The writer counts a batch
+	// after its commit, so a reader can see the rows an instant before the
+	// count: poll for it.
+	var st ingest.Stats
+	eventually(t, "the ingest writer to count 7 records written", func() bool { st = p.Ingest.Stats(); return st.Written >= 7 })
 	if st.Written != 7 || st.DroppedQoS0 != 0 || st.Abandoned != 0 {
 		t.Errorf("ingest stats %+v, want 7 written, nothing dropped or abandoned", st)
 	}
