@@ -58,6 +58,14 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if cfg.StatePath != "" {
+		// Two brokers saving one state file would overwrite each other.
+		lock, err := app.LockStateFile(cfg.StatePath)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+	}
 	srv, err := broker.New(broker.Options{
 		Logger:         log,
 		MaxInflight:    cfg.MaxInflight,

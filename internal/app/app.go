@@ -111,6 +111,7 @@ type App struct {
 
 	http        *http.Server
 	metricsHTTP *http.Server // on MetricsListen, if set
+	lock        *Lock        // on the data directory
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup // the policy's reload loop, retention and the API's bookkeeping
 
@@ -118,7 +119,8 @@ type App struct {
 	closeErr  error
 }
 
-// Start opens the data directory and starts serving.
+// Start locks and opens the data directory and starts serving. A data
+// directory another process serves is refused with an *InUseError.
 func Start(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("no data directory")
@@ -150,11 +152,18 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Ingest.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := OpenStore(ctx, cfg.DataDir, cfg.Database)
+	// The data directory holds the broker state (and the SQLite store):
+	// one process at a time, PostgreSQL or not.
+	lock, err := LockDataDir(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, Store: store, Service: &control.Service{Store: store, Now: cfg.Now}}
+	store, err := OpenStore(ctx, cfg.DataDir, cfg.Database)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	a := &App{cfg: cfg, Store: store, Service: &control.Service{Store: store, Now: cfg.Now}, lock: lock}
 	if err := a.start(ctx); err != nil {
 		if a.Broker != nil {
 			a.Broker.Close(context.Background())
@@ -163,6 +172,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 			a.Ingest.Close(context.Background())
 		}
 		store.Close()
+		lock.Release()
 		return nil, err
 	}
 	return a, nil
@@ -316,6 +326,7 @@ func (a *App) close(ctx context.Context) error {
 		errs = append(errs, ctx.Err())
 	}
 	errs = append(errs, a.Store.Close())
+	errs = append(errs, a.lock.Release())
 	return errors.Join(errs...)
 }
 
