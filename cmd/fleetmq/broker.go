@@ -93,7 +93,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		app.RegisterBroker(reg, srv)
 		hs, addr, err := app.StartHTTP(cfg.HTTPListen, app.HealthMux(metrics.Handler(reg, log), func() error { return nil }), log)
 		if err != nil {
-			return fail(err)
+			return fail(app.ListenError("-http-listen", cfg.HTTPListen, err))
 		}
 		defer hs.Close()
 		listening = append(listening, "http://"+addr+"/metrics")

@@ -233,7 +233,7 @@ func (a *App) start(ctx context.Context) error {
 	if cfg.MetricsListen != "" {
 		a.metricsHTTP, a.MetricsAddr, err = StartHTTP(cfg.MetricsListen, HealthMux(metricsHandler, ready), cfg.Logger)
 		if err != nil {
-			return fmt.Errorf("-metrics-listen %s: %w", cfg.MetricsListen, err)
+			return ListenError("-metrics-listen", cfg.MetricsListen, err)
 		}
 		a.URLs = append(a.URLs, "http://"+a.MetricsAddr+"/metrics")
 		metricsHandler = nil // not on the public listener
@@ -244,7 +244,7 @@ func (a *App) start(ctx context.Context) error {
 		mux.Handle("/", a.Portal) // every path the routes above do not take
 		a.http, a.HTTPAddr, err = StartHTTP(cfg.HTTPListen, mux, cfg.Logger)
 		if err != nil {
-			return err
+			return ListenError("-http-listen", cfg.HTTPListen, err)
 		}
 		a.URLs = append(a.URLs, "http://"+a.HTTPAddr)
 	}
