@@ -290,12 +290,19 @@ func (a *App) restorePools(ctx context.Context, snap *platform.Snapshot) error {
 	return nil
 }
 
-// ready reports whether the store answers.
+// ready reports why the platform cannot take traffic, or nil: the
+// store refuses the history writer's commits (a full disk: publishers get
+// no acknowledgements until it recovers), or it does not answer.
 func (a *App) ready(ctx context.Context) error {
+	if since, err := a.Ingest.Failing(); err != nil {
+		return fmt.Errorf("store refuses writes: %w (failing since %s)", err, since.UTC().Format(time.RFC3339))
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := a.Store.Version(ctx)
-	return err
+	if _, err := a.Store.Version(ctx); err != nil {
+		return fmt.Errorf("store does not answer: %w", err)
+	}
+	return nil
 }
 
 // Close stops serving: clients are disconnected, broker state saved, the
