@@ -25,6 +25,7 @@ type Store interface {
 	fleetmq.ControlStore
 	fleetmq.UsageStore
 	fleetmq.ProblemStore
+	fleetmq.PortalStore
 }
 
 // Service performs control-plane operations.
