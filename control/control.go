@@ -26,6 +26,7 @@ type Store interface {
 	fleetmq.UsageStore
 	fleetmq.ProblemStore
 	fleetmq.NodeStore
+	fleetmq.PortalStore
 }
 
 // Service performs control-plane operations.

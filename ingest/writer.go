@@ -150,6 +150,9 @@ type Writer struct {
 	acceptWaits atomic.Int64
 	abandoned   atomic.Int64
 	inBatch     atomic.Int64 // records of the batch being committed
+	// failing is set while the store refuses commits: since the first
+	// failed attempt, with the last attempt's error; nil after a success.
+	failing atomic.Pointer[failure]
 	// dropsReported and dropsReportedAt belong to the writer goroutine
 	// (reportDrops).
 	dropsReported   int64
@@ -369,6 +372,9 @@ func (w *Writer) commit(recs []*fleetmq.Record) (time.Duration, bool) {
 		start := time.Now()
 		err := w.store.AppendHistory(w.abortCtx, recs)
 		if err == nil {
+			if w.failing.Load() != nil {
+				w.failing.Store(nil)
+			}
 			took := time.Since(start)
 			w.commitNanos.Add(int64(took))
 			w.batches.Add(1)
@@ -382,6 +388,11 @@ func (w *Writer) commit(recs []*fleetmq.Record) (time.Duration, bool) {
 		if w.abortCtx.Err() != nil {
 			return 0, false
 		}
+		since := start
+		if f := w.failing.Load(); f != nil {
+			since = f.since
+		}
+		w.failing.Store(&failure{since: since, err: err})
 		w.log.Error("ingest: store history batch", "records", len(recs), "attempt", attempt, "retry_in", delay, "error", err)
 		t := time.NewTimer(delay)
 		select {
@@ -392,6 +403,24 @@ func (w *Writer) commit(recs []*fleetmq.Record) (time.Duration, bool) {
 		}
 		delay = min(delay*2, w.opts.RetryMax)
 	}
+}
+
+// failure is a run of failed commit attempts.
+type failure struct {
+	since time.Time // the first failed attempt began
+	err   error     // the last attempt's
+}
+
+// Failing reports whether the store is refusing the writer's commits:
+// since when its attempts have failed and the last attempt's error (a
+// disk full, a database that does not answer). Nothing the writer holds
+// is acknowledged meanwhile. It returns a nil error once a commit
+// succeeds.
+func (w *Writer) Failing() (since time.Time, err error) {
+	if f := w.failing.Load(); f != nil {
+		return f.since, f.err
+	}
+	return time.Time{}, nil
 }
 
 // Close stops accepting, commits and acknowledges everything queued, and

@@ -526,3 +526,56 @@ func TestLatencyObserved(t *testing.T) {
 		t.Errorf("the record queued behind it: lag %.3fs, commit %.3fs; it waited %.3fs in the queue", l[1], c[1], stuck)
 	}
 }
+
+// TestFailingWhileStoreFull: a SQLite store that cannot grow (a full disk)
+// makes Failing report the store's error, and since when, while nothing is
+// acknowledged; once it can grow again, the same group is stored once,
+// acknowledged, and Failing clears.
+func TestFailingWhileStoreFull(t *testing.T) {
+	db := openDB(t)
+	w := newWriter(t, db.Store, ingest.Options{RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond})
+	if since, err := w.Failing(); err != nil || !since.IsZero() {
+		t.Fatalf("a new writer is failing: %v since %v", err, since)
+	}
+	start := time.Now()
+	db.SetMaxPages(1) // no page beyond those it has
+	var acks []*ack
+	for {
+		if _, err := w.Failing(); err != nil {
+			break
+		}
+		if len(acks) == 10000 {
+			t.Fatal("10000 records of 4 KiB stored in a database that may not grow")
+		}
+		r := rec(acctA, 1)
+		r.Payload = append(r.Payload, make([]byte, 4096)...)
+		a := &ack{}
+		acks = append(acks, a)
+		w.Accept(r, a)
+		eventually(t, "the record acknowledged or the writer failing", func() bool {
+			_, err := w.Failing()
+			return a.n.Load() == 1 || err != nil
+		})
+	}
+	since, err := w.Failing()
+	if !strings.Contains(err.Error(), "database or disk is full") || since.Before(start) || since.After(time.Now()) {
+		t.Fatalf("Failing: %v since %v; want the store's 'full' error since the test began (%v)", err, since, start)
+	}
+	if got := acked(t, acks); got != len(acks)-1 {
+		t.Fatalf("%d of %d records acknowledged while the store refuses the last", got, len(acks))
+	}
+	// Later failures keep the first one's time.
+	eventually(t, "another failed attempt", func() bool { return w.Stats().StoreErrors >= 3 })
+	if s, _ := w.Failing(); !s.Equal(since) {
+		t.Fatalf("failing since %v after more attempts, was %v", s, since)
+	}
+
+	db.SetMaxPages(0)
+	eventually(t, "every record acknowledged after the disk has room", func() bool { return acked(t, acks) == len(acks) })
+	if since, err := w.Failing(); err != nil || !since.IsZero() {
+		t.Fatalf("still failing after a commit succeeded: %v since %v", err, since)
+	}
+	if got := db.count(t, acctA); got != len(acks) {
+		t.Fatalf("history has %d records, want %d (each once)", got, len(acks))
+	}
+}

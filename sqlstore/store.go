@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -54,6 +55,8 @@ func (d dialect) String() string {
 type Store struct {
 	db      *sql.DB
 	dialect dialect
+	// maxPages is SetMaxPages's limit: 0 never set, -1 lifted.
+	maxPages atomic.Int64
 }
 
 var (
@@ -256,6 +259,15 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 	if err != nil {
 		return err
 	}
+	if n := s.maxPages.Load(); n != 0 {
+		if n < 0 {
+			n = sqliteMaxPages
+		}
+		if _, err := tx.ExecContext(ctx, "PRAGMA max_page_count = "+strconv.FormatInt(n, 10)); err != nil {
+			tx.Rollback()
+			return err
+		}
+	}
 	if err := f(tx); err != nil {
 		tx.Rollback()
 		return err
@@ -276,6 +288,25 @@ func (s *Store) write(ctx context.Context, f func(*sql.Tx) error) error {
 		}
 		return f(tx)
 	})
+}
+
+// sqliteMaxPages is SQLite's own limit on a database's pages.
+const sqliteMaxPages = 0xfffffffe
+
+// SetMaxPages makes a SQLite store refuse to grow past n pages (never
+// below its current size), as a full disk would: writes that need a new
+// page fail with "database or disk is full". n <= 0 lifts the limit. It
+// is for tests of what a full disk does; the limit is applied to the
+// connection of each transaction as it begins. It does nothing on
+// PostgreSQL.
+func (s *Store) SetMaxPages(n int64) {
+	if s.dialect != sqliteDialect {
+		return
+	}
+	if n <= 0 {
+		n = -1
+	}
+	s.maxPages.Store(n)
 }
 
 // isUnique reports a uniqueness (or primary key) violation on either

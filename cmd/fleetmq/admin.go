@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -157,10 +158,11 @@ var (
 	credentialFields = []string{"id", "kind", "username", "password"}
 )
 
-// accountCmds is "fleetmq account ...".
-func accountCmds() map[string]*adminCmd {
+// accountCmds is "fleetmq account ..."; stdin is set-password's.
+func accountCmds(stdin io.Reader) map[string]*adminCmd {
 	var name, email, plan, only string
 	var days int
+	var fromStdin bool
 	return map[string]*adminCmd{
 		"create": {
 			usage: "account create -name NAME -email OWNER_EMAIL [-plan PLAN] [-print FIELDS]",
@@ -299,6 +301,39 @@ func accountCmds() map[string]*adminCmd {
 			},
 		},
 		"problems": problemsCmd(false),
+		"set-password": {
+			usage: "account set-password ACCOUNT_ID [-stdin]",
+			help:  "set a new portal password for the account's owner: a random one, printed once, or the first line of standard input (-stdin); signs out every portal session of the account",
+			args:  1,
+			flags: func(fs *flag.FlagSet) {
+				fs.BoolVar(&fromStdin, "stdin", false, "read the new password from the first line of standard input instead of generating one")
+			},
+			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {
+				a, err := svc.Store.Account(ctx, pos[0])
+				if err != nil {
+					return err
+				}
+				if !fromStdin {
+					pw, n, err := svc.ResetOwnerPassword(ctx, a.ID)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(out, "account_id:      %s\nowner:           %s\nportal password: %s\n", a.ID, a.OwnerEmail, pw)
+					fmt.Fprintf(out, "The password is shown only now; the owner should change it after signing in. %s.\n", sessions(n))
+					return nil
+				}
+				pw, err := readLine(stdin)
+				if err != nil {
+					return fmt.Errorf("-stdin: %w", err)
+				}
+				n, err := svc.SetOwnerPassword(ctx, a.ID, pw)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "portal password of %s (account %s) set. %s.\n", a.OwnerEmail, a.ID, sessions(n))
+				return nil
+			},
+		},
 		"usage": {
 			usage: "account usage ACCOUNT_ID [-days N]",
 			help:  "metered usage per UTC day: messages and bytes by effective QoS, QoS 2 pool, demotions, refusals, drops",
@@ -338,6 +373,27 @@ func accountCmds() map[string]*adminCmd {
 			},
 		},
 	}
+}
+
+// readLine reads the first line of r, without its line ending.
+func readLine(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", errors.New("no password on standard input (one line expected)")
+	}
+	return line, nil
+}
+
+// sessions says how many portal sessions were signed out.
+func sessions(n int64) string {
+	if n == 1 {
+		return "1 portal session signed out"
+	}
+	return strconv.FormatInt(n, 10) + " portal sessions signed out"
 }
 
 func status(a *fleetmq.Account) string {

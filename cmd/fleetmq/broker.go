@@ -58,6 +58,14 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if cfg.StatePath != "" {
+		// Two brokers saving one state file would overwrite each other.
+		lock, err := app.LockStateFile(cfg.StatePath)
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+	}
 	srv, err := broker.New(broker.Options{
 		Logger:         log,
 		MaxInflight:    cfg.MaxInflight,
@@ -85,7 +93,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		app.RegisterBroker(reg, srv)
 		hs, addr, err := app.StartHTTP(cfg.HTTPListen, app.HealthMux(metrics.Handler(reg, log), func() error { return nil }), log)
 		if err != nil {
-			return fail(err)
+			return fail(app.ListenError("-http-listen", cfg.HTTPListen, err))
 		}
 		defer hs.Close()
 		listening = append(listening, "http://"+addr+"/metrics")

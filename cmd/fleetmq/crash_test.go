@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 			i++
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := run(ctx, os.Args[min(i+1, len(os.Args)):], os.Stdout, os.Stderr)
+		err := runStdin(ctx, os.Args[min(i+1, len(os.Args)):], os.Stdin, os.Stdout, os.Stderr)
 		stop()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fleetmq:", err)

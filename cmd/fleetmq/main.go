@@ -16,13 +16,14 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	if err := runStdin(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(2)
 		}
@@ -35,7 +36,7 @@ const usage = `fleetmq — a multi-tenant MQTT platform in one binary
 
 Usage:
   fleetmq serve [flags]    run the platform on a data directory (default ./data)
-  fleetmq account ...      accounts: create, list, show, suspend, resume, set-plan, addon, usage
+  fleetmq account ...      accounts: create, list, show, suspend, resume, set-plan, addon, usage, set-password
   fleetmq plan ...         the plan catalog: list, set
   fleetmq client ...       MQTT clients of an account: add, list, set, remove
   fleetmq credential ...   publisher credentials and subscriber passwords: create, list, revoke
@@ -82,7 +83,14 @@ func buildVersion() string {
 	return "dev-" + rev
 }
 
+// run is runStdin with nothing on standard input, as the tests call it.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runStdin(ctx, args, strings.NewReader(""), stdout, stderr)
+}
+
+// runStdin runs one fleetmq command; stdin is read only by commands that
+// take input (account set-password -stdin).
+func runStdin(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return flag.ErrHelp
@@ -93,7 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr)
 	case "account":
-		return runAdmin(ctx, "account", accountCmds(), args[1:], stdout, stderr)
+		return runAdmin(ctx, "account", accountCmds(stdin), args[1:], stdout, stderr)
 	case "plan":
 		return runAdmin(ctx, "plan", planCmds(), args[1:], stdout, stderr)
 	case "client":

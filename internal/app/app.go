@@ -113,6 +113,7 @@ type App struct {
 
 	http        *http.Server
 	metricsHTTP *http.Server // on MetricsListen, if set
+	lock        *Lock        // on the data directory
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup // the policy's reload loop, retention and the API's bookkeeping
 
@@ -123,7 +124,8 @@ type App struct {
 	closeErr  error
 }
 
-// Start opens the data directory and starts serving.
+// Start locks and opens the data directory and starts serving. A data
+// directory another process serves is refused with an *InUseError.
 func Start(ctx context.Context, cfg Config) (*App, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("no data directory")
@@ -155,11 +157,18 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Ingest.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := OpenStore(ctx, cfg.DataDir, cfg.Database)
+	// The data directory holds the broker state (and the SQLite store):
+	// one process at a time, PostgreSQL or not.
+	lock, err := LockDataDir(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	a := &App{cfg: cfg, Store: store, Service: &control.Service{Store: store, Now: cfg.Now}}
+	store, err := OpenStore(ctx, cfg.DataDir, cfg.Database)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	a := &App{cfg: cfg, Store: store, Service: &control.Service{Store: store, Now: cfg.Now}, lock: lock}
 	if err := a.start(ctx); err != nil {
 		if a.Broker != nil {
 			a.Broker.Close(context.Background())
@@ -168,6 +177,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 			a.Ingest.Close(context.Background())
 		}
 		store.Close()
+		lock.Release()
 		return nil, err
 	}
 	return a, nil
@@ -229,7 +239,7 @@ func (a *App) start(ctx context.Context) error {
 	if cfg.MetricsListen != "" {
 		a.metricsHTTP, a.MetricsAddr, err = StartHTTP(cfg.MetricsListen, HealthMux(metricsHandler, ready), cfg.Logger)
 		if err != nil {
-			return fmt.Errorf("-metrics-listen %s: %w", cfg.MetricsListen, err)
+			return ListenError("-metrics-listen", cfg.MetricsListen, err)
 		}
 		a.URLs = append(a.URLs, "http://"+a.MetricsAddr+"/metrics")
 		metricsHandler = nil // not on the public listener
@@ -240,7 +250,7 @@ func (a *App) start(ctx context.Context) error {
 		mux.Handle("/", a.Portal) // every path the routes above do not take
 		a.http, a.HTTPAddr, err = StartHTTP(cfg.HTTPListen, mux, cfg.Logger)
 		if err != nil {
-			return err
+			return ListenError("-http-listen", cfg.HTTPListen, err)
 		}
 		a.URLs = append(a.URLs, "http://"+a.HTTPAddr)
 	}
@@ -289,12 +299,19 @@ func (a *App) restorePools(ctx context.Context, snap *platform.Snapshot) error {
 	return nil
 }
 
-// ready reports whether the store answers.
+// ready reports why the platform cannot take traffic, or nil: the
+// store refuses the history writer's commits (a full disk: publishers get
+// no acknowledgements until it recovers), or it does not answer.
 func (a *App) ready(ctx context.Context) error {
+	if since, err := a.Ingest.Failing(); err != nil {
+		return fmt.Errorf("store refuses writes: %w (failing since %s)", err, since.UTC().Format(time.RFC3339))
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := a.Store.Version(ctx)
-	return err
+	if _, err := a.Store.Version(ctx); err != nil {
+		return fmt.Errorf("store does not answer: %w", err)
+	}
+	return nil
 }
 
 // Close stops serving: clients are disconnected, broker state saved, the
@@ -326,6 +343,7 @@ func (a *App) close(ctx context.Context) error {
 		errs = append(errs, ctx.Err())
 	}
 	errs = append(errs, a.Store.Close())
+	errs = append(errs, a.lock.Release())
 	return errors.Join(errs...)
 }
 

@@ -10,7 +10,7 @@ import (
 
 // HealthMux serves /metrics (unless metricsHandler is nil), /livez (the
 // process is up) and /readyz (ready reports nil when the service can take
-// traffic).
+// traffic, or the reason it cannot, which is /readyz's 503 body).
 func HealthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
 	mux := http.NewServeMux()
 	if metricsHandler != nil {
@@ -21,7 +21,7 @@ func HealthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))

@@ -2,8 +2,11 @@ package app
 
 import (
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"os"
 
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
@@ -26,13 +29,65 @@ func (l *Listeners) Flags(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&l.WSListen, "ws-listen", "", "MQTT over WebSocket listen address (path /mqtt), e.g. :8083 [FLEETMQ_MQTT_WS_LISTEN]")
 }
 
-// Validate reports a configuration that cannot work.
-func (l *Listeners) Validate() error {
-	if l.Listen == "" && l.TLSListen == "" && l.WSListen == "" {
-		return fmt.Errorf("no listener: set -listen, -tls-listen or -ws-listen")
+// The listener flags' environment variables, as cmd/fleetmq's help texts
+// name them (a test there checks): an error about a listener names both,
+// since either may have set the address.
+var listenEnv = map[string]string{
+	"-listen":         "FLEETMQ_MQTT_LISTEN",
+	"-tls-listen":     "FLEETMQ_MQTT_TLS_LISTEN",
+	"-tls-cert":       "FLEETMQ_TLS_CERT",
+	"-tls-key":        "FLEETMQ_TLS_KEY",
+	"-ws-listen":      "FLEETMQ_MQTT_WS_LISTEN",
+	"-http-listen":    "FLEETMQ_HTTP_LISTEN",
+	"-metrics-listen": "FLEETMQ_METRICS_LISTEN",
+}
+
+// setting names a flag with its variable: "-tls-cert (FLEETMQ_TLS_CERT)".
+func setting(flag string) string { return flag + " (" + listenEnv[flag] + ")" }
+
+// ListenError is the error of a listener that could not be opened,
+// naming the flag, the address and the variable, then the system's
+// reason: "-listen 127.0.0.1:1883 (FLEETMQ_MQTT_LISTEN): address already
+// in use". errors.Is still finds the cause (syscall.EADDRINUSE).
+func ListenError(flag, addr string, err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		err = op.Err // drop "listen tcp ADDR:", the flag says it
 	}
-	if l.TLSListen != "" && (l.TLSCert == "" || l.TLSKey == "") {
-		return fmt.Errorf("-tls-listen needs -tls-cert and -tls-key")
+	var sc *os.SyscallError
+	if errors.As(err, &sc) {
+		err = sc.Err // drop "bind:"
+	}
+	return fmt.Errorf("%s %s (%s): %w", flag, addr, listenEnv[flag], err)
+}
+
+// Validate reports a configuration that cannot work, or that would
+// silently not do what it says: TLS files without a TLS listener, or a
+// TLS listener without both.
+func (l *Listeners) Validate() error {
+	switch {
+	case l.TLSListen == "" && l.TLSCert != "" && l.TLSKey != "":
+		return fmt.Errorf("%s and %s are set but %s is not: set it (e.g. :8883) to serve MQTT over TLS, or unset them",
+			setting("-tls-cert"), setting("-tls-key"), setting("-tls-listen"))
+	case l.TLSListen == "" && (l.TLSCert != "" || l.TLSKey != ""):
+		given := "-tls-cert"
+		if l.TLSKey != "" {
+			given = "-tls-key"
+		}
+		return fmt.Errorf("%s is set but %s is not: set it (e.g. :8883) with both -tls-cert and -tls-key to serve MQTT over TLS, or unset %s",
+			setting(given), setting("-tls-listen"), given)
+	case l.TLSListen != "" && l.TLSCert == "" && l.TLSKey == "":
+		return fmt.Errorf("-tls-listen %s (%s) needs %s and %s (PEM files): both are missing",
+			l.TLSListen, listenEnv["-tls-listen"], setting("-tls-cert"), setting("-tls-key"))
+	case l.TLSListen != "" && (l.TLSCert == "" || l.TLSKey == ""):
+		missing := "-tls-cert"
+		if l.TLSKey == "" {
+			missing = "-tls-key"
+		}
+		return fmt.Errorf("-tls-listen %s (%s) needs %s and %s (PEM files): %s is missing",
+			l.TLSListen, listenEnv["-tls-listen"], setting("-tls-cert"), setting("-tls-key"), missing)
+	case l.Listen == "" && l.TLSListen == "" && l.WSListen == "":
+		return fmt.Errorf("no listener: set -listen, -tls-listen or -ws-listen")
 	}
 	return nil
 }
@@ -44,25 +99,25 @@ func (l *Listeners) Open(srv *broker.Server) ([]string, error) {
 	if l.Listen != "" {
 		ln, err := srv.ListenTCP(l.Listen)
 		if err != nil {
-			return nil, err
+			return nil, ListenError("-listen", l.Listen, err)
 		}
 		urls = append(urls, "mqtt://"+ln.Addr().String())
 	}
 	if l.TLSListen != "" {
 		cert, err := tls.LoadX509KeyPair(l.TLSCert, l.TLSKey)
 		if err != nil {
-			return nil, fmt.Errorf("load TLS key pair: %w", err)
+			return nil, fmt.Errorf("-tls-cert %s, -tls-key %s: %w", l.TLSCert, l.TLSKey, err)
 		}
 		ln, err := srv.ListenTLS(l.TLSListen, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 		if err != nil {
-			return nil, err
+			return nil, ListenError("-tls-listen", l.TLSListen, err)
 		}
 		urls = append(urls, "mqtts://"+ln.Addr().String())
 	}
 	if l.WSListen != "" {
 		ln, err := srv.ListenWebSocket(l.WSListen)
 		if err != nil {
-			return nil, err
+			return nil, ListenError("-ws-listen", l.WSListen, err)
 		}
 		urls = append(urls, "ws://"+ln.Addr().String()+"/mqtt")
 	}

@@ -14,10 +14,10 @@ import (
 	"github.com/fleetmq/fleetmq/control"
 )
 
-// Password rules of the owner's portal password.
+// Password rules of the owner's portal password (the control service's).
 const (
-	MinPasswordLen = 10   // characters
-	MaxPasswordLen = 1024 // bytes: argon2id hashes whatever it gets
+	MinPasswordLen = control.MinPasswordLen // characters
+	MaxPasswordLen = control.MaxPasswordLen // bytes
 )
 
 // signinData is the sign-in page.
@@ -250,16 +250,9 @@ func (p *Portal) changePassword(c *call) {
 		return
 	}
 	p.throttle.reset(key)
-	h, err := control.HashPassword(next)
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	if err := p.deps.Store.SetOwnerPasswordHash(c.ctx, c.acc.ID, h); err != nil {
-		c.fail(err)
-		return
-	}
-	if _, err := p.deps.Store.DeletePortalSessions(c.ctx, c.acc.ID, ""); err != nil {
+	// The control service stores the hash and ends every session of the
+	// account, this one too: it gets a new one below.
+	if _, err := p.deps.Service.SetOwnerPassword(c.ctx, c.acc.ID, next); err != nil {
 		c.fail(err)
 		return
 	}

@@ -1,0 +1,180 @@
+package main
+
+// Tests of the listener flags' errors: TLS flags that would silently do
+// nothing, and an address already in use, are refused at start with the
+// flags and FLEETMQ_* variables to change.
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key
+// as PEM files and returns their paths.
+func selfSigned(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// TestTLSFlagRules: TLS files without -tls-listen, or -tls-listen without
+// both files, are refused by serve and broker before anything starts (the
+// data directory is not even created), naming the flags and variables;
+// set through the environment they are refused the same way.
+func TestTLSFlagRules(t *testing.T) {
+	cert, key := selfSigned(t)
+	const (
+		unsetListen = " is set but -tls-listen (FLEETMQ_MQTT_TLS_LISTEN) is not"
+		needs       = "-tls-listen 127.0.0.1:0 (FLEETMQ_MQTT_TLS_LISTEN) needs -tls-cert (FLEETMQ_TLS_CERT) and -tls-key (FLEETMQ_TLS_KEY) (PEM files): "
+	)
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"cert and key without listener", []string{"-tls-cert", cert, "-tls-key", key},
+			nil, "-tls-cert (FLEETMQ_TLS_CERT) and -tls-key (FLEETMQ_TLS_KEY) are set but -tls-listen (FLEETMQ_MQTT_TLS_LISTEN) is not: set it (e.g. :8883) to serve MQTT over TLS, or unset them"},
+		{"cert without listener", []string{"-tls-cert", cert}, nil, "-tls-cert (FLEETMQ_TLS_CERT)" + unsetListen},
+		{"key without listener", []string{"-tls-key", key}, nil, "-tls-key (FLEETMQ_TLS_KEY)" + unsetListen},
+		{"cert from the environment", nil, map[string]string{"FLEETMQ_TLS_CERT": cert}, "-tls-cert (FLEETMQ_TLS_CERT)" + unsetListen},
+		{"listener without files", []string{"-tls-listen", "127.0.0.1:0"}, nil, needs + "both are missing"},
+		{"listener without key", []string{"-tls-listen", "127.0.0.1:0", "-tls-cert", cert}, nil, needs + "-tls-key is missing"},
+		{"listener without cert", []string{"-tls-listen", "127.0.0.1:0", "-tls-key", key}, nil, needs + "-tls-cert is missing"},
+		{"listener from the environment, key missing", []string{"-tls-cert", cert},
+			map[string]string{"FLEETMQ_MQTT_TLS_LISTEN": "127.0.0.1:0"}, needs + "-tls-key is missing"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			dir := filepath.Join(t.TempDir(), "data")
+			for _, cmd := range [][]string{
+				{"serve", "-data", dir, "-listen", "127.0.0.1:0", "-http-listen", ""},
+				{"broker", "-listen", "127.0.0.1:0"},
+			} {
+				err := refused(t, append(cmd, tc.args...)...)
+				if !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s: %q\nwant it to say %q", cmd[0], err, tc.want)
+				}
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a refused serve created its data directory: %v", err)
+			}
+		})
+	}
+
+	// All three: MQTT over TLS is served.
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "-data", dir, "-listen", "", "-http-listen", "",
+			"-tls-listen", "127.0.0.1:0", "-tls-cert", cert, "-tls-key", key}, &out, &errOut)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	eventually(t, "serve to listen on mqtts://", func() bool { return strings.Contains(out.String(), "mqtts://127.0.0.1:") })
+}
+
+// TestListenAddressInUse: each listener of serve and broker whose address
+// is taken fails the start with the flag, the address and the variable;
+// the variable is the one the command's help names.
+func TestListenAddressInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	cert, key := selfSigned(t)
+	tlsFiles := []string{"-tls-cert", cert, "-tls-key", key}
+	cases := []struct {
+		cmd, flag, env string
+		extra          []string
+	}{
+		{"serve", "-listen", "FLEETMQ_MQTT_LISTEN", nil},
+		{"serve", "-tls-listen", "FLEETMQ_MQTT_TLS_LISTEN", tlsFiles},
+		{"serve", "-ws-listen", "FLEETMQ_MQTT_WS_LISTEN", nil},
+		{"serve", "-http-listen", "FLEETMQ_HTTP_LISTEN", nil},
+		{"serve", "-metrics-listen", "FLEETMQ_METRICS_LISTEN", nil},
+		{"broker", "-listen", "FLEETMQ_MQTT_LISTEN", nil},
+		{"broker", "-tls-listen", "FLEETMQ_MQTT_TLS_LISTEN", tlsFiles},
+		{"broker", "-ws-listen", "FLEETMQ_MQTT_WS_LISTEN", nil},
+		{"broker", "-http-listen", "FLEETMQ_HTTP_LISTEN", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.cmd+tc.flag, func(t *testing.T) {
+			args := []string{tc.cmd, "-listen", "127.0.0.1:0"}
+			if tc.cmd == "serve" {
+				args = append(args, "-data", t.TempDir(), "-http-listen", "127.0.0.1:0")
+			}
+			args = append(append(args, tc.extra...), tc.flag, addr)
+			err := refused(t, args...)
+			want := fmt.Sprintf("%s %s (%s): address already in use", tc.flag, addr, tc.env)
+			if err.Error() != want || !errors.Is(err, syscall.EADDRINUSE) {
+				t.Fatalf("%q\nwant %q", err, want)
+			}
+			if help := flagHelp(t, tc.cmd, tc.flag); !strings.Contains(help, "["+tc.env+"]") {
+				t.Fatalf("fleetmq %s -h describes %s as %q: not [%s]", tc.cmd, tc.flag, help, tc.env)
+			}
+		})
+	}
+}
+
+// flagHelp returns the help text "fleetmq CMD -h" prints for a flag.
+func flagHelp(t *testing.T, cmd, flag string) string {
+	t.Helper()
+	var out, errOut lockedBuffer
+	run(context.Background(), []string{cmd, "-h"}, &out, &errOut)
+	lines := strings.Split(errOut.String(), "\n")
+	for i, l := range lines {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == flag && i+1 < len(lines) {
+			return strings.TrimSpace(lines[i+1])
+		}
+	}
+	t.Fatalf("fleetmq %s -h does not list %s:\n%s", cmd, flag, errOut.String())
+	return ""
+}
