@@ -215,6 +215,11 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 		if len(s.Filters) == 0 {
 			s.Filters = []string{acc.ID + "/#"}
 		}
+		// A subscriber's sessions belong to its credential: with a
+		// device's client id it cannot take over the device's session,
+		// and it never resumes a session another credential created
+		// (whose subscriptions its own filters may not allow).
+		id.Namespace = subscriberNamespace(acc.ID, cred.ID)
 	default:
 		return known, packet.Errorf(packet.NotAuthorized, "credential %s has unknown kind %q", cred.ID, cred.Kind)
 	}
@@ -527,3 +532,16 @@ var (
 	_ broker.Policy          = (*Policy)(nil)
 	_ broker.RefusalObserver = (*Policy)(nil)
 )
+
+// Sessions are owned by who may resume them. A publisher's session is the
+// registered device's: its namespace is the account, so the device keeps
+// its session across credential rotations, and a second connection with
+// its client id takes it over. A subscriber's session is its credential's:
+// the namespace is "{account_id}/{credential_id}".
+func subscriberNamespace(accountID, credID string) string { return accountID + "/" + credID }
+
+// namespaceAccount is the account of a session namespace.
+func namespaceAccount(ns string) string {
+	acc, _, _ := strings.Cut(ns, "/")
+	return acc
+}

@@ -109,7 +109,7 @@ func TestPolicyAuthenticate(t *testing.T) {
 		{"wrong password", "pub-a", "pw-pub-b", "dev1", false, packet.BadUserNameOrPassword, "", 0, "wrong password"},
 		{"unknown username", "pub-z", "pw-pub-z", "dev1", false, packet.BadUserNameOrPassword, "", 0, "unknown username"},
 		{"no username", "", "", "dev1", true, packet.BadUserNameOrPassword, "", 0, "no username or password"},
-		{"subscriber with any client id", "sub-a", "pw-sub-a", "dashboard-1", false, packet.Success, accA, 0, ""},
+		{"subscriber with any client id, in its credential's namespace", "sub-a", "pw-sub-a", "dashboard-1", false, packet.Success, accA + "/id-sub-a", 0, ""},
 		{"expired subscriber password", "sub-old", "pw-sub-old", "x", false, packet.BadUserNameOrPassword, "", 0, "expired"},
 	}
 	for _, tt := range tests {

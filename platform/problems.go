@@ -178,7 +178,7 @@ func accountOf(id *broker.Identity) string {
 	if s := SessionOf(id); s != nil {
 		return s.AccountID
 	}
-	return id.Namespace
+	return namespaceAccount(id.Namespace) // a refusal's, or a session restored from the state file
 }
 
 // flushProblems writes the problems recorded since the last flush.

@@ -372,13 +372,15 @@ func barrier(t *testing.T, pub *v5, topic string, subs ...*v5) {
 // v3 is a paho.mqtt.golang (3.1.1) client.
 type v3 struct {
 	mqtt3.Client
-	name string
-	Msgs chan mqtt3.Message
-	Lost chan error
+	name           string
+	Msgs           chan mqtt3.Message
+	Lost           chan error
+	SessionPresent bool // the CONNACK's
 }
 
-// tryV3 connects a 3.1.1 client and returns the CONNACK return code.
-func tryV3(t *testing.T, addr, clientID, user, pass string) (*v3, byte, error) {
+// tryV3 connects a 3.1.1 client (clean session, unless an option says
+// otherwise) and returns the CONNACK return code.
+func tryV3(t *testing.T, addr, clientID, user, pass string, opts ...func(*mqtt3.ClientOptions)) (*v3, byte, error) {
 	t.Helper()
 	c := &v3{name: clientID, Msgs: make(chan mqtt3.Message, 1000), Lost: make(chan error, 1)}
 	o := mqtt3.NewClientOptions().
@@ -400,12 +402,16 @@ func tryV3(t *testing.T, addr, clientID, user, pass string) (*v3, byte, error) {
 			default:
 			}
 		})
+	for _, opt := range opts {
+		opt(o)
+	}
 	c.Client = mqtt3.NewClient(o)
 	tok := c.Connect()
 	if !tok.WaitTimeout(waitFor) {
 		t.Fatalf("connect %s: timed out", clientID)
 	}
 	rc := tok.(*mqtt3.ConnectToken).ReturnCode()
+	c.SessionPresent = tok.(*mqtt3.ConnectToken).SessionPresent()
 	if err := tok.Error(); err != nil {
 		return c, rc, err
 	}
@@ -414,9 +420,9 @@ func tryV3(t *testing.T, addr, clientID, user, pass string) (*v3, byte, error) {
 }
 
 // dialV3 connects a 3.1.1 client and fails unless accepted.
-func dialV3(t *testing.T, addr, clientID, user, pass string) *v3 {
+func dialV3(t *testing.T, addr, clientID, user, pass string, opts ...func(*mqtt3.ClientOptions)) *v3 {
 	t.Helper()
-	c, rc, err := tryV3(t, addr, clientID, user, pass)
+	c, rc, err := tryV3(t, addr, clientID, user, pass, opts...)
 	if err != nil {
 		t.Fatalf("connect %s (3.1.1): %v (return code %d)", clientID, err, rc)
 	}
@@ -432,6 +438,18 @@ func refusedV3(t *testing.T, addr, clientID, user, pass string) byte {
 		t.Fatalf("connect %s (3.1.1) as %q: accepted, want a refusal", clientID, user)
 	}
 	return rc
+}
+
+// next returns the next message the 3.1.1 client receives.
+func (c *v3) next(t *testing.T) mqtt3.Message {
+	t.Helper()
+	select {
+	case m := <-c.Msgs:
+		return m
+	case <-time.After(waitFor):
+		t.Fatalf("%s: no message within %v", c.name, waitFor)
+		return nil
+	}
 }
 
 // pub publishes and waits for the flow to complete.
