@@ -13,7 +13,6 @@ import (
 	"net/mail"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
@@ -59,9 +58,7 @@ func (s *Service) CreateAccount(ctx context.Context, in NewAccount) (*fleetmq.Ac
 	f := map[string]string{}
 	in.Name = strings.TrimSpace(in.Name)
 	email := strings.ToLower(strings.TrimSpace(in.OwnerEmail))
-	if in.Name == "" || utf8.RuneCountInString(in.Name) > 200 {
-		f["name"] = "must be 1-200 characters"
-	}
+	checkText(f, "name", in.Name, 1, 200)
 	if a, err := mail.ParseAddress(email); err != nil || a.Address != email {
 		f["owner_email"] = "must be an e-mail address"
 	}
@@ -121,8 +118,8 @@ type ClientInput struct {
 }
 
 func checkClientFields(a *fleetmq.Account, in ClientInput, f map[string]string) error {
-	if in.Label != nil && utf8.RuneCountInString(*in.Label) > fleetmq.MaxLabel {
-		f["label"] = fmt.Sprintf("must be at most %d characters", fleetmq.MaxLabel)
+	if in.Label != nil {
+		checkText(f, "label", strings.TrimSpace(*in.Label), 0, fleetmq.MaxLabel)
 	}
 	if q := in.MaxPublishQoS; q != nil {
 		if *q < 0 || *q > 2 {
@@ -241,9 +238,7 @@ func (s *Service) CreateCredential(ctx context.Context, accountID string, in New
 	default:
 		f["kind"] = "must be publisher or subscriber"
 	}
-	if utf8.RuneCountInString(in.Label) > fleetmq.MaxLabel {
-		f["label"] = fmt.Sprintf("must be at most %d characters", fleetmq.MaxLabel)
-	}
+	checkText(f, "label", strings.TrimSpace(in.Label), 0, fleetmq.MaxLabel)
 	if in.ExpiresInDays < 0 || in.ExpiresInDays > MaxExpiryDays {
 		f["expires_in_days"] = fmt.Sprintf("must be between 0 (never) and %d", MaxExpiryDays)
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/fleetmq/fleetmq"
 )
@@ -29,9 +27,7 @@ func (s *Service) CreateRESTToken(ctx context.Context, accountID string, in NewR
 	}
 	f := map[string]string{}
 	label := strings.TrimSpace(in.Label)
-	if !printable(label) || utf8.RuneCountInString(label) > fleetmq.MaxRESTTokenLabel {
-		f["label"] = fmt.Sprintf("must be at most %d printable characters", fleetmq.MaxRESTTokenLabel)
-	}
+	checkText(f, "label", label, 0, fleetmq.MaxRESTTokenLabel)
 	if d := in.ExpiresInDays; d != nil && (*d < 1 || *d > MaxExpiryDays) {
 		f["expires_in_days"] = fmt.Sprintf("must be between 1 and %d (leave it out for a token that never expires)", MaxExpiryDays)
 	}
@@ -59,19 +55,6 @@ func (s *Service) CreateRESTToken(ctx context.Context, accountID string, in NewR
 	return t, value, nil
 }
 
-// printable reports whether s is valid UTF-8 of printable characters
-// (letters, marks, numbers, punctuation, symbols and the ASCII space).
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
 
 // RESTTokens lists an account's REST API tokens, newest first, revoked and
 // expired ones included (not_found for an unknown account).

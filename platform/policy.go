@@ -3,6 +3,7 @@ package platform
 import (
 	"github.com/fleetmq/fleetmq"
 	"hash/maphash"
+	"unicode"
 
 	"bytes"
 	"context"
@@ -386,8 +387,21 @@ func (p *Policy) outsideProblem(internal string, prefixed bool, own string, root
 }
 
 // stationControllerID reads the station_controller_device_id field of a
-// JSON object payload ("" when absent or not JSON).
+// JSON object payload: "" when absent, not JSON, longer than
+// maxStationControllerID bytes or holding a control character (NUL cannot
+// be stored in PostgreSQL text, and none of them belongs in an id).
 func stationControllerID(payload []byte) string {
+	id := rawStationControllerID(payload)
+	if len(id) > maxStationControllerID || strings.ContainsFunc(id, unicode.IsControl) {
+		return ""
+	}
+	return id
+}
+
+// maxStationControllerID bounds a stored station controller id.
+const maxStationControllerID = 256
+
+func rawStationControllerID(payload []byte) string {
 	if !bytes.Contains(payload, []byte(`"station_controller_device_id"`)) {
 		return ""
 	}

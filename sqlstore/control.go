@@ -312,6 +312,9 @@ func scanClient(sc interface{ Scan(...any) error }) (*fleetmq.MQTTClient, error)
 
 // Client implements fleetmq.ControlStore.
 func (s *Store) Client(ctx context.Context, accountID, clientID string) (*fleetmq.MQTTClient, error) {
+	if !fleetmq.ValidClientID(clientID) { // none is registered, and PostgreSQL refuses some (NUL)
+		return nil, fleetmq.NotFound("client", clientID)
+	}
 	c, err := scanClient(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+clientCols+` FROM mqtt_clients WHERE account_id = ? AND client_id = ?`), accountID, clientID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fleetmq.NotFound("client", clientID)

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
@@ -65,6 +66,9 @@ func (s *Store) Problems(ctx context.Context, accountID, clientID string, since 
 	q := `SELECT client_id, kind, topic, reason, qos, code, detail, count, first_at, last_at
 		FROM client_problems WHERE account_id = ? AND last_at >= ?`
 	args := []any{accountID, since.UnixMicro()}
+	if strings.ContainsRune(clientID, 0) {
+		return nil, nil // no MQTT client id holds NUL, and PostgreSQL text cannot
+	}
 	if clientID != "" {
 		q += ` AND client_id = ?`
 		args = append(args, clientID)
