@@ -55,7 +55,6 @@ func (s *Service) CreateRESTToken(ctx context.Context, accountID string, in NewR
 	return t, value, nil
 }
 
-
 // RESTTokens lists an account's REST API tokens, newest first, revoked and
 // expired ones included (not_found for an unknown account).
 func (s *Service) RESTTokens(ctx context.Context, accountID string) ([]*fleetmq.RESTToken, error) {
