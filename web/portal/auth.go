@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"net/http"
 	"net/mail"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -29,10 +30,20 @@ type signinData struct {
 	RetryAfter time.Time // set when throttled
 }
 
-// safeNext keeps a post-sign-in target only when it is a path of this
-// portal.
+// safeNext returns s when it is a path on this site to go to after
+// signing in, else "". Only printable ASCII without spaces or backslashes
+// is taken: browsers drop tabs and line breaks from a URL and read "\" as
+// "/", so "/\t/evil.example" or "/\\evil.example" would leave the site.
 func safeNext(s string) string {
-	if !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") || strings.ContainsAny(s, "\r\n") {
+	if len(s) > 2048 || !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") {
+		return ""
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c >= 0x7f || c == '\\' {
+			return ""
+		}
+	}
+	if u, err := url.Parse(s); err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
 		return ""
 	}
 	return s
@@ -95,7 +106,8 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	data := signinData{Token: ck.Value, Next: safeNext(r.PostForm.Get("next")), Email: email}
 	now := p.deps.Now()
 	pair, addr := signinKeys(email, clientIP(r))
-	if until, blocked := p.throttle.blocked(now, pair, addr); blocked {
+	until, admitted := p.throttle.attempt(now, pair, addr)
+	if !admitted {
 		secs := int(until.Sub(now).Seconds()) + 1
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		data.RetryAfter = until.UTC()
@@ -105,16 +117,16 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	accountID, ok, err := p.checkOwner(r.Context(), email, password)
 	if err != nil {
+		p.throttle.forgive(now, pair, addr)
 		p.serverError(w, r, err)
 		return
 	}
-	if !ok {
-		p.throttle.fail(now, pair, addr)
+	if !ok { // already counted by attempt
 		data.Error = "Wrong e-mail address or password."
 		p.write(w, r, http.StatusUnauthorized, "signin", &view{Title: "Sign in", Data: data})
 		return
 	}
-	p.throttle.reset(pair)
+	p.throttle.succeeded(now, pair, addr)
 	if old, err := p.session(r); err == nil {
 		p.deps.Store.DeletePortalSession(r.Context(), old.IDHash)
 	}
@@ -226,30 +238,33 @@ func (p *Portal) changePassword(c *call) {
 	}
 	now := c.p.deps.Now()
 	key := "p\x00" + c.acc.ID + "\x00" + clientIP(c.r)
-	if free, blocked := p.throttle.blocked(now, key); blocked {
+	free, admitted := p.throttle.attempt(now, key) // counted before the slow check
+	if !admitted {
 		errs = map[string]string{"current_password": "Too many wrong attempts. Try again " + until(c.now, free) + "."}
 		c.renderForm(http.StatusTooManyRequests, "settings", "Settings", "settings", "profile", settingsData{PasswordRules: passwordRules()}, nil, errs)
 		return
 	}
 	_, hash, err := p.deps.Store.OwnerPasswordHash(c.ctx, c.acc.OwnerEmail)
 	if err != nil {
+		p.throttle.forgive(now, key)
 		c.fail(err)
 		return
 	}
 	ok, err := p.checkPassword(c.ctx, hash, cur)
 	if err != nil {
+		p.throttle.forgive(now, key)
 		c.fail(err)
 		return
 	}
-	if !ok {
-		p.throttle.fail(now, key)
+	if ok {
+		p.throttle.succeeded(now, key)
+	} else {
 		errs["current_password"] = "This is not your current password."
 	}
 	if len(errs) > 0 {
 		c.renderForm(http.StatusUnprocessableEntity, "settings", "Settings", "settings", "profile", settingsData{PasswordRules: passwordRules()}, nil, errs)
 		return
 	}
-	p.throttle.reset(key)
 	// The control service stores the hash and ends every session of the
 	// account, this one too: it gets a new one below.
 	if _, err := p.deps.Service.SetOwnerPassword(c.ctx, c.acc.ID, next); err != nil {

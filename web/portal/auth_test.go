@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,6 +77,19 @@ func TestSignIn(t *testing.T) {
 	// Signed in, the sign-in page and / go to the portal.
 	b2.get(t, "/signin").redirects(t, "/overview")
 	b2.get(t, "/").redirects(t, "/overview")
+
+	// No spelling of an off-site target leaves the site, signed in (GET) or
+	// signing in (POST): browsers drop tabs and line breaks from a URL and
+	// read a backslash as a slash.
+	for _, next := range []string{"//evil.example/x", "/\tevil.example", "/\t/evil.example", "/\n/evil.example", "/\r//evil.example",
+		"/\\evil.example", "\\/evil.example", "/ /evil.example", "https://evil.example/", "/\u3000/evil.example", "/\x7f/evil.example",
+		"javascript:alert(1)", "evil.example"} {
+		b2.get(t, "/signin?next="+url.QueryEscape(next)).redirects(t, "/overview")
+		b3 := e.browser(t)
+		b3.get(t, "/signin")
+		b3.post(t, "/signin", url.Values{"email": {a.Email}, "password": {a.Password}, "next": {next}}).redirects(t, "/overview")
+	}
+	b2.get(t, "/signin?next="+url.QueryEscape("/clients?sort=name")).redirects(t, "/clients?sort=name")
 }
 
 // TestSecureCookies: with the option, every cookie is Secure.
@@ -217,4 +231,38 @@ func TestChangePassword(t *testing.T) {
 	fresh.post(t, "/signin", url.Values{"email": {a.Email}, "password": {a.Password}}).want(t, http.StatusUnauthorized)
 	a.Password = newPW
 	fresh.signIn(t, a)
+}
+
+// TestSignInThrottleConcurrent: wrong passwords sent all at once are
+// counted before the slow password check, so no more of them are checked
+// than the bound allows, however many arrive together; the rest are
+// answered 429 without a check.
+func TestSignInThrottleConcurrent(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	const n = 24
+	bs := make([]*browser, n)
+	for i := range bs {
+		bs[i] = e.browser(t)
+		bs[i].get(t, "/signin")
+	}
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- b.post(t, "/signin", url.Values{"email": {a.Email}, "password": {"guess " + itoa(i)}}).Status
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[http.StatusUnauthorized] != 5 || count[http.StatusTooManyRequests] != n-5 {
+		t.Fatalf("%d wrong passwords at once: %v; want 5 checked (401) and %d refused unchecked (429)", n, count, n-5)
+	}
 }

@@ -55,10 +55,9 @@ func (t *throttle) recent(key string, now time.Time) []time.Time {
 	return f
 }
 
-// blocked reports whether any key is at its bound at now, and until when.
-func (t *throttle) blocked(now time.Time, keys ...string) (time.Time, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// blockedLocked returns until when a key is at its bound at now (zero:
+// none is). Callers hold mu.
+func (t *throttle) blockedLocked(now time.Time, keys []string) time.Time {
 	var until time.Time
 	for _, k := range keys {
 		f := t.recent(k, now)
@@ -69,13 +68,54 @@ func (t *throttle) blocked(now time.Time, keys ...string) (time.Time, bool) {
 			}
 		}
 	}
-	return until, !until.IsZero()
+	return until
 }
 
-// fail records a failure of every key at now.
-func (t *throttle) fail(now time.Time, keys ...string) {
+// attempt admits a sign-in attempt unless a key is at its bound (then it
+// says until when). An admitted attempt counts as a failure at once,
+// before the slow password check, so attempts sent together cannot all
+// pass the check of the bound; succeeded or forgive take it back.
+func (t *throttle) attempt(now time.Time, keys ...string) (time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if until := t.blockedLocked(now, keys); !until.IsZero() {
+		return until, false
+	}
+	t.failLocked(now, keys)
+	return time.Time{}, true
+}
+
+// succeeded ends an admitted attempt that signed in: the first key's
+// failures are forgotten, and the attempt no longer counts for the others.
+func (t *throttle) succeeded(now time.Time, first string, others ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.fails, first)
+	t.forgiveLocked(now, others)
+}
+
+// forgive takes back an admitted attempt that was not the client's
+// failure (the store did not answer).
+func (t *throttle) forgive(now time.Time, keys ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.forgiveLocked(now, keys)
+}
+
+func (t *throttle) forgiveLocked(now time.Time, keys []string) {
+	for _, k := range keys {
+		f := t.fails[k]
+		for i := len(f) - 1; i >= 0; i-- {
+			if f[i].Equal(now) {
+				t.fails[k] = append(f[:i:i], f[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// failLocked records a failure of every key at now. Callers hold mu.
+func (t *throttle) failLocked(now time.Time, keys []string) {
 	if len(t.fails) >= maxThrottleKeys {
 		for k := range t.fails {
 			t.recent(k, now)
@@ -88,13 +128,6 @@ func (t *throttle) fail(now time.Time, keys ...string) {
 		}
 		t.fails[k] = append(f, now)
 	}
-}
-
-// reset forgets a key's failures (after a successful sign-in).
-func (t *throttle) reset(key string) {
-	t.mu.Lock()
-	delete(t.fails, key)
-	t.mu.Unlock()
 }
 
 // clientIP is the peer address of r (no proxy headers are trusted).
