@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/pgtest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
@@ -173,4 +174,51 @@ func serveForDocs(t *testing.T, dir, bin string, args ...string) {
 		}
 		return strings.Contains(stdout.String(), "fleetmq serving")
 	})
+}
+
+// TestDocsPostgresRunsAsWritten runs docs/operator.md's PostgreSQL block
+// on a fresh database of the FLEETMQ_TEST_POSTGRES server (skipped
+// without it). Two of its lines are the harness's: "createdb -O fleetmq
+// fleetmq" needs a PostgreSQL superuser and a fleetmq role, which the test
+// server need not give, so pgtest.DSN's CREATE DATABASE stands for it; and
+// "./fleetmq serve", which runs until stopped, is started by the harness
+// with FLEETMQ_DATABASE set as the block sets it. The rest runs as written,
+// with the example URL replaced by the test database's.
+func TestDocsPostgresRunsAsWritten(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	block := docBlock(t, "docs/operator.md", "## PostgreSQL")
+	const exampleURL = "postgres://fleetmq:secret@db.example:5432/fleetmq?sslmode=require"
+	if !strings.Contains(block, exampleURL) {
+		t.Fatalf("the PostgreSQL block has no %s to replace:\n%s", exampleURL, block)
+	}
+	var script []string
+	harness := map[string]bool{"createdb ": false, "./fleetmq serve ": false}
+	for _, line := range strings.Split(strings.TrimSuffix(block, "\n"), "\n") {
+		if strings.HasPrefix(line, "createdb ") {
+			harness["createdb "] = true
+			continue
+		}
+		if strings.HasPrefix(line, "./fleetmq serve ") {
+			harness["./fleetmq serve "] = true
+			continue
+		}
+		script = append(script, strings.ReplaceAll(line, exampleURL, dsn))
+	}
+	for prefix, seen := range harness {
+		if !seen {
+			t.Fatalf("the PostgreSQL block has no %q line, which the harness stands for:\n%s", prefix, block)
+		}
+	}
+
+	t.Setenv("FLEETMQ_DATABASE", dsn) // for serve and the CLI, as the block exports it
+	e := startDocsEnv(t)
+	acc := e.fleetmq(t, "account", "create", "-name", "Bolt Logistics", "-email", "owner@bolt.example", "-plan", "starter", "-print", "account_id")
+	t.Setenv("FLEETMQ_DATABASE", "") // the block's export sets it
+	out, stderr := e.run(t, strings.Join(script, "\n"))
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(acc) + `\s.*owner@bolt\.example`).MatchString(out) {
+		t.Errorf("account list does not list the account made on PostgreSQL:\n%s\nstderr:\n%s", out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "data", "fleetmq.db")); !os.IsNotExist(err) {
+		t.Errorf("data/fleetmq.db on PostgreSQL: %v, want none (operator.md: no SQLite file is created there)", err)
+	}
 }
