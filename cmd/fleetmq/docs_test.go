@@ -84,7 +84,10 @@ func startDocsEnv(t *testing.T, serveArgs ...string) *docsEnv {
 	testkit.NeedTools(t, "bash")
 	e := &docsEnv{dir: t.TempDir()}
 	e.bin = filepath.Join(e.dir, "fleetmq")
-	wrapper := "#!/bin/sh\n" + childEnv + "=1 exec '" + os.Args[0] + "' -test.run='^$' -- \"$@\"\n"
+	// Under -race, a binary sleeps a second before it exits (GORACE
+	// atexit_sleep_ms, for late reports of other goroutines): that would be
+	// most of the time of the dozens of short commands the docs run.
+	wrapper := "#!/bin/sh\nGORACE=\"${GORACE:-} atexit_sleep_ms=0\" " + childEnv + "=1 exec '" + os.Args[0] + "' -test.run='^$' -- \"$@\"\n"
 	if err := os.WriteFile(e.bin, []byte(wrapper), 0o755); err != nil {
 		t.Fatal(err)
 	}
