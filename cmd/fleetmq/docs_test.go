@@ -34,8 +34,10 @@ func TestDocsRunAsWritten(t *testing.T) {
 	refAccount := e.fleetmq(t, "account", "create", "-name", "Reference", "-email", "ref@example.com", "-plan", "starter", "-print", "account_id")
 	refCred := e.fleetmq(t, "credential", "create", refAccount, "-kind", "subscriber", "-print", "id")
 
-	quickstart := docBlock(t, "README.md", "## Quickstart")
-	quickstart = strings.Replace(quickstart, "go build -o fleetmq ./cmd/fleetmq\n", "", 1) // ./fleetmq is there
+	quickstart, built := strings.CutPrefix(docBlock(t, "README.md", "## Quickstart"), "go build -o fleetmq ./cmd/fleetmq\n")
+	if !built {
+		t.Fatal("the quickstart does not start with the go build line the harness stands for (./fleetmq is the test binary)")
+	}
 	steps := []string{
 		quickstart,
 		docBlock(t, "docs/operator.md", "## The operator CLI"),
