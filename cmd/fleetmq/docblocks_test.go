@@ -38,6 +38,7 @@ var docsRunBy = map[docRef]string{
 	{"docs/operator.md", "### What the account's owner sees", 1}:    "TestDocsRunAsWritten",
 	{"docs/operator.md", "### Plans", 1}:                            "TestDocsRunAsWritten",
 	{"docs/operator.md", "### Accounts", 1}:                         "TestDocsRunAsWritten",
+	{"docs/operator.md", "#### A lost portal password", 1}:          "TestDocsRunAsWritten",
 	{"docs/operator.md", "### MQTT clients and credentials", 1}:     "TestDocsRunAsWritten",
 	{"docs/operator.md", "### Vendor wire layouts", 1}:              "TestDocsRunAsWritten",
 	// Only with FLEETMQ_TEST_POSTGRES (scripts/test.sh sets it); the

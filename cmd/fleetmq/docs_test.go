@@ -46,17 +46,20 @@ func TestDocsRunAsWritten(t *testing.T) {
 			docBlock(t, "docs/operator.md", "### What the account's owner sees") +
 				docBlock(t, "docs/operator.md", "### Plans") +
 				docBlock(t, "docs/operator.md", "### Accounts") +
+				"NEW_PASSWORD='a new one, chosen'\n" + // the password the operator chose
+				docBlock(t, "docs/operator.md", "#### A lost portal password") +
 				docBlock(t, "docs/operator.md", "### MQTT clients and credentials") +
 				docBlock(t, "docs/operator.md", "### Vendor wire layouts")),
 	}
 	out, stderr := e.run(t, strings.Join(steps, "\n"))
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^portal: owner@acme\.example / \S{16,}$`),
-		regexp.MustCompile(`(?m)^[0-9a-f-]{36}/pump-17/state/summary \{"running":true\}$`), // mosquitto_sub -v
-		regexp.MustCompile(`(?m)\spump-17\s+state/summary\s+1\s+\{"running":true\}$`),      // history query
-		regexp.MustCompile(`msg="client connected" client_id=pump-17`),                     // the log grep
-		regexp.MustCompile(`(?m)^no problems in the last 24h0m0s$`),                        // account problems -since 24h
-		regexp.MustCompile(`platform: \{account_id\}/pump-17/telemetry/temp`),              // layout dry-run
+		regexp.MustCompile(`(?m)^[0-9a-f-]{36}/pump-17/state/summary \{"running":true\}$`),             // mosquitto_sub -v
+		regexp.MustCompile(`(?m)\spump-17\s+state/summary\s+1\s+\{"running":true\}$`),                  // history query
+		regexp.MustCompile(`msg="client connected" client_id=pump-17`),                                 // the log grep
+		regexp.MustCompile(`(?m)^no problems in the last 24h0m0s$`),                                    // account problems -since 24h
+		regexp.MustCompile(`(?m)^portal password of ref@example\.com \(account [0-9a-f-]{36}\) set\.`), // set-password -stdin
+		regexp.MustCompile(`platform: \{account_id\}/pump-17/telemetry/temp`),                          // layout dry-run
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("the output has nothing like %s", want)
