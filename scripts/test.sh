@@ -12,6 +12,8 @@ need=()
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 command -v mosquitto >/dev/null 2>&1 || [[ -x /usr/sbin/mosquitto ]] || need+=(mosquitto)
 command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev) # cgo: the SQLite driver
+command -v curl >/dev/null 2>&1 || need+=(curl) # docs/api.md's examples (TestDocsAPIRunsAsWritten)
+command -v jq >/dev/null 2>&1 || need+=(jq)     # docs/api.md's examples read fields with it
 [[ -x /usr/bin/chromium ]] || need+=(chromium) # the browser tests (web/api, web/portal)
 if [[ -z ${FLEETMQ_TEST_POSTGRES:-} ]] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   need+=(postgresql) # the server for the PostgreSQL store tests

@@ -13,28 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/pgtest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
-
-// docBlock returns the first ```sh block after the heading in a file of
-// the repository.
-func docBlock(t *testing.T, file, heading string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", file))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "\n"+heading+"\n")
-	if !ok {
-		t.Fatalf("%s has no heading %q", file, heading)
-	}
-	_, rest, ok = strings.Cut(rest, "```sh\n")
-	if !ok {
-		t.Fatalf("%s: no sh block after %q", file, heading)
-	}
-	block, _, _ := strings.Cut(rest, "```\n")
-	return block
-}
 
 // TestDocsRunAsWritten runs the README's quickstart and the operator
 // guide's command blocks as a newcomer would paste them, one after the
@@ -43,79 +24,121 @@ func docBlock(t *testing.T, file, heading string) string {
 // succeed, a credential made on one line connects on the next, the
 // subscriber receives the device's message, and the log answers "my
 // device's data does not arrive". Placeholders in the reference blocks
-// (ACCOUNT_ID, CREDENTIAL_ID) are filled with a second account's values.
+// (ACCOUNT_ID, CREDENTIAL_ID) are filled with a second account's values;
+// that account has had no connections, so it has no problems to show.
 func TestDocsRunAsWritten(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs serve")
-	}
-	testkit.NeedTools(t, "bash", "mosquitto_pub", "mosquitto_sub")
-	dir := t.TempDir()
-	// ./fleetmq is this test binary running the command (TestMain), so
-	// nothing needs building.
-	bin := filepath.Join(dir, "fleetmq")
-	wrapper := "#!/bin/sh\n" + childEnv + "=1 exec '" + os.Args[0] + "' -test.run='^$' -- \"$@\"\n"
-	if err := os.WriteFile(bin, []byte(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	port := testkit.FreePorts(t, 2)
-	mqttPort, httpPort := strconv.Itoa(port), strconv.Itoa(port+1)
-	serveForDocs(t, dir, bin, "-listen", "127.0.0.1:"+mqttPort, "-http-listen", "127.0.0.1:"+httpPort)
+	testkit.NeedTools(t, "mosquitto_pub", "mosquitto_sub")
+	e := startDocsEnv(t)
 
 	// The reference blocks work on their own account.
-	ref := func(args ...string) string {
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = dir
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("fleetmq %s: %v", strings.Join(args, " "), err)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	refAccount := ref("account", "create", "-name", "Reference", "-email", "ref@example.com", "-plan", "starter", "-print", "account_id")
-	refCred := ref("credential", "create", refAccount, "-kind", "subscriber", "-print", "id")
+	refAccount := e.fleetmq(t, "account", "create", "-name", "Reference", "-email", "ref@example.com", "-plan", "starter", "-print", "account_id")
+	refCred := e.fleetmq(t, "credential", "create", refAccount, "-kind", "subscriber", "-print", "id")
 
-	quickstart := docBlock(t, "README.md", "## Quickstart")
-	quickstart = strings.Replace(quickstart, "go build -o fleetmq ./cmd/fleetmq\n", "", 1) // ./fleetmq is there
+	quickstart, built := strings.CutPrefix(docBlock(t, "README.md", "## Quickstart"), "go build -o fleetmq ./cmd/fleetmq\n")
+	if !built {
+		t.Fatal("the quickstart does not start with the go build line the harness stands for (./fleetmq is the test binary)")
+	}
 	steps := []string{
 		quickstart,
 		docBlock(t, "docs/operator.md", "## The operator CLI"),
 		docBlock(t, "docs/operator.md", "### My device's data does not arrive"),
 		strings.NewReplacer("ACCOUNT_ID", refAccount, "CREDENTIAL_ID", refCred).Replace(
-			docBlock(t, "docs/operator.md", "### Plans") +
+			docBlock(t, "docs/operator.md", "### What the account's owner sees") +
+				docBlock(t, "docs/operator.md", "### Plans") +
 				docBlock(t, "docs/operator.md", "### Accounts") +
+				"NEW_PASSWORD='a new one, chosen'\n" + // the password the operator chose
+				docBlock(t, "docs/operator.md", "#### A lost portal password") +
 				docBlock(t, "docs/operator.md", "### MQTT clients and credentials") +
 				docBlock(t, "docs/operator.md", "### Vendor wire layouts")),
 	}
-	script := "fleetmq() { ./fleetmq \"$@\"; }\n" + strings.Join(steps, "\n")
-	script = strings.NewReplacer("-p 1883", "-p "+mqttPort, "localhost:8080", "127.0.0.1:"+httpPort).Replace(script)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	sh := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-	sh.Dir = dir
-	var stdout, stderr bytes.Buffer
-	sh.Stdout, sh.Stderr = &stdout, &stderr
-	if err := sh.Run(); err != nil {
-		t.Fatalf("the docs' commands failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s", err, script, &stdout, &stderr)
-	}
-	out := stdout.String()
+	out, stderr := e.run(t, strings.Join(steps, "\n"))
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^portal: owner@acme\.example / \S{16,}$`),
-		regexp.MustCompile(`(?m)^[0-9a-f-]{36}/pump-17/state/summary \{"running":true\}$`), // mosquitto_sub -v
-		regexp.MustCompile(`(?m)\spump-17\s+state/summary\s+1\s+\{"running":true\}$`),      // history query
-		regexp.MustCompile(`msg="client connected" client_id=pump-17`),                     // the log grep
-		regexp.MustCompile(`platform: \{account_id\}/pump-17/telemetry/temp`),              // layout dry-run
+		regexp.MustCompile(`(?m)^[0-9a-f-]{36}/pump-17/state/summary \{"running":true\}$`),             // mosquitto_sub -v
+		regexp.MustCompile(`(?m)\spump-17\s+state/summary\s+1\s+\{"running":true\}$`),                  // history query
+		regexp.MustCompile(`msg="client connected" client_id=pump-17`),                                 // the log grep
+		regexp.MustCompile(`(?m)^no problems in the last 24h0m0s$`),                                    // account problems -since 24h
+		regexp.MustCompile(`(?m)^portal password of ref@example\.com \(account [0-9a-f-]{36}\) set\.`), // set-password -stdin
+		regexp.MustCompile(`platform: \{account_id\}/pump-17/telemetry/temp`),                          // layout dry-run
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("the output has nothing like %s", want)
 		}
 	}
-	if strings.Contains(stderr.String(), "not running") || strings.Contains(stderr.String(), "not yet in force") {
-		t.Errorf("a command did not see its change in force:\n%s", &stderr)
-	}
 	if t.Failed() {
-		t.Logf("stdout:\n%s\nstderr:\n%s", out, &stderr)
+		t.Logf("stdout:\n%s\nstderr:\n%s", out, stderr)
 	}
+}
+
+// docsEnv is where the docs tests paste commands: a directory with
+// ./fleetmq (this test binary running the command, see TestMain, so
+// nothing needs building) and a "fleetmq serve" on loopback ports running
+// in it, with its standard error in fleetmq.log as the operator guide
+// suggests and its data in ./data.
+type docsEnv struct {
+	dir, bin           string
+	mqttPort, httpPort string
+}
+
+// startDocsEnv starts serve in a new docsEnv, with extra serve flags.
+func startDocsEnv(t *testing.T, serveArgs ...string) *docsEnv {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs serve and the documentation's scripts")
+	}
+	testkit.NeedTools(t, "bash")
+	e := &docsEnv{dir: t.TempDir()}
+	e.bin = filepath.Join(e.dir, "fleetmq")
+	// Under -race, a binary sleeps a second before it exits (GORACE
+	// atexit_sleep_ms, for late reports of other goroutines): that would be
+	// most of the time of the dozens of short commands the docs run.
+	wrapper := "#!/bin/sh\nGORACE=\"${GORACE:-} atexit_sleep_ms=0\" " + childEnv + "=1 exec '" + os.Args[0] + "' -test.run='^$' -- \"$@\"\n"
+	if err := os.WriteFile(e.bin, []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port := testkit.FreePorts(t, 2)
+	e.mqttPort, e.httpPort = strconv.Itoa(port), strconv.Itoa(port+1)
+	serveForDocs(t, e.dir, e.bin, append([]string{"-listen", "127.0.0.1:" + e.mqttPort, "-http-listen", "127.0.0.1:" + e.httpPort}, serveArgs...)...)
+	return e
+}
+
+// fleetmq runs ./fleetmq with args in the directory and returns its
+// standard output, trimmed.
+func (e *docsEnv) fleetmq(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(e.bin, args...)
+	cmd.Dir = e.dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("fleetmq %s: %v\n%s", strings.Join(args, " "), err, &stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// run runs script in the directory as one "bash -euo pipefail" script, as
+// if it were pasted into a shell with fleetmq on PATH (a function runs
+// ./fleetmq), after pointing it at serve's ports: 1883 and 8080 are
+// written in the docs. It fails the test when the script fails, or when a
+// CLI command says its change was not in force when it returned.
+func (e *docsEnv) run(t *testing.T, script string) (stdout, stderr string) {
+	t.Helper()
+	script = "fleetmq() { ./fleetmq \"$@\"; }\n" + script
+	script = strings.NewReplacer("-p 1883", "-p "+e.mqttPort, "localhost:8080", "127.0.0.1:"+e.httpPort).Replace(script)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sh := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	sh.Dir = e.dir
+	var out, errs bytes.Buffer
+	sh.Stdout, sh.Stderr = &out, &errs
+	if err := sh.Run(); err != nil {
+		t.Fatalf("the docs' commands failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s", err, script, &out, &errs)
+	}
+	if strings.Contains(errs.String(), "not running") || strings.Contains(errs.String(), "not yet in force") {
+		t.Errorf("a command did not see its change in force:\n%s", &errs)
+	}
+	return out.String(), errs.String()
 }
 
 // serveForDocs runs bin's serve in dir with its standard error
@@ -159,4 +182,51 @@ func serveForDocs(t *testing.T, dir, bin string, args ...string) {
 		}
 		return strings.Contains(stdout.String(), "fleetmq serving")
 	})
+}
+
+// TestDocsPostgresRunsAsWritten runs docs/operator.md's PostgreSQL block
+// on a fresh database of the FLEETMQ_TEST_POSTGRES server (skipped
+// without it). Two of its lines are the harness's: "createdb -O fleetmq
+// fleetmq" needs a PostgreSQL superuser and a fleetmq role, which the test
+// server need not give, so pgtest.DSN's CREATE DATABASE stands for it; and
+// "./fleetmq serve", which runs until stopped, is started by the harness
+// with FLEETMQ_DATABASE set as the block sets it. The rest runs as written,
+// with the example URL replaced by the test database's.
+func TestDocsPostgresRunsAsWritten(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	block := docBlock(t, "docs/operator.md", "## PostgreSQL")
+	const exampleURL = "postgres://fleetmq:secret@db.example:5432/fleetmq?sslmode=require"
+	if !strings.Contains(block, exampleURL) {
+		t.Fatalf("the PostgreSQL block has no %s to replace:\n%s", exampleURL, block)
+	}
+	var script []string
+	harness := map[string]bool{"createdb ": false, "./fleetmq serve ": false}
+	for _, line := range strings.Split(strings.TrimSuffix(block, "\n"), "\n") {
+		if strings.HasPrefix(line, "createdb ") {
+			harness["createdb "] = true
+			continue
+		}
+		if strings.HasPrefix(line, "./fleetmq serve ") {
+			harness["./fleetmq serve "] = true
+			continue
+		}
+		script = append(script, strings.ReplaceAll(line, exampleURL, dsn))
+	}
+	for prefix, seen := range harness {
+		if !seen {
+			t.Fatalf("the PostgreSQL block has no %q line, which the harness stands for:\n%s", prefix, block)
+		}
+	}
+
+	t.Setenv("FLEETMQ_DATABASE", dsn) // for serve and the CLI, as the block exports it
+	e := startDocsEnv(t)
+	acc := e.fleetmq(t, "account", "create", "-name", "Bolt Logistics", "-email", "owner@bolt.example", "-plan", "starter", "-print", "account_id")
+	t.Setenv("FLEETMQ_DATABASE", "") // the block's export sets it
+	out, stderr := e.run(t, strings.Join(script, "\n"))
+	if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(acc) + `\s.*owner@bolt\.example`).MatchString(out) {
+		t.Errorf("account list does not list the account made on PostgreSQL:\n%s\nstderr:\n%s", out, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "data", "fleetmq.db")); !os.IsNotExist(err) {
+		t.Errorf("data/fleetmq.db on PostgreSQL: %v, want none (operator.md: no SQLite file is created there)", err)
+	}
 }
