@@ -43,7 +43,9 @@ type Service struct {
 // New returns a service on store with the real clock.
 func New(store Store) *Service { return &Service{Store: store, Now: time.Now} }
 
-func (s *Service) now() time.Time { return s.Now().UTC() }
+// now is the service's clock at the store's precision (microseconds), so a
+// time returned by a create is the time a later read returns.
+func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
 
 // NewAccount is the input of CreateAccount.
 type NewAccount struct {

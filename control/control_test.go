@@ -452,3 +452,26 @@ func TestDryRunLayout(t *testing.T) {
 		t.Fatalf("after removal: %+v", r)
 	}
 }
+
+// TestCreatedTimesReadBackTheSame: what a create returns is what a later
+// read returns, to the store's precision, even when the clock has
+// nanoseconds.
+func TestCreatedTimesReadBackTheSame(t *testing.T) {
+	f := newFixture(t)
+	f.twoAccounts(t, "starter")
+	f.clock.Set(t0.Add(123456789 * time.Nanosecond))
+	c, err := f.svc.CreateClient(f.ctx, accA, control.ClientInput{ClientID: "pump-1"})
+	must(t, err)
+	stored, err := f.store.Client(f.ctx, accA, "pump-1")
+	must(t, err)
+	if !c.CreatedAt.Equal(stored.CreatedAt) {
+		t.Errorf("client created at %v, read back %v", c.CreatedAt, stored.CreatedAt)
+	}
+	cr, _, err := f.svc.CreateCredential(f.ctx, accA, control.NewCredential{Kind: fleetmq.KindSubscriber, ExpiresInDays: 30})
+	must(t, err)
+	crs, err := f.store.Credentials(f.ctx, accA, "")
+	must(t, err)
+	if len(crs) != 1 || !cr.CreatedAt.Equal(crs[0].CreatedAt) || !cr.ExpiresAt.Equal(crs[0].ExpiresAt) {
+		t.Errorf("credential created %v expires %v, read back %+v", cr.CreatedAt, cr.ExpiresAt, crs)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/fleetmq/fleetmq"
 )
@@ -42,7 +41,7 @@ func (s *Service) CreateRESTToken(ctx context.Context, accountID string, in NewR
 		return nil, "", err
 	}
 	// The store keeps microseconds: the token returned is the one stored.
-	now := s.now().Truncate(time.Microsecond)
+	now := s.now()
 	t := &fleetmq.RESTToken{ID: newUUID(), AccountID: accountID, Label: label, Prefix: fleetmq.RESTTokenDisplayPrefix(value),
 		Hash: fleetmq.HashSecret(value), CreatedAt: now}
 	if in.ExpiresInDays != nil {

@@ -174,7 +174,11 @@ func historyCmds() map[string]*adminCmd {
 					}
 				})
 				if err == nil && s.Skipped > 0 {
-					fmt.Fprintf(out, "%d matching messages had no number at %q\n", s.Skipped, field)
+					what := "matching messages have"
+					if s.Skipped == 1 {
+						what = "matching message has"
+					}
+					fmt.Fprintf(out, "%d %s no number at %q\n", s.Skipped, what, field)
 				}
 				return err
 			},

@@ -90,9 +90,13 @@ func timePtr(t time.Time) *time.Time {
 	if t.IsZero() {
 		return nil
 	}
-	u := t.UTC()
+	u := apiTime(t)
 	return &u
 }
+
+// apiTime is a time as the API shows every time: UTC, to the microsecond
+// (the store's precision, so the same instant reads the same everywhere).
+func apiTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 func liveOf(l platform.PublisherLive) LivePublisher {
 	out := LivePublisher{ClientID: l.ClientID, Label: l.Label, MaxPublishQoS: l.MaxPublishQoS, Connected: l.Connected,
@@ -101,7 +105,7 @@ func liveOf(l platform.PublisherLive) LivePublisher {
 		QoSMixToday: mixOf(l.Today), Retained: make([]RetainedMessage, 0, len(l.Retained))}
 	for _, r := range l.Retained {
 		enc, payload := history.EncodePayload(r.Payload)
-		out.Retained = append(out.Retained, RetainedMessage{Topic: r.Topic, QoS: r.QoS, ReceivedAt: r.Received.UTC(),
+		out.Retained = append(out.Retained, RetainedMessage{Topic: r.Topic, QoS: r.QoS, ReceivedAt: apiTime(r.Received),
 			ExpiresAt: timePtr(r.Expires), PayloadEncoding: enc, Payload: payload})
 	}
 	return out
@@ -239,7 +243,7 @@ func (a *API) registerPublishers() {
 			p := caller(ctx)
 			now := a.deps.Now()
 			out := &livePublishersOutput{}
-			out.Body.At = now.UTC()
+			out.Body.At = apiTime(now)
 			out.Body.Publishers = []LivePublisher{}
 			if in.ClientID != "" {
 				l, ok := a.deps.Policy.LivePublisher(p.account.ID, in.ClientID, now)
