@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -283,12 +284,27 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			return nil, packet.Errorf(packet.PacketTooLarge, "packet of %d bytes is over the maximum of %d", n+remaining, limit)
 		}
 		typ := packet.Type(header >> 4)
+		if c.version == 0 { // a stranger: refused before anything is allocated for it
+			if typ != packet.CONNECT {
+				return nil, packet.Errorf(packet.ProtocolError, "first packet is %v, not CONNECT", typ)
+			}
+			if limit := c.srv.opts.MaxConnectSize; uint64(n)+uint64(remaining) > uint64(limit) {
+				return nil, packet.Errorf(packet.PacketTooLarge, "CONNECT of %d bytes is over the maximum of %d", n+remaining, limit)
+			}
+		}
 		c.srv.stats.packetsIn[typ&15].Add(1)
 		keep := typ == packet.PUBLISH || typ == packet.CONNECT || typ == packet.SUBSCRIBE || typ == packet.UNSUBSCRIBE
 		var body []byte
 		if avail := c.w - c.r - n; avail >= remaining && !keep {
 			body = c.buf[c.r+n : c.r+n+remaining]
 			c.r += n + remaining
+		} else if c.version == 0 {
+			// The CONNECT body, in memory that grows with the bytes that
+			// arrive, not with what the header declares.
+			var err error
+			if body, err = c.readGrowing(n, remaining); err != nil {
+				return nil, err
+			}
 		} else {
 			body = make([]byte, remaining)
 			got := copy(body, c.buf[c.r+n:c.w])
@@ -301,9 +317,6 @@ func (c *conn) readPacket() (packet.Packet, error) {
 				c.received()
 				c.lastN = remaining - got
 			}
-		}
-		if c.version == 0 && typ != packet.CONNECT {
-			return nil, packet.Errorf(packet.ProtocolError, "first packet is %v, not CONNECT", typ)
 		}
 		if typ == packet.CONNECT && c.version == 0 {
 			// Learn the protocol level early so a failed decode can be
@@ -320,6 +333,27 @@ func (c *conn) readPacket() (packet.Packet, error) {
 		}
 		return packet.Decode(header, body, c.version)
 	}
+}
+
+// readGrowing returns a body of remaining bytes whose header (n bytes) is
+// at c.r, reading what is not buffered yet into a buffer that grows as
+// bytes arrive.
+func (c *conn) readGrowing(n, remaining int) ([]byte, error) {
+	var b bytes.Buffer
+	got, _ := b.Write(c.buf[c.r+n : min(c.w, c.r+n+remaining)])
+	c.r += n + got
+	if got < remaining {
+		read, err := io.CopyN(&b, c.nc, int64(remaining-got))
+		if read > 0 {
+			c.srv.stats.bytesIn.Add(read)
+			c.received()
+			c.lastN = int(read)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return b.Bytes(), nil
 }
 
 // connectLevel peeks at the protocol level of a CONNECT body.

@@ -35,6 +35,10 @@ type Options struct {
 	// MaxPacketSize is the largest inbound packet accepted (advertised to v5
 	// clients). Default 1 MiB.
 	MaxPacketSize uint32
+	// MaxConnectSize is the largest CONNECT accepted (its will message
+	// included): a stranger gets no more before authenticating. Default
+	// 64 KiB, at most MaxPacketSize.
+	MaxConnectSize uint32
 	// TopicAliasMaximum is advertised to v5 clients for inbound aliases.
 	// Default 64.
 	TopicAliasMaximum uint16
@@ -81,6 +85,7 @@ const (
 	DefaultMaxQueued         = 1000
 	DefaultReceiveMaximum    = 1024
 	DefaultMaxPacketSize     = 1 << 20
+	DefaultMaxConnectSize    = 64 << 10
 	DefaultTopicAliasMaximum = 64
 	DefaultMaxSessionExpiry  = 7 * 24 * 3600
 	DefaultMaxTopicLevels    = 128
@@ -107,6 +112,9 @@ func (o *Options) fill() {
 	}
 	if o.MaxPacketSize == 0 {
 		o.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if o.MaxConnectSize == 0 {
+		o.MaxConnectSize = min(DefaultMaxConnectSize, o.MaxPacketSize)
 	}
 	if o.TopicAliasMaximum == 0 {
 		o.TopicAliasMaximum = DefaultTopicAliasMaximum
@@ -151,6 +159,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxPacketSize < 64 || o.MaxPacketSize > 268435460 {
 		errs = append(errs, fmt.Errorf("max packet size %d: must be 64..268435460", o.MaxPacketSize))
+	}
+	if o.MaxConnectSize < 64 || o.MaxConnectSize > o.MaxPacketSize {
+		errs = append(errs, fmt.Errorf("max CONNECT size %d: must be 64..max packet size (%d)", o.MaxConnectSize, o.MaxPacketSize))
 	}
 	if o.RetainedMaxAge < 0 {
 		errs = append(errs, errors.New("retained max age must not be negative"))
