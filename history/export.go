@@ -49,14 +49,22 @@ func (f Format) ContentType() string {
 	return "application/json"
 }
 
-// Export streams every record of q to w in the format, as the store reads
-// them: memory stays flat however large the result. It returns the number
-// of records written.
+// ExportBatch is how many records Export reads from the store at a time.
+const ExportBatch = 1000
+
+// Export writes every record of q to w in the format and returns how many
+// it wrote. It reads the store in batches of ExportBatch (each continuing
+// after the last record of the one before), and writes a batch only after
+// the store has given its connection back: a reader that stops reading
+// holds a socket, never a store connection, and memory stays flat however
+// large the result. Records stored while an export runs appear in it when
+// they come later in its order.
 func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery, f Format) (int64, error) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var (
-		n   int64
-		buf []byte
+		n     int64
+		buf   []byte
+		batch = make([]*fleetmq.Record, 0, ExportBatch)
 	)
 	switch f {
 	case JSON:
@@ -64,27 +72,47 @@ func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetm
 	case CSV:
 		bw.WriteString(CSVHeader)
 	}
-	err := st.QueryHistory(ctx, q, func(r *fleetmq.Record) error {
-		buf = buf[:0]
-		switch f {
-		case CSV:
-			buf = AppendCSV(buf, r)
-		case JSON:
-			if n > 0 {
-				buf = append(buf, ',')
-			}
-			buf = append(buf, '\n')
-			buf = AppendJSON(buf, r)
-		default:
-			buf = AppendJSON(buf, r)
-			buf = append(buf, '\n')
+	qq := *q
+	for {
+		qq.Limit = ExportBatch
+		if q.Limit > 0 {
+			qq.Limit = min(ExportBatch, q.Limit-int(n))
 		}
-		n++
-		_, err := bw.Write(buf)
-		return err
-	})
-	if err != nil {
-		return n, err
+		batch = batch[:0]
+		if err := st.QueryHistory(ctx, &qq, func(r *fleetmq.Record) error {
+			batch = append(batch, Clone(r))
+			return nil
+		}); err != nil {
+			return n, err
+		}
+		for _, r := range batch {
+			buf = buf[:0]
+			switch f {
+			case CSV:
+				buf = AppendCSV(buf, r)
+			case JSON:
+				if n > 0 {
+					buf = append(buf, ',')
+				}
+				buf = append(buf, '\n')
+				buf = AppendJSON(buf, r)
+			default:
+				buf = AppendJSON(buf, r)
+				buf = append(buf, '\n')
+			}
+			n++
+			if _, err := bw.Write(buf); err != nil {
+				return n, err
+			}
+		}
+		if len(batch) < qq.Limit || (q.Limit > 0 && int(n) >= q.Limit) {
+			break
+		}
+		pos := batch[len(batch)-1].Position()
+		qq.After = &pos
+		if err := bw.Flush(); err != nil { // the batch goes out before the next is read
+			return n, err
+		}
 	}
 	if f == JSON {
 		if n > 0 {

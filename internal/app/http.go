@@ -36,7 +36,17 @@ func StartHTTP(addr string, h http.Handler, log *slog.Logger) (*http.Server, str
 	if err != nil {
 		return nil, "", err
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: h,
+		// A connection is not held by a client that sends slowly, takes
+		// nothing or idles: headers within 10 s, the whole request within
+		// 30 s, the response within 60 s (a streamed export sets its own
+		// deadline per write), and an idle keep-alive closed after 60 s.
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "error", err)

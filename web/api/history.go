@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
@@ -84,7 +87,9 @@ func (a *API) registerHistory() {
 			return &huma.StreamResponse{Body: func(hc huma.Context) {
 				hc.SetHeader("Content-Type", f.ContentType())
 				hc.SetStatus(http.StatusOK)
-				if _, err := history.Export(ctx, hc.BodyWriter(), a.deps.Store, q, f); err != nil {
+				_, w := humago.Unwrap(hc)
+				out := &deadlineWriter{w: hc.BodyWriter(), rc: http.NewResponseController(w), timeout: ExportWriteTimeout}
+				if _, err := history.Export(ctx, out, a.deps.Store, q, f); err != nil {
 					// The status is sent; all that is left is to stop.
 					a.deps.Logger.Warn("api: history export ended early", "account", p.account.ID, "error", err)
 				}
@@ -107,6 +112,25 @@ func (a *API) registerHistory() {
 			writePage(hc.BodyWriter(), page, f)
 		}}, nil
 	})
+}
+
+// ExportWriteTimeout bounds each write of a streamed export: a client that
+// takes none of it for this long is cut off.
+const ExportWriteTimeout = 30 * time.Second
+
+// deadlineWriter gives every write its own deadline, so a long export
+// runs as long as the client keeps reading, and no longer once it stops.
+type deadlineWriter struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	if err := d.rc.SetWriteDeadline(time.Now().Add(d.timeout)); err != nil {
+		return 0, err
+	}
+	return d.w.Write(p)
 }
 
 // writePage writes a page in a format.
