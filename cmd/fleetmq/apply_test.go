@@ -13,7 +13,7 @@ import (
 // runOut runs a command and returns its stdout and stderr.
 func runOut(t *testing.T, args ...string) (string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	var out, errOut bytes.Buffer
 	if err := run(ctx, args, &out, &errOut); err != nil {

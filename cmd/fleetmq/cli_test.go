@@ -31,8 +31,14 @@ import (
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
-// waitFor bounds every wait.
-const waitFor = 10 * time.Second
+// waitFor bounds every wait for something to happen; commandTimeout bounds
+// one CLI command, only against a hang: an account create hashes the
+// owner's password with argon2id (64 MiB), which under -race beside other
+// busy packages has taken over 10 s.
+const (
+	waitFor        = 10 * time.Second
+	commandTimeout = 2 * time.Minute
+)
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
 type lockedBuffer struct {
@@ -55,7 +61,7 @@ func (b *lockedBuffer) String() string {
 // cli runs "fleetmq GROUP VERB -data dir ARGS...".
 func cli(t *testing.T, dir string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
 	defer cancel()
 	full := append([]string{}, args[0])
 	if len(args) > 1 {
