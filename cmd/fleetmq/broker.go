@@ -91,12 +91,12 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.HTTPListen != "" {
 		reg := metrics.NewRegistry(version)
 		app.RegisterBroker(reg, srv)
-		hs, addr, err := app.StartHTTP(cfg.HTTPListen, app.HealthMux(metrics.Handler(reg, log), func() error { return nil }), log)
+		hs, err := app.StartHTTP(cfg.HTTPListen, app.HealthMux(metrics.Handler(reg, log), func() error { return nil }), app.HTTPLimits{}, log)
 		if err != nil {
 			return fail(app.ListenError("-http-listen", cfg.HTTPListen, err))
 		}
 		defer hs.Close()
-		listening = append(listening, "http://"+addr+"/metrics")
+		listening = append(listening, "http://"+hs.Addr+"/metrics")
 	}
 	log.Info("fleetmq broker listening (open policy: anonymous clients, any topic)", "listeners", strings.Join(listening, " "))
 	fmt.Fprintf(stdout, "fleetmq broker listening on %s\n", strings.Join(listening, " "))

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"path/filepath"
 	"sync"
 	"time"
@@ -45,7 +44,10 @@ type Config struct {
 	// its own listener instead of HTTPListen, so it can stay private while
 	// the portal and the REST API are public.
 	MetricsListen string
-	TopicPrefix   string
+	// HTTPLimits bounds HTTPListen's connections (defaults
+	// DefaultHTTPMaxConns, DefaultHTTPMaxConnsPerAddr).
+	HTTPLimits  HTTPLimits
+	TopicPrefix string
 	// ReloadInterval is how often usage and client problems are flushed and
 	// expired credentials disconnected. Default 1 s. The control-plane
 	// version is polled every platform.VersionPoll (or this, if shorter).
@@ -111,9 +113,9 @@ type App struct {
 	HTTPAddr    string
 	MetricsAddr string // the -metrics-listen address, if any
 
-	http        *http.Server
-	metricsHTTP *http.Server // on MetricsListen, if set
-	lock        *Lock        // on the data directory
+	http        *HTTPListener
+	metricsHTTP *HTTPListener // on MetricsListen, if set
+	lock        *Lock         // on the data directory
 	cancel      context.CancelFunc
 	wg          sync.WaitGroup // the policy's reload loop, retention and the API's bookkeeping
 
@@ -237,10 +239,11 @@ func (a *App) start(ctx context.Context) error {
 	ready := func() error { return a.ready(ctx) }
 	metricsHandler := metrics.Handler(a.Metrics, cfg.Logger)
 	if cfg.MetricsListen != "" {
-		a.metricsHTTP, a.MetricsAddr, err = StartHTTP(cfg.MetricsListen, HealthMux(metricsHandler, ready), cfg.Logger)
+		a.metricsHTTP, err = StartHTTP(cfg.MetricsListen, HealthMux(metricsHandler, ready), HTTPLimits{}, cfg.Logger)
 		if err != nil {
 			return ListenError("-metrics-listen", cfg.MetricsListen, err)
 		}
+		a.MetricsAddr = a.metricsHTTP.Addr
 		a.URLs = append(a.URLs, "http://"+a.MetricsAddr+"/metrics")
 		metricsHandler = nil // not on the public listener
 	}
@@ -248,10 +251,12 @@ func (a *App) start(ctx context.Context) error {
 		mux := HealthMux(metricsHandler, ready)
 		mux.Handle(api.Prefix+"/", a.API)
 		mux.Handle("/", a.Portal) // every path the routes above do not take
-		a.http, a.HTTPAddr, err = StartHTTP(cfg.HTTPListen, mux, cfg.Logger)
+		a.http, err = StartHTTP(cfg.HTTPListen, mux, cfg.HTTPLimits, cfg.Logger)
 		if err != nil {
 			return ListenError("-http-listen", cfg.HTTPListen, err)
 		}
+		a.HTTPAddr = a.http.Addr
+		RegisterHTTP(a.Metrics, a.http)
 		a.URLs = append(a.URLs, "http://"+a.HTTPAddr)
 	}
 	if err := a.startNode(ctx, snap.Version); err != nil {
@@ -326,7 +331,7 @@ func (a *App) Close(ctx context.Context) error {
 
 func (a *App) close(ctx context.Context) error {
 	var errs []error
-	for _, hs := range []*http.Server{a.http, a.metricsHTTP} {
+	for _, hs := range []*HTTPListener{a.http, a.metricsHTTP} {
 		if hs != nil {
 			errs = append(errs, hs.Shutdown(ctx))
 		}

@@ -29,13 +29,40 @@ func HealthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
 	return mux
 }
 
+// HTTPLimits bounds an HTTP listener's connections; zero fields take the
+// defaults.
+type HTTPLimits struct {
+	MaxConns        int // open at once
+	MaxConnsPerAddr int // open at once from one IP address
+}
+
+// HTTPListener is a started HTTP server.
+type HTTPListener struct {
+	*http.Server
+	Addr string // the bound address
+	ln   *limitListener
+}
+
+// Refused counts the connections closed at accept because the listener
+// was full (total) or their address had its share (perAddr).
+func (l *HTTPListener) Refused() (total, perAddr int64) {
+	return l.ln.refusedTotal.Load(), l.ln.refusedAddr.Load()
+}
+
 // StartHTTP opens the listener first (so a busy port fails at once), then
-// serves in the background. It returns the bound address.
-func StartHTTP(addr string, h http.Handler, log *slog.Logger) (*http.Server, string, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, "", err
+// serves in the background.
+func StartHTTP(addr string, h http.Handler, lim HTTPLimits, log *slog.Logger) (*HTTPListener, error) {
+	if lim.MaxConns <= 0 {
+		lim.MaxConns = DefaultHTTPMaxConns
 	}
+	if lim.MaxConnsPerAddr <= 0 {
+		lim.MaxConnsPerAddr = DefaultHTTPMaxConnsPerAddr
+	}
+	tl, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	ln := newLimitListener(tl, lim.MaxConns, lim.MaxConnsPerAddr)
 	hs := &http.Server{Handler: h,
 		// A connection is not held by a client that sends slowly, takes
 		// nothing or idles: headers within 10 s, the whole request within
@@ -52,5 +79,5 @@ func StartHTTP(addr string, h http.Handler, log *slog.Logger) (*http.Server, str
 			log.Error("http server stopped", "error", err)
 		}
 	}()
-	return hs, ln.Addr().String(), nil
+	return &HTTPListener{Server: hs, Addr: ln.Addr().String(), ln: ln}, nil
 }

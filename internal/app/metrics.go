@@ -125,6 +125,19 @@ func IngestLatency(reg prometheus.Registerer) (commit, lag prometheus.Histogram)
 }
 
 // RegisterHistory adds the ingest writer's and retention's counters to reg.
+// RegisterHTTP registers the HTTP listener's refused connections.
+func RegisterHTTP(reg prometheus.Registerer, l *HTTPListener) {
+	type counts struct{ total, perAddr int64 }
+	reg.MustRegister(metrics.NewSnapshot(func() counts { t, a := l.Refused(); return counts{t, a} },
+		metrics.Family[counts]{Name: "fleetmq_http_connections_refused_total", Help: "HTTP connections closed at accept: the listener had its maximum open (reason total) or the client's address had its share (per_address).",
+			Kind: metrics.Counter, Labels: []string{"reason"},
+			Collect: func(c counts, emit metrics.Emit) {
+				emit(float64(c.total), "total")
+				emit(float64(c.perAddr), "per_address")
+			}},
+	))
+}
+
 func RegisterHistory(reg prometheus.Registerer, w *ingest.Writer, r *history.Retention) {
 	one := func(name, help string, kind prometheus.ValueType, f func(ingest.Stats) float64) metrics.Family[ingest.Stats] {
 		return metrics.Value(name, help, kind, f)
