@@ -32,8 +32,11 @@ func idle(d time.Duration) { time.Sleep(d) }
 // no connection is closed and none reconnects.
 func TestIdleSubscribersKeepReceiving(t *testing.T) {
 	testkit.NeedTools(t, "mosquitto_sub")
-	const timeout = 300 * time.Millisecond
-	b := startBroker(t, broker.Options{WriteTimeout: timeout, ConnectTimeout: timeout})
+	// The connect timeout also bounds the TLS and WebSocket handshakes,
+	// which under -race on a busy machine can take most of a second: it is
+	// shortened less than the write timeout.
+	const writeTimeout, connectTimeout = 300 * time.Millisecond, time.Second
+	b := startBroker(t, broker.Options{WriteTimeout: writeTimeout, ConnectTimeout: connectTimeout})
 	cert, pool := hdSelfSigned(t)
 	tln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
@@ -100,7 +103,7 @@ func TestIdleSubscribersKeepReceiving(t *testing.T) {
 	}
 	send("before the quiet period")
 	before := b.Stats()
-	idle(2*timeout + 100*time.Millisecond)
+	idle(2*max(writeTimeout, connectTimeout) + 100*time.Millisecond)
 	send("after the quiet period")
 	for _, out := range mosq {
 		eventually(t, "mosquitto_sub printed both messages", func() bool {
@@ -118,15 +121,18 @@ func TestIdleSubscribersKeepReceiving(t *testing.T) {
 // such clients stay connected through quiet periods longer than every
 // timeout, and while they publish.
 func TestKeepAliveZero(t *testing.T) {
-	const timeout = 200 * time.Millisecond
-	b := startBroker(t, broker.Options{WriteTimeout: timeout, ConnectTimeout: timeout})
+	// Every quiet period below is longer than both timeouts; the connect
+	// timeout is shortened less, as it bounds the handshake of a busy test.
+	const writeTimeout, connectTimeout = 200 * time.Millisecond, time.Second
+	const timeout = connectTimeout
+	b := startBroker(t, broker.Options{WriteTimeout: writeTimeout, ConnectTimeout: connectTimeout})
 	v5 := dialV5(t, b.Addr, &paho.Connect{ClientID: "ka0-v5", CleanStart: true, KeepAlive: 0})
 	v3 := dialV3(t, b.Addr, "ka0-v3", func(o *mqtt3.ClientOptions) { o.SetKeepAlive(0) })
 	v5.subscribe(t, paho.SubscribeOptions{Topic: "ka0/#", QoS: 1})
 	in3 := hdV3Sub(t, v3, "ka0/#", 1)
 
 	// Quiet, then a message each way.
-	idle(3 * timeout)
+	idle(timeout + timeout/5)
 	v5.publish(t, &paho.Publish{Topic: "ka0/from5", QoS: 1, Payload: []byte("5")})
 	wait(t, "v3 publish", v3.Publish("ka0/from3", 1, false, "3"))
 	for range 2 {
@@ -137,8 +143,8 @@ func TestKeepAliveZero(t *testing.T) {
 	for range 2 {
 		hdV3Next(t, in3)
 	}
-	// Publishing for several times the connect timeout.
-	for end := time.Now().Add(5 * timeout); time.Now().Before(end); {
+	// Publishing for longer than the connect timeout.
+	for end := time.Now().Add(timeout + timeout/5); time.Now().Before(end); {
 		v5.publish(t, &paho.Publish{Topic: "ka0/tick", QoS: 1, Payload: []byte("t")})
 		wait(t, "v3 publish", v3.Publish("ka0/tick", 1, false, "t"))
 		idle(timeout / 4)
