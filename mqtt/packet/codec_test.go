@@ -296,3 +296,33 @@ func TestV3ReturnCode(t *testing.T) {
 		}
 	}
 }
+
+// TestUserPropertiesBounded: a packet may carry MaxUserProperties User
+// Properties; one more is refused as too large, and a flood of them is
+// refused as cheaply (decoding stops at the bound).
+func TestUserPropertiesBounded(t *testing.T) {
+	decode := func(n int) (Packet, error) {
+		p := &Publish{Topic: "t", QoS: 1, PacketID: 1}
+		for i := range n {
+			p.Properties.User = append(p.Properties.User, UserProperty{Key: "k", Value: string(rune('a' + i%26))})
+		}
+		b, err := Encode(nil, p, v5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		header, _, hl, err := ParseHeader(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Decode(header, b[hl:], v5)
+	}
+	if p, err := decode(MaxUserProperties); err != nil || len(p.(*Publish).Properties.User) != MaxUserProperties {
+		t.Fatalf("%d user properties: %v", MaxUserProperties, err)
+	}
+	for _, n := range []int{MaxUserProperties + 1, 100_000} {
+		var e *Error
+		if _, err := decode(n); !errors.As(err, &e) || e.Code != PacketTooLarge {
+			t.Fatalf("%d user properties: %v, want Packet too large", n, err)
+		}
+	}
+}

@@ -103,6 +103,12 @@ func contextName(ctx Type) string {
 	return ctx.String()
 }
 
+// MaxUserProperties bounds the User Properties of one packet (or will):
+// past it the packet is refused as too large (0x95), before any more of
+// them is decoded, so a packet of a hundred thousand tiny ones costs no
+// more than one of this many.
+const MaxUserProperties = 128
+
 // props decodes a v5 property block (Property Length, then the properties)
 // into p. It enforces the rules of section 2.2.2: only properties allowed in
 // ctx (a packet type or willContext) may appear, else Malformed Packet; only
@@ -140,8 +146,11 @@ func (r *reader) props(p *Properties, ctx Type) error {
 			if err != nil {
 				return err
 			}
+			if len(p.User) == MaxUserProperties {
+				return Errorf(PacketTooLarge, "more than %d User Properties in %s", MaxUserProperties, contextName(ctx))
+			}
 			if p.User == nil {
-				p.User = make([]UserProperty, 0, countProps(pr.b[start:end], PropUser))
+				p.User = make([]UserProperty, 0, min(countProps(pr.b[start:end], PropUser), MaxUserProperties))
 			}
 			p.User = append(p.User, UserProperty{Key: k, Value: v})
 			continue
