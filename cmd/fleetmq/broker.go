@@ -66,7 +66,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		defer lock.Release()
 	}
-	srv, err := broker.New(broker.Options{
+	opts := broker.Options{
 		Logger:         log,
 		MaxInflight:    cfg.MaxInflight,
 		MaxQueued:      cfg.MaxQueued,
@@ -75,7 +75,9 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		StatePath:      cfg.StatePath,
 		ConnectTimeout: cfg.ConnectTimeout,
 		WriteTimeout:   cfg.WriteTimeout,
-	})
+	}
+	cfg.Listeners.Limit(&opts)
+	srv, err := broker.New(opts)
 	if err != nil {
 		return err
 	}

@@ -203,7 +203,7 @@ func (a *App) start(ctx context.Context) error {
 	if err := a.restorePools(ctx, snap); err != nil {
 		return err
 	}
-	a.Broker, err = broker.New(broker.Options{
+	opts := broker.Options{
 		Policy:         a.Policy,
 		Logger:         cfg.Logger,
 		Now:            cfg.Now,
@@ -214,7 +214,9 @@ func (a *App) start(ctx context.Context) error {
 		WriteTimeout:   cfg.WriteTimeout,
 		SaveInterval:   cfg.StateSaveInterval,
 		StatePath:      filepath.Join(cfg.DataDir, BrokerStateFile),
-	})
+	}
+	cfg.Listeners.Limit(&opts)
+	a.Broker, err = broker.New(opts)
 	if err != nil {
 		return err
 	}

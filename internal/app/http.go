@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/fleetmq/fleetmq/internal/netlimit"
 )
 
 // HealthMux serves /metrics (unless metricsHandler is nil), /livez (the
@@ -40,13 +42,13 @@ type HTTPLimits struct {
 type HTTPListener struct {
 	*http.Server
 	Addr string // the bound address
-	ln   *limitListener
+	ln   *netlimit.Listener
 }
 
 // Refused counts the connections closed at accept because the listener
 // was full (total) or their address had its share (perAddr).
 func (l *HTTPListener) Refused() (total, perAddr int64) {
-	return l.ln.refusedTotal.Load(), l.ln.refusedAddr.Load()
+	return l.ln.Refused()
 }
 
 // StartHTTP opens the listener first (so a busy port fails at once), then
@@ -62,7 +64,7 @@ func StartHTTP(addr string, h http.Handler, lim HTTPLimits, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
-	ln := newLimitListener(tl, lim.MaxConns, lim.MaxConnsPerAddr)
+	ln := netlimit.New(tl, lim.MaxConns, lim.MaxConnsPerAddr)
 	hs := &http.Server{Handler: h,
 		// A connection is not held by a client that sends slowly, takes
 		// nothing or idles: headers within 10 s, the whole request within

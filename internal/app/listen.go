@@ -18,6 +18,14 @@ type Listeners struct {
 	TLSCert   string
 	TLSKey    string
 	WSListen  string // MQTT over WebSocket, path /mqtt
+	// MaxConns and MaxConnsPerAddr bound each MQTT listener's open
+	// connections, in all and from one IP address (0: no bound).
+	MaxConns, MaxConnsPerAddr int
+}
+
+// Limit puts the listeners' connection bounds into broker options.
+func (l *Listeners) Limit(o *broker.Options) {
+	o.MaxConns, o.MaxConnsPerAddr = l.MaxConns, l.MaxConnsPerAddr
 }
 
 // Flags registers the listener flags with the given defaults.
@@ -27,6 +35,8 @@ func (l *Listeners) Flags(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&l.TLSCert, "tls-cert", "", "TLS certificate file (PEM) [FLEETMQ_TLS_CERT]")
 	fs.StringVar(&l.TLSKey, "tls-key", "", "TLS key file (PEM) [FLEETMQ_TLS_KEY]")
 	fs.StringVar(&l.WSListen, "ws-listen", "", "MQTT over WebSocket listen address (path /mqtt), e.g. :8083 [FLEETMQ_MQTT_WS_LISTEN]")
+	fs.IntVar(&l.MaxConns, "mqtt-max-conns", 0, "most connections each MQTT listener keeps open; more are closed at accept (0: the process's file limit) [FLEETMQ_MQTT_MAX_CONNS]")
+	fs.IntVar(&l.MaxConnsPerAddr, "mqtt-max-conns-per-addr", 0, "most MQTT connections open from one IP address per listener (0: no bound; devices behind one NAT share an address) [FLEETMQ_MQTT_MAX_CONNS_PER_ADDR]")
 }
 
 // The listener flags' environment variables, as cmd/fleetmq's help texts

@@ -35,6 +35,12 @@ type Options struct {
 	// MaxPacketSize is the largest inbound packet accepted (advertised to v5
 	// clients). Default 1 MiB.
 	MaxPacketSize uint32
+	// MaxConns and MaxConnsPerAddr bound the connections each listener
+	// keeps open, in all and from one IP address; a connection over a bound
+	// is closed as soon as it is accepted and counted in
+	// Stats.ConnsRefusedAtAccept. 0 means no bound (the process's file
+	// limit applies).
+	MaxConns, MaxConnsPerAddr int
 	// MaxConnectSize is the largest CONNECT accepted (its will message
 	// included): a stranger gets no more before authenticating. Default
 	// 64 KiB, at most MaxPacketSize.
@@ -159,6 +165,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxPacketSize < 64 || o.MaxPacketSize > 268435460 {
 		errs = append(errs, fmt.Errorf("max packet size %d: must be 64..268435460", o.MaxPacketSize))
+	}
+	if o.MaxConns < 0 || o.MaxConnsPerAddr < 0 {
+		errs = append(errs, fmt.Errorf("max connections %d, per address %d: must not be negative", o.MaxConns, o.MaxConnsPerAddr))
 	}
 	if o.MaxConnectSize < 64 || o.MaxConnectSize > o.MaxPacketSize {
 		errs = append(errs, fmt.Errorf("max CONNECT size %d: must be 64..max packet size (%d)", o.MaxConnectSize, o.MaxPacketSize))

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/netlimit"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
@@ -36,6 +37,7 @@ type Server struct {
 	mu        sync.Mutex // guards sessions, listeners, conns, closed, wills, attached
 	sessions  map[string]*session
 	listeners []net.Listener
+	limits    []*netlimit.Listener // the bounds of the listeners the server opened
 	conns     map[*conn]struct{}
 	closed    bool
 	wills     map[string]*time.Timer // delayed wills by session key
@@ -84,19 +86,36 @@ func New(opts Options) (*Server, error) {
 
 // ListenTCP opens a TCP listener on addr and serves it in the background.
 func (s *Server) ListenTCP(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := s.listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("broker: listen tcp %s: %w", addr, err)
 	}
 	return ln, s.serveBackground(ln, listenerKind{})
 }
 
+// listen opens a TCP listener within Options.MaxConns and MaxConnsPerAddr.
+func (s *Server) listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	lim := netlimit.New(ln, s.opts.MaxConns, s.opts.MaxConnsPerAddr)
+	s.mu.Lock()
+	s.limits = append(s.limits, lim)
+	s.mu.Unlock()
+	return lim, nil
+}
+
 // ListenTLS opens a TLS listener on addr and serves it in the background.
 func (s *Server) ListenTLS(addr string, cfg *tls.Config) (net.Listener, error) {
-	ln, err := tls.Listen("tcp", addr, cfg)
+	if cfg == nil || len(cfg.Certificates) == 0 && cfg.GetCertificate == nil && cfg.GetConfigForClient == nil {
+		return nil, fmt.Errorf("broker: listen tls %s: no certificate in the TLS config", addr)
+	}
+	raw, err := s.listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("broker: listen tls %s: %w", addr, err)
 	}
+	ln := tls.NewListener(raw, cfg)
 	return ln, s.serveBackground(ln, listenerKind{tls: true})
 }
 

@@ -37,7 +37,11 @@ type Stats struct {
 	// they came through (ListenerNames).
 	ConnectionsBy    [numListeners]int64
 	ConnectionsTotal int64
-	ConnectsRefused  int64 // CONNECTs answered with a refusal
+	// ConnsRefusedAtAccept counts connections closed as soon as they were
+	// accepted: a listener had Options.MaxConns open ([0]) or their address
+	// had its MaxConnsPerAddr ([1]).
+	ConnsRefusedAtAccept [2]int64
+	ConnectsRefused      int64 // CONNECTs answered with a refusal
 	// ConnectsRefusedBy, PublishRefusedBy and SubscribesRefusedBy count
 	// refusals by reason code (only codes that occurred).
 	ConnectsRefusedBy   map[packet.ReasonCode]int64
@@ -113,6 +117,13 @@ func (s *Server) Stats() Stats {
 	for i := range c.connectionsBy {
 		st.ConnectionsBy[i] = c.connectionsBy[i].Load()
 	}
+	s.mu.Lock()
+	for _, l := range s.limits {
+		total, perAddr := l.Refused()
+		st.ConnsRefusedAtAccept[0] += total
+		st.ConnsRefusedAtAccept[1] += perAddr
+	}
+	s.mu.Unlock()
 	for i := range c.closes {
 		st.Closes[i] = c.closes[i].Load()
 	}

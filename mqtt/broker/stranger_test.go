@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"crypto/tls"
 	"io"
 	"net"
 	"runtime"
@@ -76,4 +77,62 @@ func TestStrangersGetMemoryForWhatTheySend(t *testing.T) {
 	if perSocket > 8<<10 {
 		t.Fatalf("%d bytes of heap per stranger that sent %d bytes and declared %d; want at most 8 KiB", perSocket, len(connectHeader(declared))+7, declared)
 	}
+}
+
+// TestConnectionsBoundedPerListener: a listener keeps at most MaxConns
+// connections open and at most MaxConnsPerAddr from one address; the one
+// over is closed at once (before TLS, for the TLS listener) and counted,
+// and a freed place is free again.
+func TestConnectionsBoundedPerListener(t *testing.T) {
+	b := startBroker(t, broker.Options{MaxConns: 4, MaxConnsPerAddr: 3, ConnectTimeout: time.Minute})
+	cert, _ := hdSelfSigned(t)
+	tln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(addr string) net.Conn {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		return nc
+	}
+	closedAtOnce := func(nc net.Conn, what string) {
+		nc.SetReadDeadline(time.Now().Add(waitFor))
+		if _, err := io.ReadAll(nc); err != nil {
+			t.Fatalf("%s was not closed: %v", what, err)
+		}
+	}
+	var held []net.Conn
+	for range 3 {
+		held = append(held, dial(b.Addr))
+	}
+	closedAtOnce(dial(b.Addr), "a fourth TCP connection from one address")
+	eventually(t, "the per-address refusal counted", func() bool { return b.Stats().ConnsRefusedAtAccept == [2]int64{0, 1} })
+
+	// From another address the TCP listener takes one more, then is full.
+	other := func() net.Conn {
+		nc, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).Dial("tcp", b.Addr)
+		if err != nil {
+			t.Skipf("no second loopback address: %v", err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		return nc
+	}
+	other()
+	closedAtOnce(other(), "a fifth TCP connection")
+	eventually(t, "the listener-full refusal counted", func() bool { return b.Stats().ConnsRefusedAtAccept == [2]int64{1, 1} })
+
+	// The TLS listener has its own bounds, applied below TLS.
+	for range 3 {
+		dial(tln.Addr().String())
+	}
+	closedAtOnce(dial(tln.Addr().String()), "a fourth TLS connection from one address")
+
+	held[0].Close()
+	eventually(t, "a client to connect once a place is free", func() bool {
+		_, _, err := tryV5(t, b.Addr, clean("after"))
+		return err == nil
+	})
 }

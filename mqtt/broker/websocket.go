@@ -34,7 +34,7 @@ func (s *Server) WebSocketHandler() http.Handler {
 
 // ListenWebSocket serves MQTT over WebSocket on addr at path /mqtt (and /).
 func (s *Server) ListenWebSocket(addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := s.listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("broker: listen websocket %s: %w", addr, err)
 	}
