@@ -316,6 +316,9 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 		m.Topic = own + subpath
 		m.NoDeliver = !l.Fanout
 	}
+	if err := p.retainedRoom(s, acc, pk.Topic, m); err != nil {
+		return err
+	}
 	now := p.opts.Now()
 	slot := s.acct.slot(now)
 	eff, demoted := EffectiveQoS(pk.QoS, info.Class, acc.QoS2AddOn, func() bool {
@@ -338,6 +341,30 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 		p.demotions.Add(1)
 	}
 	s.client.count(now, eff)
+	return nil
+}
+
+// retainedRoom refuses a retained message that would take the account
+// past its plan's retained state (Account.MaxRetained); replacing or
+// clearing one never does.
+func (p *Policy) retainedRoom(s *Session, acc *Account, wire string, m *broker.Message) error {
+	srv := p.srv.Load()
+	if !m.Retain || len(m.Payload) == 0 || srv == nil {
+		return nil
+	}
+	count, bytes, current := srv.RetainedUnder(m.Topic)
+	after, afterBytes := count, bytes+int64(len(m.Payload))
+	if current < 0 {
+		after++
+	} else {
+		afterBytes -= int64(current)
+	}
+	maxCount, maxBytes := acc.MaxRetained()
+	if after > maxCount || afterBytes > maxBytes {
+		return p.refuse(s, wire, packet.QuotaExceeded, fmt.Sprintf(
+			"the account keeps %d retained messages (%d bytes); its plan allows %d (%d bytes): clear some (publish an empty retained message) or choose a larger plan",
+			count, bytes, maxCount, maxBytes))
+	}
 	return nil
 }
 

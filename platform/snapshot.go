@@ -30,6 +30,20 @@ type Account struct {
 	Clients             map[string]*Client // by client id
 }
 
+// The retained state an account may keep, per publisher client its plan
+// allows.
+const (
+	RetainedPerClient      = 100
+	RetainedBytesPerClient = 1 << 20
+)
+
+// MaxRetained is how much retained state the account may keep:
+// max_publisher_clients x RetainedPerClient messages and x
+// RetainedBytesPerClient payload bytes.
+func (a *Account) MaxRetained() (count int, bytes int64) {
+	return a.MaxPublisherClients * RetainedPerClient, int64(a.MaxPublisherClients) * RetainedBytesPerClient
+}
+
 // MaxQueued is the plan's catch-up bound: max_publisher_clients x 3.
 func (a *Account) MaxQueued() int {
 	if a.MaxPublisherClients <= 0 {

@@ -30,6 +30,10 @@ type retainedShard struct {
 type rnode struct {
 	children map[string]*rnode
 	msg      *Message
+	// On a first-level node (a child of a shard's root): the retained
+	// messages stored anywhere under it and their payload bytes.
+	under      int
+	underBytes int64
 }
 
 func newRetainedStore() *retainedStore {
@@ -54,10 +58,11 @@ func (rs *retainedStore) set(m *Message) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if len(m.Payload) == 0 {
-		rs.removeLocked(&sh.root, m.Topic)
+		rs.removeLocked(&sh.root, nil, m.Topic)
 		return
 	}
 	n := &sh.root
+	var top *rnode
 	for rest := m.Topic; ; {
 		level, more := cut(rest)
 		child := n.children[level]
@@ -69,6 +74,9 @@ func (rs *retainedStore) set(m *Message) {
 			n.children[level] = child
 		}
 		n = child
+		if top == nil {
+			top = n
+		}
 		if !more {
 			break
 		}
@@ -76,20 +84,58 @@ func (rs *retainedStore) set(m *Message) {
 	}
 	if n.msg == nil {
 		rs.count.Add(1)
+		top.under++
+	} else {
+		top.underBytes -= int64(len(n.msg.Payload))
 	}
+	top.underBytes += int64(len(m.Payload))
 	n.msg = m
 }
 
-// removeLocked clears topic and prunes empty nodes.
-func (rs *retainedStore) removeLocked(n *rnode, topic string) bool {
+// under returns the retained messages stored under topic's first level
+// and their payload bytes, and the payload size of the one retained on
+// topic itself (-1 when none).
+func (rs *retainedStore) under(topic string) (count int, bytes int64, current int) {
+	first, _ := cut(topic)
+	sh := rs.shard(first)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	top := sh.root.children[first]
+	if top == nil {
+		return 0, 0, -1
+	}
+	current = -1
+	n := &sh.root
+	for rest := topic; n != nil; {
+		level, more := cut(rest)
+		n = n.children[level]
+		if !more {
+			break
+		}
+		rest = rest[len(level)+1:]
+	}
+	if n != nil && n.msg != nil {
+		current = len(n.msg.Payload)
+	}
+	return top.under, top.underBytes, current
+}
+
+// removeLocked clears topic under n (top is n's first-level node, nil
+// when n is a shard's root) and prunes empty nodes.
+func (rs *retainedStore) removeLocked(n, top *rnode, topic string) bool {
 	level, more := cut(topic)
 	child := n.children[level]
 	if child == nil {
 		return false
 	}
+	if top == nil {
+		top = child
+	}
 	if more {
-		rs.removeLocked(child, topic[len(level)+1:])
+		rs.removeLocked(child, top, topic[len(level)+1:])
 	} else if child.msg != nil {
+		top.under--
+		top.underBytes -= int64(len(child.msg.Payload))
 		child.msg = nil
 		rs.count.Add(-1)
 	}
@@ -183,17 +229,25 @@ func (rs *retainedStore) sweep(now time.Time, maxAge time.Duration) int {
 	for i := range rs.shards {
 		sh := &rs.shards[i]
 		sh.mu.Lock()
-		removed += sweepNode(&sh.root, now, maxAge, &rs.count)
+		removed += sweepNode(&sh.root, nil, now, maxAge, &rs.count)
 		sh.mu.Unlock()
 	}
 	return removed
 }
 
-func sweepNode(n *rnode, now time.Time, maxAge time.Duration, count *atomic.Int64) int {
+// sweepNode sweeps n's subtree; top is n's first-level node (nil when n
+// is a shard's root).
+func sweepNode(n, top *rnode, now time.Time, maxAge time.Duration, count *atomic.Int64) int {
 	removed := 0
 	for name, child := range n.children {
-		removed += sweepNode(child, now, maxAge, count)
+		t := top
+		if t == nil {
+			t = child
+		}
+		removed += sweepNode(child, t, now, maxAge, count)
 		if m := child.msg; m != nil && (m.expired(now) || maxAge > 0 && now.Sub(m.Created) >= maxAge) {
+			t.under--
+			t.underBytes -= int64(len(m.Payload))
 			child.msg = nil
 			count.Add(-1)
 			removed++
@@ -224,6 +278,14 @@ func collectAll(n *rnode, out *[]*Message) {
 		}
 		collectAll(child, out)
 	}
+}
+
+// RetainedUnder reports the retained messages stored under topic's first
+// level (how many, and their payload bytes) and the payload size of the
+// one retained on topic itself (-1 when none): what a policy needs to
+// bound the retained state of one tenant (see Policy.Publish).
+func (s *Server) RetainedUnder(topic string) (count int, bytes int64, current int) {
+	return s.retained.under(topic)
 }
 
 // RetainedMessage is a copy of a stored retained message.

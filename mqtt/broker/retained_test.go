@@ -341,3 +341,33 @@ func TestRetainedBurst(t *testing.T) {
 		t.Fatalf("retained_burst drops = %d after live traffic, want 7", d)
 	}
 }
+
+// TestRetainedUnderCounts: RetainedUnder follows every change of the
+// retained messages under a first level — new topics, replacements,
+// clears and the sweep — and nothing under another first level.
+func TestRetainedUnderCounts(t *testing.T) {
+	clk := newHBClock()
+	b := startBroker(t, broker.Options{Now: clk.Now, RetainedMaxAge: time.Minute})
+	pub := dialV5(t, b.Addr, clean("pub"))
+	want := func(topic string, count int, bytes int64, current int) {
+		t.Helper()
+		if c, by, cur := b.RetainedUnder(topic); c != count || by != bytes || cur != current {
+			t.Fatalf("RetainedUnder(%s) = %d, %d, %d; want %d, %d, %d", topic, c, by, cur, count, bytes, current)
+		}
+	}
+	want("acc1/x", 0, 0, -1)
+	hbRetain(t, pub, "acc1/a", "12345")
+	hbRetain(t, pub, "acc1/b/c", "123")
+	hbRetain(t, pub, "acc2/a", "1234567")
+	want("acc1/x", 2, 8, -1)
+	want("acc1/a", 2, 8, 5)
+	want("acc2/other", 1, 7, -1)
+	hbRetain(t, pub, "acc1/a", "1") // replaced
+	want("acc1/a", 2, 4, 1)
+	pub.publish(t, &paho.Publish{Topic: "acc1/b/c", QoS: 1, Retain: true}) // cleared
+	want("acc1/b/c", 1, 1, -1)
+	clk.Advance(time.Minute)
+	b.Sweep()
+	want("acc1/a", 0, 0, -1)
+	want("acc2/a", 0, 0, -1)
+}

@@ -1,0 +1,68 @@
+package app_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/fleetmq/fleetmq"
+	fleetplatform "github.com/fleetmq/fleetmq/platform"
+)
+
+// TestRetainedStateBoundedPerAccount: an account keeps at most its plan's
+// retained messages (max_publisher_clients x 100); the one over is
+// refused with Quota exceeded and a reason its owner sees, while replacing
+// or clearing a retained message always works, and another account
+// retains as before.
+func TestRetainedStateBoundedPerAccount(t *testing.T) {
+	t.Parallel()
+	p := startPlatform(t)
+	p.plan(t, "tiny", 1, 10)
+	A := p.newTenant(t, "A", "tiny", false, "dev1")
+	B := p.newTenant(t, "B", "tiny", false, "dev1")
+	p.synced(t)
+	devA := dialV5(t, p.MQTTAddr, "dev1", A.PubUser, A.PubPass)
+	devB := dialV5(t, p.MQTTAddr, "dev1", B.PubUser, B.PubPass)
+	retain := func(c *v5, topic, payload string) byte {
+		t.Helper()
+		r, err := c.publishResp(t, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte(payload)})
+		if r == nil {
+			t.Fatalf("retain %s: no PUBACK: %v", topic, err)
+		}
+		return r.ReasonCode
+	}
+	for i := range fleetplatform.RetainedPerClient {
+		if rc := retain(devA, A.topic("dev1", fmt.Sprintf("state/s%d", i)), "v"); rc != 0 {
+			t.Fatalf("retained message %d refused: 0x%02x", i, rc)
+		}
+	}
+	over := A.topic("dev1", "state/one-too-many")
+	if rc := retain(devA, over, "v"); rc != 0x97 {
+		t.Fatalf("retained message %d: 0x%02x, want 0x97 Quota exceeded", fleetplatform.RetainedPerClient+1, rc)
+	}
+	if rc := retain(devA, A.topic("dev1", "state/s0"), "replaced"); rc != 0 {
+		t.Fatalf("replacing a retained message: 0x%02x", rc)
+	}
+	if rc := retain(devA, A.topic("dev1", "state/s1"), ""); rc != 0 {
+		t.Fatalf("clearing a retained message: 0x%02x", rc)
+	}
+	if rc := retain(devA, over, "v"); rc != 0 {
+		t.Fatalf("a retained message after one was cleared: 0x%02x", rc)
+	}
+	if rc := retain(devB, B.topic("dev1", "state/s"), "v"); rc != 0 {
+		t.Fatalf("the other account's retained message: 0x%02x", rc)
+	}
+	eventually(t, "the refusal among A's problems", func() bool {
+		ps, err := p.Store.Problems(p.ctx, A.ID, "dev1", p.clock.Now().AddDate(0, 0, -1), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pr := range ps {
+			if pr.Kind == fleetmq.ProblemPublishRefused && pr.Topic == over && pr.Reason == "quota_exceeded" {
+				return true
+			}
+		}
+		return false
+	})
+}
