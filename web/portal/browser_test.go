@@ -27,8 +27,11 @@ import (
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
-// stepTimeout bounds one browser step (a page load, a wait for text).
-const stepTimeout = 15 * time.Second
+// stepTimeout bounds one browser step (a page load, a wait for text),
+// only against a hang: a step that signs in or changes the password waits
+// for argon2id, which on a busy machine under -race has taken over 15 s
+// (see requestTimeout).
+const stepTimeout = requestTimeout
 
 // tab is a headless Chromium with one tab on the App, at a desktop size
 // (1280x800) until told otherwise. Each tab is a fresh browser profile, so

@@ -39,6 +39,12 @@ import (
 // waitFor bounds every wait for something expected to happen.
 const waitFor = 10 * time.Second
 
+// requestTimeout bounds one request of a test browser, only against a
+// hang: sign-in and password changes hash with argon2id (64 MiB, about
+// 0.6 s under -race), a few at a time, so with parallel tests on a busy
+// machine one request has waited over 10 s.
+const requestTimeout = 2 * time.Minute
+
 // t0 is where the test clock starts: 2030-03-10 12:20:00 UTC.
 var t0 = time.Date(2030, 3, 10, 12, 20, 0, 0, time.UTC)
 
@@ -123,7 +129,7 @@ func (e *env) browser(t testing.TB) *browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &browser{e: e, c: &http.Client{Jar: jar, Timeout: waitFor,
+	return &browser{e: e, c: &http.Client{Jar: jar, Timeout: requestTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
 }
 
