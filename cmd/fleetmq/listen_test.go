@@ -6,64 +6,24 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-)
 
-// selfSigned writes a self-signed certificate for 127.0.0.1 and its key
-// as PEM files and returns their paths.
-func selfSigned(t *testing.T) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
-}
+	"github.com/fleetmq/fleetmq/internal/testkit"
+)
 
 // TestTLSFlagRules: TLS files without -tls-listen, or -tls-listen without
 // both files, are refused by serve and broker before anything starts (the
 // data directory is not even created), naming the flags and variables;
 // set through the environment they are refused the same way.
 func TestTLSFlagRules(t *testing.T) {
-	cert, key := selfSigned(t)
+	cert, key := testkit.SelfSignedFiles(t)
 	const (
 		unsetListen = " is set but -tls-listen (FLEETMQ_MQTT_TLS_LISTEN) is not"
 		needs       = "-tls-listen 127.0.0.1:0 (FLEETMQ_MQTT_TLS_LISTEN) needs -tls-cert (FLEETMQ_TLS_CERT) and -tls-key (FLEETMQ_TLS_KEY) (PEM files): "
@@ -129,7 +89,7 @@ func TestListenAddressInUse(t *testing.T) {
 	}
 	defer busy.Close()
 	addr := busy.Addr().String()
-	cert, key := selfSigned(t)
+	cert, key := testkit.SelfSignedFiles(t)
 	tlsFiles := []string{"-tls-cert", cert, "-tls-key", key}
 	cases := []struct {
 		cmd, flag, env string

@@ -277,7 +277,7 @@ func v5Pub(tb testing.TB, addr, id string) *rawClient {
 func TestKeepAliveTimeoutOverTLSAndWebSocket(t *testing.T) {
 	log, sink := testkit.NewLog()
 	b := startBroker(t, broker.Options{Logger: log})
-	cert, pool := hdSelfSigned(t)
+	cert, pool := testkit.SelfSigned(t)
 	tln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func TestIdleSubscribersKeepReceiving(t *testing.T) {
 	// shortened less than the write timeout.
 	const writeTimeout, connectTimeout = 300 * time.Millisecond, time.Second
 	b := startBroker(t, broker.Options{WriteTimeout: writeTimeout, ConnectTimeout: connectTimeout})
-	cert, pool := hdSelfSigned(t)
+	cert, pool := testkit.SelfSigned(t)
 	tln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
 
@@ -16,7 +17,7 @@ func TestConnectionsByListener(t *testing.T) {
 	if got := broker.ListenerNames(); len(got) != 3 || got[0] != "tcp" || got[1] != "tls" || got[2] != "websocket" {
 		t.Fatalf("ListenerNames() = %v", got)
 	}
-	cert, pool := hdSelfSigned(t)
+	cert, pool := testkit.SelfSigned(t)
 	b := startBroker(t, broker.Options{})
 	tlsLn, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -85,7 +86,7 @@ func TestStrangersGetMemoryForWhatTheySend(t *testing.T) {
 // and a freed place is free again.
 func TestConnectionsBoundedPerListener(t *testing.T) {
 	b := startBroker(t, broker.Options{MaxConns: 4, MaxConnsPerAddr: 3, ConnectTimeout: time.Minute})
-	cert, _ := hdSelfSigned(t)
+	cert, _ := testkit.SelfSigned(t)
 	tln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
 	if err != nil {
 		t.Fatal(err)

@@ -2,14 +2,9 @@ package broker_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +18,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -54,38 +50,6 @@ func (p *hdTransportPolicy) check(tb testing.TB, id string, tlsWant, wsWant bool
 	if !ok || got != [2]bool{tlsWant, wsWant} {
 		tb.Fatalf("%s: policy saw (TLS, WebSocket) = %v (seen %v), want (%v, %v)", id, got, ok, tlsWant, wsWant)
 	}
-}
-
-// hdSelfSigned makes a self-signed ECDSA certificate for 127.0.0.1 and a
-// pool that trusts it.
-func hdSelfSigned(tb testing.TB) (tls.Certificate, *x509.CertPool) {
-	tb.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "fleetmq test broker"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
 
 // hdV5Over connects a paho.golang client over an already open connection
@@ -187,7 +151,7 @@ func hdCrossTraffic(tb testing.TB, v5 *v5Client, v3 mqtt3.Client, prefix string)
 // (one sending MQTT in clear, one sending nothing) is dropped without
 // disturbing the TLS clients.
 func TestTLSListener(t *testing.T) {
-	cert, pool := hdSelfSigned(t)
+	cert, pool := testkit.SelfSigned(t)
 	pol := &hdTransportPolicy{}
 	b := startBroker(t, broker.Options{Policy: pol, ConnectTimeout: 1500 * time.Millisecond})
 	ln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
