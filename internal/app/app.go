@@ -44,6 +44,9 @@ type Config struct {
 	// its own listener instead of HTTPListen, so it can stay private while
 	// the portal and the REST API are public.
 	MetricsListen string
+	// HistoryQueryTimeout stops a REST history page's query (default
+	// api.QueryTimeout).
+	HistoryQueryTimeout time.Duration
 	// HTTPLimits bounds HTTPListen's connections (defaults
 	// DefaultHTTPMaxConns, DefaultHTTPMaxConnsPerAddr).
 	HTTPLimits  HTTPLimits
@@ -375,7 +378,7 @@ func (a *App) startAPI(ctx context.Context) error {
 		return fmt.Errorf("load REST rate-limit counts: %w", err)
 	}
 	a.API = api.New(api.Deps{Service: a.Service, Store: a.Store, Policy: a.Policy, Auth: a.Auth, Limiter: a.Limiter,
-		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger})
+		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger, QueryTimeout: a.cfg.HistoryQueryTimeout})
 	return nil
 }
 

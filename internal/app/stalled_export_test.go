@@ -12,21 +12,21 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/web/api"
 )
 
-// TestStalledExportsHoldNoStoreConnection: one tenant opens more whole-
-// history exports than the store has connections and never reads them;
-// another tenant's QoS 1 messages are still acknowledged, its history
-// pages still answer and /readyz stays 200, because an export holds a
-// store connection only while it reads a batch, never while it waits on
-// the socket.
+// TestStalledExportsHoldNoStoreConnection: tenants open more whole-history
+// exports than the store has connections and never read them; another
+// tenant's QoS 1 messages are still acknowledged, its history pages still
+// answer and /readyz stays 200, because an export holds a store connection
+// only while it reads a batch, never while it waits on the socket. And one
+// account runs at most api.QueriesPerAccount history requests at once.
 func TestStalledExportsHoldNoStoreConnection(t *testing.T) {
 	t.Parallel()
 	p := startPlatform(t, func(c *app.Config) { c.HTTPListen = "127.0.0.1:0" })
-	A := p.newTenant(t, "A", "starter", false, "dev1")
-	B := p.newTenant(t, "B", "starter", false, "dev1")
 	tokens := map[string]string{}
-	for _, tn := range []*tenant{A, B} {
+	newTenant := func(name string) *tenant {
+		tn := p.newTenant(t, name, "starter", false, "dev1")
 		if err := p.Service.SetAddOn(p.ctx, tn.ID, fleetmq.AddOnHistoryDownload, true); err != nil {
 			t.Fatal(err)
 		}
@@ -35,34 +35,51 @@ func TestStalledExportsHoldNoStoreConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		tokens[tn.ID] = tok
+		return tn
 	}
-	// ~40 MB of A's history: far more than the sockets can buffer.
+	// Three attackers with ~12 MB of history each: more than the sockets
+	// of an export can buffer.
+	var attackers []*tenant
 	payload := `{"v":"` + strings.Repeat("x", 2000) + `"}`
-	for i := range 20 {
-		var recs []*fleetmq.Record
-		for j := range 1000 {
-			recs = append(recs, &fleetmq.Record{AccountID: A.ID, ClientID: "dev1", Topic: A.topic("dev1", "telemetry/t"), Class: "telemetry",
-				QoS: 1, PublishedQoS: 1, Payload: []byte(payload), Received: p.clock.Now().Add(time.Duration(i*1000+j) * time.Microsecond)})
-		}
-		if err := p.Store.AppendHistory(p.ctx, recs); err != nil {
-			t.Fatal(err)
+	for a := range 3 {
+		tn := newTenant(fmt.Sprintf("attacker%d", a))
+		attackers = append(attackers, tn)
+		for i := range 6 {
+			var recs []*fleetmq.Record
+			for j := range 1000 {
+				recs = append(recs, &fleetmq.Record{AccountID: tn.ID, ClientID: "dev1", Topic: tn.topic("dev1", "telemetry/t"), Class: "telemetry",
+					QoS: 1, PublishedQoS: 1, Payload: []byte(payload), Received: p.clock.Now().Add(time.Duration(i*1000+j) * time.Microsecond)})
+			}
+			if err := p.Store.AppendHistory(p.ctx, recs); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
+	B := newTenant("B")
 	p.synced(t)
 
-	const stalled = 12 // the SQLite store has 4 connections, PostgreSQL 10
-	for range stalled {
+	export := func(tn *tenant) int {
 		nc, err := net.Dial("tcp", p.HTTPAddr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { nc.Close() })
-		fmt.Fprintf(nc, "GET /api/v1/subscriber/history?format=ndjson HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", tokens[A.ID])
+		fmt.Fprintf(nc, "GET /api/v1/subscriber/history?format=ndjson HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", tokens[tn.ID])
 		resp, err := http.ReadResponse(bufio.NewReaderSize(nc, 1024), nil)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("export: %v %v", resp, err)
+		if err != nil {
+			t.Fatalf("export: %v", err)
 		}
-		// ... and read no more.
+		return resp.StatusCode // and read no more
+	}
+	for _, tn := range attackers { // 6 stalled exports; the SQLite store has 4 connections
+		for range api.QueriesPerAccount {
+			if code := export(tn); code != http.StatusOK {
+				t.Fatalf("export: %d", code)
+			}
+		}
+	}
+	if code := export(attackers[0]); code != http.StatusTooManyRequests {
+		t.Fatalf("a third history request of one account at once: %d, want 429", code)
 	}
 
 	dev := dialV5(t, p.MQTTAddr, "dev1", B.PubUser, B.PubPass)
@@ -74,14 +91,14 @@ func TestStalledExportsHoldNoStoreConnection(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+tokens[B.ID])
 		resp, err := hc.Do(req)
 		if err != nil {
-			t.Fatalf("B's history page with A's exports stalled: %v", err)
+			t.Fatalf("B's history page with the exports stalled: %v", err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("B's history page: %d", resp.StatusCode)
 		}
 		if code, body := readyz(t, p.HTTPAddr); code != http.StatusOK {
-			t.Fatalf("/readyz with A's exports stalled: %d %s", code, body)
+			t.Fatalf("/readyz with the exports stalled: %d %s", code, body)
 		}
 		t.Logf("B's publish, history page and readiness: %v", time.Since(start))
 	}

@@ -63,13 +63,16 @@ type Deps struct {
 	// applies it at once rather than at the next reload.
 	Changed func(ctx context.Context)
 	Logger  *slog.Logger
+	// QueryTimeout stops a history page's query (default QueryTimeout).
+	QueryTimeout time.Duration
 }
 
 // API is the subscriber REST API.
 type API struct {
-	deps Deps
-	huma huma.API
-	mux  *http.ServeMux
+	deps    Deps
+	huma    huma.API
+	mux     *http.ServeMux
+	queries querySlots // history requests running per account
 }
 
 // Operation metadata keys.
@@ -81,6 +84,9 @@ var setErrorOnce sync.Once
 func New(d Deps) *API {
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.QueryTimeout <= 0 {
+		d.QueryTimeout = QueryTimeout
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()

@@ -83,8 +83,13 @@ func (a *API) registerHistory() {
 		if err != nil {
 			return nil, a.fail(ctx, err, "query")
 		}
+		release, full := a.queries.take(p.account.ID)
+		if full != nil {
+			return nil, full
+		}
 		if !paged {
 			return &huma.StreamResponse{Body: func(hc huma.Context) {
+				defer release()
 				hc.SetHeader("Content-Type", f.ContentType())
 				hc.SetStatus(http.StatusOK)
 				_, w := humago.Unwrap(hc)
@@ -95,8 +100,14 @@ func (a *API) registerHistory() {
 				}
 			}}, nil
 		}
-		page, err := history.Page(ctx, a.deps.Store, q)
+		defer release()
+		qctx, cancel := context.WithTimeout(ctx, a.deps.QueryTimeout)
+		defer cancel()
+		page, err := history.Page(qctx, a.deps.Store, q)
 		if err != nil {
+			if p := queryProblem(ctx, err, a.deps.QueryTimeout); p != nil {
+				return nil, p
+			}
 			return nil, a.fail(ctx, err, "query")
 		}
 		return &huma.StreamResponse{Body: func(hc huma.Context) {
