@@ -174,7 +174,7 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 	s.mu.Lock()
 	ss := s.sessions[key]
 	var prev *session // a session this connection replaces
-	if ss != nil && (clean || ss.expiredAt(now)) {
+	if ss != nil && (clean || ss.expiredAt(now) || ss.endsWithConnection()) {
 		prev, ss = ss, nil
 	}
 	present := ss != nil

@@ -236,6 +236,47 @@ func TestSessionTakeover(t *testing.T) {
 	cur.expect(t, packet.PINGRESP)
 }
 
+// TestSessionTakeoverOfEndingSession: a session that ends with its
+// connection (3.1.1 Clean Session 1, v5 Session Expiry 0) is not resumed
+// by a connection that takes it over: the takeover closes the old
+// connection, so the session ends, and the new connection without a clean
+// start gets a new session [MQTT-3.1.2-6, MQTT-3.1.2-23]: session present
+// 0, none of the old subscriptions. A client told its session is present
+// does not subscribe again, and would receive nothing.
+func TestSessionTakeoverOfEndingSession(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	pub := dialV5(t, b.Addr, clean("teo-pub"))
+	for _, tc := range []struct {
+		name string
+		old  *packet.Connect
+	}{
+		{"3.1.1 clean session", &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "teo3", CleanStart: true, KeepAlive: 30}},
+		{"v5 session expiry 0", &packet.Connect{ProtocolLevel: packet.Version5, ClientID: "teo5", CleanStart: false, KeepAlive: 30}},
+	} {
+		old, _ := connectRaw(t, b.Addr, tc.old)
+		old.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: tc.old.ClientID + "/#", QoS: 1}}})
+		old.expect(t, packet.SUBACK)
+
+		// The new connection does not start clean and keeps its session.
+		resume := &packet.Connect{ProtocolLevel: tc.old.ProtocolLevel, ClientID: tc.old.ClientID, KeepAlive: 30}
+		if resume.ProtocolLevel == packet.Version5 {
+			resume.Properties.SetSessionExpiry(300)
+		}
+		cur, ack := connectRaw(t, b.Addr, resume)
+		old.closed(t)
+		if ack.SessionPresent {
+			t.Errorf("%s: a takeover resumed a session that ends with its connection (session present 1)", tc.name)
+		}
+		// None of the old subscriptions: a message on their filter does
+		// not arrive, a PINGRESP does.
+		pub.publish(t, &paho.Publish{Topic: tc.old.ClientID + "/x", QoS: 1, Payload: []byte("not for the new session")})
+		cur.must(t, &packet.Pingreq{})
+		if p := cur.next(t); p.Type() != packet.PINGRESP {
+			t.Errorf("%s: got %v before PINGRESP: the old session's subscription was kept", tc.name, p.Type())
+		}
+	}
+}
+
 // TestSessionTakeoverRace: of two CONNECTs with one client id sent at the
 // same time, exactly one connection ends up owning the session; the other
 // gets DISCONNECT 0x8E and is closed.
