@@ -181,7 +181,11 @@ type SoakResult struct {
 	Refused             int64          `json:"refused"`
 	Problems            []string       `json:"problems,omitempty"`
 
-	ServerDrops   map[string]int64 `json:"server_drops,omitempty"`
+	// ServerDisconnects is the server's own count of ended connections
+	// (its metrics), by "who/reason"; ServerDrops the messages it did
+	// not deliver, by reason (metrics, else its log).
+	ServerDisconnects map[string]int64 `json:"server_disconnects,omitempty"`
+	ServerDrops       map[string]int64 `json:"server_drops,omitempty"`
 	ServerErrors  int64            `json:"server_errors"`
 	LogSuppressed int64            `json:"log_suppressed,omitempty"`
 
@@ -304,11 +308,13 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 
 	// Every client has left: the server's connections and goroutines
 	// must come back down.
+	var final map[string]float64
 	if target.metricsURL != "" {
 		deadline := time.Now().Add(soakTimeout)
 		for time.Now().Before(deadline) && target.alive() {
 			m, err := target.metrics(ctx)
 			if err == nil {
+				final = m
 				res.Goroutines[2] = m["go_goroutines"]
 				if m["fleetmq_mqtt_connections"] == 0 && m["go_goroutines"] <= res.Goroutines[0]+goroutineSlack {
 					break
@@ -328,10 +334,15 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 	res.Problems = f.problems
 	res.judgeCloses(led, target.log)
 	res.judgeMemory(&cfg, sampler.samples(), runEnd.Sub(start))
+	res.ServerDisconnects = seriesBy(final, "fleetmq_mqtt_disconnects_total", "by", "reason")
+	res.ServerDrops = seriesBy(final, "fleetmq_mqtt_dropped_total", "reason")
 	if target.log != nil {
 		l := target.log
 		l.mu.Lock()
-		res.ServerDrops, res.ServerErrors, res.LogSuppressed = l.drops, l.errorsN, l.suppressed
+		if res.ServerDrops == nil {
+			res.ServerDrops = l.drops
+		}
+		res.ServerErrors, res.LogSuppressed = l.errorsN, l.suppressed
 		for _, e := range l.errors {
 			res.fail("server log: %s", e)
 		}
@@ -653,4 +664,27 @@ func sumCounts[V int | int64](m map[string]V) V {
 		n += v
 	}
 	return n
+}
+
+// seriesBy collects the non-zero series of metric name by the values of
+// labels, joined with "/" (nil when there are none).
+func seriesBy(m map[string]float64, name string, labels ...string) map[string]int64 {
+	var out map[string]int64
+	for series, v := range m {
+		rest, ok := strings.CutPrefix(series, name+"{")
+		if !ok || v == 0 {
+			continue
+		}
+		vals := make([]string, len(labels))
+		for i, l := range labels {
+			if _, after, ok := strings.Cut(rest, l+`="`); ok {
+				vals[i], _, _ = strings.Cut(after, `"`)
+			}
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		out[strings.Join(vals, "/")] += int64(v)
+	}
+	return out
 }

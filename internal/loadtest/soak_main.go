@@ -96,6 +96,9 @@ func printSoak(w io.Writer, r *SoakResult) {
 	for _, e := range r.UnexplainedExamples {
 		p("  %s", e)
 	}
+	if r.ServerDisconnects != nil {
+		p("the server's count of ended connections (by/reason): %s", formatCounts(r.ServerDisconnects))
+	}
 	p("server: messages dropped %s; error lines %d; log lines suppressed %d; connect failures %d, refusals %d",
 		formatCounts(r.ServerDrops), r.ServerErrors, r.LogSuppressed, r.ConnectFailures, r.Refused)
 	for _, e := range r.Problems {
