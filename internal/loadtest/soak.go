@@ -186,8 +186,8 @@ type SoakResult struct {
 	// not deliver, by reason (metrics, else its log).
 	ServerDisconnects map[string]int64 `json:"server_disconnects,omitempty"`
 	ServerDrops       map[string]int64 `json:"server_drops,omitempty"`
-	ServerErrors  int64            `json:"server_errors"`
-	LogSuppressed int64            `json:"log_suppressed,omitempty"`
+	ServerErrors      int64            `json:"server_errors"`
+	LogSuppressed     int64            `json:"log_suppressed,omitempty"`
 
 	RSS           [3]int64     `json:"rss_kib_first_last_max"`
 	RSSHalvesKiB  [2]int64     `json:"rss_kib_median_halves"`
