@@ -311,7 +311,7 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 	var final map[string]float64
 	if target.metricsURL != "" {
 		deadline := time.Now().Add(soakTimeout)
-		for time.Now().Before(deadline) && target.alive() {
+		for time.Now().Before(deadline) && target.alive() && ctx.Err() == nil {
 			m, err := target.metrics(ctx)
 			if err == nil {
 				final = m
