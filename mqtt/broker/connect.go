@@ -125,6 +125,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 	// Resend what the resumed session had in flight, then queued messages.
 	ss.mu.Lock()
 	if ss.c == c {
+		c.connacked = true
 		ss.resendLocked()
 		ss.pumpLocked(ss.c)
 	}

@@ -167,8 +167,8 @@ func (ss *session) dropLocked(m *Message, r DropReason) {
 // before it next blocks (see conn.flushPending).
 func (ss *session) pumpLocked(from *conn) {
 	c := ss.c
-	if c == nil {
-		return
+	if c == nil || !c.connacked {
+		return // offline, or the CONNACK is not written yet: stays queued
 	}
 	now := ss.srv.now()
 	for ss.qlen() > 0 {

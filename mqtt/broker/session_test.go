@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -500,5 +501,62 @@ func TestWillPropertiesRetain(t *testing.T) {
 	check("later subscriber", late.next(t))
 	if n := b.Stats().Retained; n != 1 {
 		t.Fatalf("%d retained messages, want the will", n)
+	}
+}
+
+// injectPolicy is the open policy that, once armed, publishes a message
+// from its Connected callback: that runs when the session is attached to
+// the new connection and before the CONNACK is written, the moment at
+// which any publisher's message may reach a resumed session.
+type injectPolicy struct {
+	broker.OpenPolicy
+	srv   atomic.Pointer[broker.Server]
+	armed atomic.Bool
+}
+
+func (p *injectPolicy) Connected(id *broker.Identity, _ *broker.Connection) {
+	if p.armed.Load() {
+		p.srv.Load().Publish(&broker.Message{Topic: id.ClientID + "/x", QoS: 1, PublishedQoS: 1, Payload: []byte("meanwhile")})
+	}
+}
+
+// TestConnackComesFirst: a message routed to a resumed session while its
+// new connection is being set up waits behind the CONNACK, which is the
+// first packet the server sends [MQTT-3.2.0-1]; a client that gets a
+// PUBLISH first drops the connection (paho.mqtt.golang: "non-CONNACK first
+// packet received"). It then arrives after the CONNACK.
+func TestConnackComesFirst(t *testing.T) {
+	pol := &injectPolicy{}
+	b := startBroker(t, broker.Options{Policy: pol})
+	pol.srv.Store(b.Server)
+	for _, v := range []byte{packet.Version311, packet.Version5} {
+		id := fmt.Sprintf("cf%d", v)
+		cp := func() *packet.Connect {
+			c := &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: v, ClientID: id, KeepAlive: 30}
+			if v == packet.Version5 {
+				c.Properties.SetSessionExpiry(300)
+			}
+			return c
+		}
+		first, _ := connectRaw(t, b.Addr, cp())
+		first.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: id + "/#", QoS: 1}}})
+		first.expect(t, packet.SUBACK)
+		first.must(t, &packet.Disconnect{})
+		eventually(t, "the session to go offline", func() bool { return b.Stats().Connections == 0 })
+
+		pol.armed.Store(true)
+		again := dialRaw(t, b.Addr, v)
+		again.must(t, cp())
+		if p := again.next(t); p.Type() != packet.CONNACK {
+			t.Fatalf("MQTT %d: first packet %v, want CONNACK", v, p.Type())
+		} else if !p.(*packet.Connack).SessionPresent {
+			t.Fatalf("MQTT %d: session not present", v)
+		}
+		if p, ok := again.next(t).(*packet.Publish); !ok || string(p.Payload) != "meanwhile" {
+			t.Fatalf("MQTT %d: after the CONNACK %+v, want the message published meanwhile", v, p)
+		}
+		pol.armed.Store(false)
+		again.must(t, &packet.Disconnect{})
+		eventually(t, "the session to go offline", func() bool { return b.Stats().Connections == 0 })
 	}
 }
