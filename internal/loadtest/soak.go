@@ -105,10 +105,10 @@ func (c *SoakConfig) fill() error {
 		c.Burst = 100
 	}
 	if c.RSSGrowth == 0 {
-		c.RSSGrowth = 0.10
+		c.RSSGrowth = 0.05
 	}
 	if c.RSSSlackMiB == 0 {
-		c.RSSSlackMiB = 16
+		c.RSSSlackMiB = 8
 	}
 	switch c.Target {
 	case "serve", "broker":
