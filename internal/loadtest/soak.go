@@ -2,7 +2,6 @@ package loadtest
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -225,13 +224,14 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 	}
 	defer target.stop()
 
-	var nonce [8]byte
-	binary.BigEndian.PutUint64(nonce[:], rand.Uint64())
-	led := newLedger(binary.BigEndian.Uint64(nonce[:]))
+	nonce := rand.Uint64()
+	led := newLedger(nonce)
 	f := &fleet{addr: target.addr, root: target.root, pubUser: target.pubUser, pubPass: target.pubPass,
 		subUser: target.subUser, subPass: target.subPass, size: cfg.Size, sched: sched, led: led}
 	if target.kind == "addr" {
-		f.nameSufix = fmt.Sprintf("-%04x", binary.BigEndian.Uint16(nonce[:]))
+		// Subscribers and canaries of this run, apart from any other's on
+		// a shared broker (devices keep their registered ids).
+		f.nameSuffix = fmt.Sprintf("-%04x", uint16(nonce))
 	}
 
 	res := &SoakResult{Target: cfg.Target, Scale: cfg.Scale, WriteTimeout: cfg.WriteTimeout.String(),
@@ -255,11 +255,9 @@ func RunSoak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 	var subsWG, devsWG sync.WaitGroup
 	var ready sync.WaitGroup
 	for _, s := range subs {
-		b := &subBook{name: s.name, filter: target.root + "/" + s.filter, qos: s.qos, persistent: s.persistent,
-			lib: map[byte]string{4: "paho.mqtt.golang", 5: "paho.golang"}[s.version], keepsQoS2State: s.version == 5}
-		if s.lean {
-			b.lib = "fleetmq loadtest client"
-		}
+		// paho.golang and the harness's client keep QoS 2 receive state
+		// across reconnects; paho.mqtt.golang does not.
+		b := &subBook{name: s.name, filter: target.root + "/" + s.filter, qos: s.qos, persistent: s.persistent, keepsQoS2State: s.version == 5}
 		led.addSub(b)
 		ready.Add(1)
 		subsWG.Add(1)

@@ -122,16 +122,16 @@ func soakSubscribers() []subSpec {
 
 // fleet runs the devices and subscribers against one broker.
 type fleet struct {
-	addr      string
-	root      string // topic root: the account id on the platform
-	pubUser   string
-	pubPass   string
-	subUser   string
-	subPass   string
-	size      int
-	sched     soakSchedule
-	led       *ledger
-	nameSufix string // makes client ids unique per run on a shared broker
+	addr       string
+	root       string // topic root: the account id on the platform
+	pubUser    string
+	pubPass    string
+	subUser    string
+	subPass    string
+	size       int
+	sched      soakSchedule
+	led        *ledger
+	nameSuffix string // makes client ids unique per run on a shared broker
 
 	connectFailures atomic.Int64
 	refused         atomic.Int64
@@ -303,7 +303,7 @@ func (f *fleet) runSubscriber(run, stop context.Context, s subSpec, b *subBook, 
 			return
 		}
 	}
-	clientID := s.name + f.nameSufix
+	clientID := s.name + f.nameSuffix
 	fresh := true // no session expected at the broker
 	for attempt := 0; attempt < maxAttempts && stop.Err() == nil; attempt++ {
 		rec := &connRecord{client: clientID, role: "subscriber", version: s.version, opened: time.Now()}
@@ -377,9 +377,9 @@ func (f *fleet) runSubscriber(run, stop context.Context, s subSpec, b *subBook, 
 // resetV3 discards a 3.1.1 persistent session a previous run may have
 // left: one clean connection, closed at once.
 func (f *fleet) resetV3(ctx context.Context, s subSpec) bool {
-	rec := &connRecord{client: s.name + f.nameSufix, role: "subscriber", version: 4, opened: time.Now()}
+	rec := &connRecord{client: s.name + f.nameSuffix, role: "subscriber", version: 4, opened: time.Now()}
 	f.led.addConn(rec)
-	c, _, err := dialSoak(ctx, dialSpec{addr: f.addr, clientID: s.name + f.nameSufix, username: f.subUser, password: f.subPass,
+	c, _, err := dialSoak(ctx, dialSpec{addr: f.addr, clientID: s.name + f.nameSuffix, username: f.subUser, password: f.subPass,
 		version: 4, keepAlive: s.keepAlive, clean: true, rec: rec}, nil, nil)
 	if err != nil {
 		rec.finish(endHarness, 0, "connect failed")

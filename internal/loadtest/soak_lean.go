@@ -61,7 +61,7 @@ func (l *leanConn) close() {
 func (f *fleet) runSlowReader(run, stop context.Context, s subSpec, b *subBook, ready func()) {
 	var once sync.Once
 	defer once.Do(ready)
-	clientID := s.name + f.nameSufix
+	clientID := s.name + f.nameSuffix
 	fresh := true
 	for attempt := 0; attempt < maxAttempts && stop.Err() == nil; attempt++ {
 		rec := &connRecord{client: clientID, role: "subscriber", version: 5, opened: time.Now()}
@@ -205,7 +205,7 @@ func soakCanaries(withLog bool) []canary {
 // runCanary opens c's connection and waits (at most connectTimeout and
 // soakTimeout) for the server to close it.
 func (f *fleet) runCanary(ctx context.Context, c canary, connectTimeout time.Duration) {
-	rec := &connRecord{client: c.name + f.nameSufix, role: "canary", version: c.version, opened: time.Now(), provoked: c.provoked}
+	rec := &connRecord{client: c.name + f.nameSuffix, role: "canary", version: c.version, opened: time.Now(), provoked: c.provoked}
 	f.led.addConn(rec)
 	var nc net.Conn
 	var lc *leanConn
@@ -220,7 +220,7 @@ func (f *fleet) runCanary(ctx context.Context, c canary, connectTimeout time.Dur
 		rec.setLocal(nc.LocalAddr().String())
 	} else {
 		var err error
-		if lc, _, err = f.dialLean(ctx, rec, c.version, &packet.Connect{ClientID: c.name + f.nameSufix, CleanStart: true, KeepAlive: 1}); err != nil {
+		if lc, _, err = f.dialLean(ctx, rec, c.version, &packet.Connect{ClientID: c.name + f.nameSuffix, CleanStart: true, KeepAlive: 1}); err != nil {
 			rec.finish(endHarness, 0, "connect failed")
 			f.problem("canary %s: %v", c.name, err)
 			return

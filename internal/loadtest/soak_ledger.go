@@ -49,7 +49,6 @@ const lossGrace = 10 * time.Second
 // subBook is what one subscriber received.
 type subBook struct {
 	name       string
-	lib        string
 	filter     string
 	qos        byte
 	persistent bool
