@@ -171,14 +171,18 @@ type SoakResult struct {
 	// ServerCloses counts connections the server closed, by reason;
 	// Provoked those the canaries provoked, Unprovoked the closes of
 	// well-behaved fleet clients (stated, but not expected).
-	ServerCloses        map[string]int `json:"server_closes"`
-	Provoked            map[string]int `json:"provoked"`
-	Unprovoked          map[string]int `json:"unprovoked"`
-	Unexplained         int            `json:"unexplained"`
-	UnexplainedExamples []string       `json:"unexplained_examples,omitempty"`
-	ConnectFailures     int64          `json:"connect_failures"`
-	Refused             int64          `json:"refused"`
-	Problems            []string       `json:"problems,omitempty"`
+	ServerCloses map[string]int `json:"server_closes"`
+	Provoked     map[string]int `json:"provoked"`
+	Unprovoked   map[string]int `json:"unprovoked"`
+	Unexplained  int            `json:"unexplained"`
+	// PingTimeouts counts connections the client ended itself because no
+	// PINGRESP came within its keep alive: not closed by the server, but
+	// a sign the server (or the machine) stalled.
+	PingTimeouts        int      `json:"ping_timeouts"`
+	UnexplainedExamples []string `json:"unexplained_examples,omitempty"`
+	ConnectFailures     int64    `json:"connect_failures"`
+	Refused             int64    `json:"refused"`
+	Problems            []string `json:"problems,omitempty"`
 
 	// ServerDisconnects is the server's own count of ended connections
 	// (its metrics), by "who/reason"; ServerDrops the messages it did
@@ -378,6 +382,9 @@ func (r *SoakResult) judge() {
 	if n := sumCounts(r.Unprovoked); n > 0 {
 		r.fail("%d connections of well-behaved clients closed by the server (%s)", n, formatCounts(r.Unprovoked))
 	}
+	if r.PingTimeouts > 0 {
+		r.fail("%d connections ended by their client: no PINGRESP within the keep alive", r.PingTimeouts)
+	}
 	if r.ConnectFailures > 0 {
 		r.fail("%d connection attempts failed", r.ConnectFailures)
 	}
@@ -439,6 +446,11 @@ func (r *SoakResult) judgeCloses(led *ledger, log *serverLog) {
 			if provoked != "" {
 				r.fail("%s: the server did not close it (%s expected)", who, provoked)
 			}
+		case isPingTimeout(detail):
+			r.PingTimeouts++
+			if len(r.UnexplainedExamples) < 10 {
+				r.UnexplainedExamples = append(r.UnexplainedExamples, fmt.Sprintf("%s: ended by the client at %s: %s", who, ended.Format("15:04:05.000"), detail))
+			}
 		default:
 			r.Unexplained++
 			if len(r.UnexplainedExamples) < 10 {
@@ -453,6 +465,12 @@ func (r *SoakResult) judgeCloses(led *ledger, log *serverLog) {
 			}
 		}
 	}
+}
+
+// isPingTimeout recognises the error with which paho.golang and
+// paho.mqtt.golang end a connection whose PINGREQ went unanswered.
+func isPingTimeout(detail string) bool {
+	return strings.Contains(detail, "PINGRESP timed out") || strings.Contains(detail, "pingresp not received")
 }
 
 func serverDetail(sc *serverClose, clientDetail string) string {

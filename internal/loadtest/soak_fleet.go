@@ -219,6 +219,11 @@ func (f *fleet) runDevice(ctx context.Context, d deviceSpec) {
 		}
 		switch {
 		case lost:
+			select {
+			case <-c.done():
+			default:
+				c.disconnect() // a publish failed on a live connection: start afresh
+			}
 			pause(ctx, f.sched.backoff)
 		case d.abrupt && ctx.Err() == nil:
 			c.drop()

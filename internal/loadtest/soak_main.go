@@ -93,6 +93,9 @@ func printSoak(w io.Writer, r *SoakResult) {
 	}
 	p("connections: %d; closed by the harness %d; by the server with a stated reason %d (%s), of which provoked by the canaries %d, of well-behaved clients %d; unexplained %d",
 		r.Connections, r.ClosedByHarness, sumCounts(r.ServerCloses), formatCounts(r.ServerCloses), sumCounts(r.Provoked), sumCounts(r.Unprovoked), r.Unexplained)
+	if r.PingTimeouts > 0 {
+		p("connections the client ended for want of a PINGRESP: %d", r.PingTimeouts)
+	}
 	for _, e := range r.UnexplainedExamples {
 		p("  %s", e)
 	}

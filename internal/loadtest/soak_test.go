@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"os/exec"
 	"path/filepath"
@@ -234,6 +235,7 @@ func TestJudgeCloses(t *testing.T) {
 		end      endKind
 		code     byte
 		provoked string
+		detail   string // the client's error ("EOF" when empty)
 		server   string // by/reason in the server's log; "" for no line
 	}
 	conns := []conn{
@@ -246,11 +248,12 @@ func TestJudgeCloses(t *testing.T) {
 		{name: "canary for the wrong reason", end: endServerMsg, code: 0x8B, provoked: "keepalive_timeout"},
 		{name: "canary the server let be", end: endHarness, provoked: "keepalive_timeout"},
 		{name: "takeover after the harness closed", end: endHarness, server: "server/session_taken_over"},
+		{name: "no PINGRESP", end: endLost, detail: "ping handler error: PINGRESP timed out", server: "client/connection_lost"},
 	}
 	for i, c := range conns {
 		local := "127.0.0.1:" + string(rune('a'+i))
 		r := &connRecord{client: c.name, role: "subscriber", version: 5, opened: now, provoked: c.provoked, local: local}
-		r.finish(c.end, c.code, "EOF")
+		r.finish(c.end, c.code, cmp.Or(c.detail, "EOF"))
 		l.addConn(r)
 		if by, reason, ok := strings.Cut(c.server, "/"); ok {
 			log.closes[local] = []*serverClose{{at: now, remote: local, by: by, reason: reason}}
@@ -258,7 +261,7 @@ func TestJudgeCloses(t *testing.T) {
 	}
 	var r SoakResult
 	r.judgeCloses(l, log)
-	if r.Connections != len(conns) || r.ClosedByHarness != 3 || r.Unexplained != 2 {
+	if r.Connections != len(conns) || r.ClosedByHarness != 3 || r.Unexplained != 2 || r.PingTimeouts != 1 {
 		t.Fatalf("connections %d, by the harness %d, unexplained %d: %q", r.Connections, r.ClosedByHarness, r.Unexplained, r.UnexplainedExamples)
 	}
 	if r.Provoked["connect_timeout"] != 1 || r.Unprovoked["keepalive_timeout"] != 1 || r.Unprovoked["write_timeout"] != 1 || r.ServerCloses["server_shutdown"] != 1 {
