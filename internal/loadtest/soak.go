@@ -549,6 +549,10 @@ func (r *SoakResult) judgeMemory(cfg *SoakConfig, samples []soakSample, run time
 	r.RSSHalvesKiB = [2]int64{int64(med(first, rss)), int64(med(second, rss))}
 	r.AnonHalvesKiB = [2]int64{int64(med(first, anon)), int64(med(second, anon))}
 	r.HeapHalvesMiB = [2]float64{med(first, heap), med(second, heap)}
+	if r.Goroutines[0] > 0 && r.Goroutines[2] > r.Goroutines[0]+goroutineSlack {
+		r.fail("server goroutines did not come back down once every client left: %.0f, %.0f before the fleet came",
+			r.Goroutines[2], r.Goroutines[0])
+	}
 	if r.RSS[0] == 0 {
 		return // no process to measure
 	}
@@ -560,10 +564,6 @@ func (r *SoakResult) judgeMemory(cfg *SoakConfig, samples []soakSample, run time
 	if r.RSSHalvesKiB[1] > r.RSSAllowedKiB {
 		r.fail("server RSS grew: median %d KiB in the second half against %d KiB in the first (at most %d KiB allowed)",
 			r.RSSHalvesKiB[1], r.RSSHalvesKiB[0], r.RSSAllowedKiB)
-	}
-	if r.Goroutines[0] > 0 && r.Goroutines[2] > r.Goroutines[0]+goroutineSlack {
-		r.fail("server goroutines did not come back down once every client left: %.0f, %.0f before the fleet came",
-			r.Goroutines[2], r.Goroutines[0])
 	}
 }
 
