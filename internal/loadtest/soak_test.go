@@ -336,3 +336,42 @@ func TestSoakShort(t *testing.T) {
 		t.Errorf("the canaries' closes were not all explained: %v", r.Provoked)
 	}
 }
+
+// TestJudgeMemory: the second half's median RSS may exceed the first
+// half's (after the first 10%) by the allowance, and the goroutines must
+// come back down.
+func TestJudgeMemory(t *testing.T) {
+	cfg := SoakConfig{RSSGrowth: 0.05, RSSSlackMiB: 8}
+	run := 100 * time.Second
+	samples := func(rss func(i int) int64) []soakSample {
+		var s []soakSample
+		for i := 0; i <= 100; i++ {
+			s = append(s, soakSample{At: time.Duration(i) * time.Second, RSSKiB: rss(i), Goroutines: 30})
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name      string
+		rss       func(i int) int64
+		after     float64
+		failures  int
+		allowedIs int64
+	}{
+		{"flat after a warm-up", func(i int) int64 { return 40000 + min(int64(i), 10)*1000 }, 21, 0, 50000*105/100 + 8192},
+		{"sawtooth", func(i int) int64 { return 50000 + int64(i%3)*2000 }, 20, 0, 52000*105/100 + 8192},
+		{"leaking 300 KiB a second", func(i int) int64 { return 50000 + int64(i)*300 }, 20, 1, 0},
+		{"goroutines left behind", func(int) int64 { return 50000 }, 31, 1, 0},
+	} {
+		r := SoakResult{Goroutines: [3]float64{20, 0, tc.after}}
+		r.judgeMemory(&cfg, samples(tc.rss), run)
+		if len(r.Failures) != tc.failures {
+			t.Errorf("%s: failures %q (halves %v, allowed %d)", tc.name, r.Failures, r.RSSHalvesKiB, r.RSSAllowedKiB)
+		}
+		if tc.allowedIs != 0 && r.RSSAllowedKiB != tc.allowedIs {
+			t.Errorf("%s: allowed %d KiB, want %d", tc.name, r.RSSAllowedKiB, tc.allowedIs)
+		}
+		if r.RSS[0] != tc.rss(0) || r.RSS[1] != tc.rss(100) || r.Goroutines[1] != 30 {
+			t.Errorf("%s: first/last/max %v, goroutines %v", tc.name, r.RSS, r.Goroutines)
+		}
+	}
+}
