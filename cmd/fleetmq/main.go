@@ -43,7 +43,7 @@ Usage:
   fleetmq layout ...       vendor wire layouts: add, list, remove, dry-run
   fleetmq history ...      stored messages: query, export, latest, chart, prune
   fleetmq broker [flags]   run the bare MQTT broker (open policy: anonymous, any topic)
-  fleetmq bench MODE       load harness: pubsub, idle, or compare with Mosquitto
+  fleetmq bench MODE       load harness: pubsub, idle, compare (with Mosquitto), history, soak
   fleetmq version          print the version
 
 Run "fleetmq COMMAND -h" for a command's flags.

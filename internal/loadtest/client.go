@@ -45,42 +45,55 @@ type dialer struct {
 // connect dials and completes CONNECT/CONNACK. It returns the server's
 // Receive Maximum (65535 when not given).
 func (d dialer) connect(ctx context.Context, c *packet.Connect, bufSize int) (*conn, uint16, error) {
-	nd := net.Dialer{Timeout: d.timeout}
-	if d.source != nil {
-		nd.LocalAddr = &net.TCPAddr{IP: d.source}
-	}
-	nc, err := nd.DialContext(ctx, "tcp", d.addr)
+	cn, ack, err := d.connectAck(ctx, c, bufSize, nil)
 	if err != nil {
 		return nil, 0, err
-	}
-	cn := &conn{nc: nc, version: d.version, r: bufio.NewReaderSize(nc, bufSize), w: bufio.NewWriterSize(nc, bufSize)}
-	c.ProtocolName = "MQTT"
-	c.ProtocolLevel = d.version
-	if err := cn.send(c, true); err != nil {
-		nc.Close()
-		return nil, 0, err
-	}
-	nc.SetReadDeadline(time.Now().Add(d.timeout))
-	p, err := cn.read()
-	nc.SetReadDeadline(time.Time{})
-	if err != nil {
-		nc.Close()
-		return nil, 0, fmt.Errorf("connect %s: %w", c.ClientID, err)
-	}
-	ack, ok := p.(*packet.Connack)
-	if !ok {
-		nc.Close()
-		return nil, 0, fmt.Errorf("connect %s: got %v, want CONNACK", c.ClientID, p.Type())
-	}
-	if ack.ReasonCode != packet.Success {
-		nc.Close()
-		return nil, 0, fmt.Errorf("connect %s refused: %v", c.ClientID, ack.ReasonCode)
 	}
 	rm := uint16(65535)
 	if ack.Properties.Has(packet.PropReceiveMaximum) {
 		rm = ack.Properties.ReceiveMaximum
 	}
 	return cn, rm, nil
+}
+
+// connectAck is connect returning the CONNACK; dialed, when not nil, is
+// told the connection's local address before CONNECT is sent.
+func (d dialer) connectAck(ctx context.Context, c *packet.Connect, bufSize int, dialed func(local string)) (*conn, *packet.Connack, error) {
+	nd := net.Dialer{Timeout: d.timeout}
+	if d.source != nil {
+		nd.LocalAddr = &net.TCPAddr{IP: d.source}
+	}
+	nc, err := nd.DialContext(ctx, "tcp", d.addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	if dialed != nil {
+		dialed(nc.LocalAddr().String())
+	}
+	cn := &conn{nc: nc, version: d.version, r: bufio.NewReaderSize(nc, bufSize), w: bufio.NewWriterSize(nc, bufSize)}
+	c.ProtocolName = "MQTT"
+	c.ProtocolLevel = d.version
+	if err := cn.send(c, true); err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	nc.SetReadDeadline(time.Now().Add(d.timeout))
+	p, err := cn.read()
+	nc.SetReadDeadline(time.Time{})
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("connect %s: %w", c.ClientID, err)
+	}
+	ack, ok := p.(*packet.Connack)
+	if !ok {
+		nc.Close()
+		return nil, nil, fmt.Errorf("connect %s: got %v, want CONNACK", c.ClientID, p.Type())
+	}
+	if ack.ReasonCode != packet.Success {
+		nc.Close()
+		return nil, nil, fmt.Errorf("connect %s refused: %v", c.ClientID, ack.ReasonCode)
+	}
+	return cn, ack, nil
 }
 
 func (c *conn) send(p packet.Packet, flush bool) error {

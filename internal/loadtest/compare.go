@@ -124,7 +124,7 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	mosqAddr := "127.0.0.1:" + strconv.Itoa(*port+1)
 	platAddr := "127.0.0.1:" + strconv.Itoa(*port+2)
 	platDir := filepath.Join(work, "platform-data")
-	plat, err := provisionPlatform(ctx, platDir, *pubs)
+	plat, err := provisionPlatform(ctx, platDir, benchClientIDs(*pubs))
 	if err != nil {
 		return fmt.Errorf("provision the platform: %w", err)
 	}

@@ -86,6 +86,7 @@ Usage:
   fleetmq bench idle [flags]      hold K idle connections, report memory per connection
   fleetmq bench compare [flags]   run the standard loads against fleetmq and Mosquitto, alternating
   fleetmq bench history [flags]   fill a history store, time deep queries and an NDJSON export
+  fleetmq bench soak [flags]      run a mixed fleet for a while; fail on loss, bad duplicates, unexplained closes, growth
 
 Each prints a summary and a "RESULT {json}" line per run. Run with -h for flags.
 `
@@ -105,6 +106,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return mainCompare(ctx, args[1:], stdout, stderr)
 	case "history":
 		return mainHistory(ctx, args[1:], stdout, stderr)
+	case "soak":
+		return mainSoak(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -10,16 +10,28 @@ import (
 )
 
 // platformSetup is what the platform loads authenticate with: one account
-// on the scale plan with the QoS 2 add-on, publishers dev0..devN-1 allowed
-// QoS 2, a fleet credential and a subscriber password.
+// on the bench plan with the QoS 2 add-on, publishers (dev0..devN-1 for
+// the comparison, the soak's devices for the soak) allowed QoS 2, a fleet
+// credential and a subscriber password.
 type platformSetup struct {
 	account          string
 	pubUser, pubPass string
 	subUser, subPass string
 }
 
-// provisionPlatform creates the benchmark account in a data directory.
-func provisionPlatform(ctx context.Context, dir string, publishers int) (*platformSetup, error) {
+// benchClientIDs are the comparison's publishers, dev0..devN-1.
+func benchClientIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("dev%d", i)
+	}
+	return ids
+}
+
+// provisionPlatform creates the benchmark account in a data directory,
+// with the given publisher client ids.
+func provisionPlatform(ctx context.Context, dir string, clientIDs []string) (*platformSetup, error) {
+	publishers := len(clientIDs)
 	store, err := sqlstore.OpenDir(ctx, dir)
 	if err != nil {
 		return nil, err
@@ -39,8 +51,8 @@ func provisionPlatform(ctx context.Context, dir string, publishers int) (*platfo
 		return nil, err
 	}
 	two := 2
-	for i := range publishers {
-		if _, err := svc.CreateClient(ctx, acc.ID, control.ClientInput{ClientID: fmt.Sprintf("dev%d", i), MaxPublishQoS: &two}); err != nil {
+	for _, id := range clientIDs {
+		if _, err := svc.CreateClient(ctx, acc.ID, control.ClientInput{ClientID: id, MaxPublishQoS: &two}); err != nil {
 			return nil, err
 		}
 	}

@@ -57,6 +57,11 @@ type conn struct {
 	sendWill bool
 	// taken is set when a newer connection took the session over.
 	taken atomic.Bool
+	// connacked is set (with the session's mu held) once the CONNACK is
+	// written: until then the pump leaves deliveries queued, so a message
+	// routed to the session while it attaches cannot come first
+	// [MQTT-3.2.0-1].
+	connacked bool
 
 	// Time limits, enforced by the server's watchdog (watch.go), in real
 	// Unix nanoseconds: when the connection was accepted, when bytes last

@@ -125,6 +125,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 	// Resend what the resumed session had in flight, then queued messages.
 	ss.mu.Lock()
 	if ss.c == c {
+		c.connacked = true
 		ss.resendLocked()
 		ss.pumpLocked(ss.c)
 	}
@@ -174,7 +175,7 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 	s.mu.Lock()
 	ss := s.sessions[key]
 	var prev *session // a session this connection replaces
-	if ss != nil && (clean || ss.expiredAt(now)) {
+	if ss != nil && (clean || ss.expiredAt(now) || ss.endsWithConnection()) {
 		prev, ss = ss, nil
 	}
 	present := ss != nil

@@ -112,6 +112,17 @@ func (ss *session) expiredAt(now time.Time) bool {
 	return ss.c == nil && !ss.ended && !now.Before(ss.disconnectedAt.Add(time.Duration(ss.expiry)*time.Second))
 }
 
+// endsWithConnection reports whether the session is connected and ends
+// when that connection does (expiry 0: 3.1.1 Clean Session 1, or v5
+// Session Expiry 0). A new connection taking it over cannot resume it,
+// even without a clean start: the takeover closes the old connection, so
+// the session ends and the new one starts afresh [MQTT-3.1.2-6].
+func (ss *session) endsWithConnection() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.c != nil && ss.expiry == 0
+}
+
 // enqueue hands a message to the session: it is queued (or dropped when the
 // queue is full) and the pump moves what it can to the connection.
 func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from *conn) {
@@ -156,8 +167,8 @@ func (ss *session) dropLocked(m *Message, r DropReason) {
 // before it next blocks (see conn.flushPending).
 func (ss *session) pumpLocked(from *conn) {
 	c := ss.c
-	if c == nil {
-		return
+	if c == nil || !c.connacked {
+		return // offline, or the CONNACK is not written yet: stays queued
 	}
 	now := ss.srv.now()
 	for ss.qlen() > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,6 +239,47 @@ func TestSessionTakeover(t *testing.T) {
 	cur.expect(t, packet.PINGRESP)
 }
 
+// TestSessionTakeoverOfEndingSession: a session that ends with its
+// connection (3.1.1 Clean Session 1, v5 Session Expiry 0) is not resumed
+// by a connection that takes it over: the takeover closes the old
+// connection, so the session ends, and the new connection without a clean
+// start gets a new session [MQTT-3.1.2-6, MQTT-3.1.2-23]: session present
+// 0, none of the old subscriptions. A client told its session is present
+// does not subscribe again, and would receive nothing.
+func TestSessionTakeoverOfEndingSession(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	pub := dialV5(t, b.Addr, clean("teo-pub"))
+	for _, tc := range []struct {
+		name string
+		old  *packet.Connect
+	}{
+		{"3.1.1 clean session", &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "teo3", CleanStart: true, KeepAlive: 30}},
+		{"v5 session expiry 0", &packet.Connect{ProtocolLevel: packet.Version5, ClientID: "teo5", CleanStart: false, KeepAlive: 30}},
+	} {
+		old, _ := connectRaw(t, b.Addr, tc.old)
+		old.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: tc.old.ClientID + "/#", QoS: 1}}})
+		old.expect(t, packet.SUBACK)
+
+		// The new connection does not start clean and keeps its session.
+		resume := &packet.Connect{ProtocolLevel: tc.old.ProtocolLevel, ClientID: tc.old.ClientID, KeepAlive: 30}
+		if resume.ProtocolLevel == packet.Version5 {
+			resume.Properties.SetSessionExpiry(300)
+		}
+		cur, ack := connectRaw(t, b.Addr, resume)
+		old.closed(t)
+		if ack.SessionPresent {
+			t.Errorf("%s: a takeover resumed a session that ends with its connection (session present 1)", tc.name)
+		}
+		// None of the old subscriptions: a message on their filter does
+		// not arrive, a PINGRESP does.
+		pub.publish(t, &paho.Publish{Topic: tc.old.ClientID + "/x", QoS: 1, Payload: []byte("not for the new session")})
+		cur.must(t, &packet.Pingreq{})
+		if p := cur.next(t); p.Type() != packet.PINGRESP {
+			t.Errorf("%s: got %v before PINGRESP: the old session's subscription was kept", tc.name, p.Type())
+		}
+	}
+}
+
 // TestSessionTakeoverRace: of two CONNECTs with one client id sent at the
 // same time, exactly one connection ends up owning the session; the other
 // gets DISCONNECT 0x8E and is closed.
@@ -461,5 +503,62 @@ func TestWillPropertiesRetain(t *testing.T) {
 	check("later subscriber", late.next(t))
 	if n := b.Stats().Retained; n != 1 {
 		t.Fatalf("%d retained messages, want the will", n)
+	}
+}
+
+// injectPolicy is the open policy that, once armed, publishes a message
+// from its Connected callback: that runs when the session is attached to
+// the new connection and before the CONNACK is written, the moment at
+// which any publisher's message may reach a resumed session.
+type injectPolicy struct {
+	broker.OpenPolicy
+	srv   atomic.Pointer[broker.Server]
+	armed atomic.Bool
+}
+
+func (p *injectPolicy) Connected(id *broker.Identity, _ *broker.Connection) {
+	if p.armed.Load() {
+		p.srv.Load().Publish(&broker.Message{Topic: id.ClientID + "/x", QoS: 1, PublishedQoS: 1, Payload: []byte("meanwhile")})
+	}
+}
+
+// TestConnackComesFirst: a message routed to a resumed session while its
+// new connection is being set up waits behind the CONNACK, which is the
+// first packet the server sends [MQTT-3.2.0-1]; a client that gets a
+// PUBLISH first drops the connection (paho.mqtt.golang: "non-CONNACK first
+// packet received"). It then arrives after the CONNACK.
+func TestConnackComesFirst(t *testing.T) {
+	pol := &injectPolicy{}
+	b := startBroker(t, broker.Options{Policy: pol})
+	pol.srv.Store(b.Server)
+	for _, v := range []byte{packet.Version311, packet.Version5} {
+		id := fmt.Sprintf("cf%d", v)
+		cp := func() *packet.Connect {
+			c := &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: v, ClientID: id, KeepAlive: 30}
+			if v == packet.Version5 {
+				c.Properties.SetSessionExpiry(300)
+			}
+			return c
+		}
+		first, _ := connectRaw(t, b.Addr, cp())
+		first.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: id + "/#", QoS: 1}}})
+		first.expect(t, packet.SUBACK)
+		first.must(t, &packet.Disconnect{})
+		eventually(t, "the session to go offline", func() bool { return b.Stats().Connections == 0 })
+
+		pol.armed.Store(true)
+		again := dialRaw(t, b.Addr, v)
+		again.must(t, cp())
+		if p := again.next(t); p.Type() != packet.CONNACK {
+			t.Fatalf("MQTT %d: first packet %v, want CONNACK", v, p.Type())
+		} else if !p.(*packet.Connack).SessionPresent {
+			t.Fatalf("MQTT %d: session not present", v)
+		}
+		if p, ok := again.next(t).(*packet.Publish); !ok || string(p.Payload) != "meanwhile" {
+			t.Fatalf("MQTT %d: after the CONNACK %+v, want the message published meanwhile", v, p)
+		}
+		pol.armed.Store(false)
+		again.must(t, &packet.Disconnect{})
+		eventually(t, "the session to go offline", func() bool { return b.Stats().Connections == 0 })
 	}
 }
