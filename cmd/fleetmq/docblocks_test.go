@@ -82,6 +82,8 @@ var docsSkipped = map[docRef]string{
 	{"docs/benchmarks.md", "## Stored history: queries, export and retention on 10 million records", 1}: "a benchmark: writes 10 million records",
 	{"docs/benchmarks.md", "## Subscriber REST API", 1}:                                                 "a benchmark: writes 10 million records, then go test -bench",
 	{"docs/benchmarks.md", "## Go benchmarks", 1}:                                                       "a benchmark (go test -bench)",
+	{"docs/benchmarks.md", "## Soak", 1}:                                                                "a 30-minute soak (its short form is internal/loadtest's TestSoakShort)",
+	{"docs/benchmarks.md", "### Soak results", 1}:                                                       "the soak runs behind the figures: 30 and 2 minutes (the short form is TestSoakShort)",
 
 	{"docs/fuzzing.md", "## mqtt/packet", 1}: "fuzzing: five minutes per target",
 	{"docs/fuzzing.md", "## mqtt/topic", 1}:  "fuzzing: five minutes per target",
