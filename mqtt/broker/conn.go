@@ -110,8 +110,10 @@ type conn struct {
 	// and owes a flush (reader-owned; see endWrite).
 	flushes []*conn
 	// congested is set (by this reader) when a message it routed was
-	// dropped because a subscriber's queue was full; the reader then pauses
-	// briefly before reading more (see readPacket).
+	// dropped because the queue of a subscriber that is still reading was
+	// full; the reader then pauses briefly before reading more (see
+	// readPacket). A subscriber that stopped reading sets nothing: pausing
+	// cannot help it, and would slow the publisher a hundredfold.
 	congested bool
 }
 
@@ -275,6 +277,7 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			c.flushPending()
 			if c.congested {
 				c.congested = false
+				c.srv.stats.publisherPauses.Add(1)
 				time.Sleep(congestionPause)
 			}
 			if err := c.fill(); err != nil {

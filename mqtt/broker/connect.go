@@ -199,6 +199,7 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 	ss.mu.Lock()
 	old := ss.c
 	ss.c = c
+	ss.live.Store(c)
 	ss.id = id
 	ss.ident.Store(id)
 	ss.limits = id.Limits
@@ -269,6 +270,7 @@ func (s *Server) detach(c *conn, d Disconnection) {
 	current := ss.c == c
 	if current {
 		ss.c = nil
+		ss.live.Store(nil)
 		ss.disconnectedAt = s.now()
 	}
 	expiry := ss.expiry

@@ -48,6 +48,8 @@ type session struct {
 	// must not contend for the lock its own acknowledgements need.
 	full  atomic.Bool
 	ident atomic.Pointer[Identity]
+	// live mirrors c (kept under mu), for reading without the lock.
+	live atomic.Pointer[conn]
 	// logb rate-limits the session's event-log lines (drops); set at
 	// attach to its connection's bucket.
 	logb atomic.Pointer[logLimits]
@@ -68,6 +70,16 @@ type session struct {
 	expiry         uint32 // session expiry interval, seconds
 	disconnectedAt time.Time
 	ended          bool
+}
+
+// reading reports whether the session's client is taking what it is
+// sent: connected, and its connection not blocked in a write. Only such a
+// session gains from its publishers pausing (see conn.congested); one that
+// stopped reading loses its own messages and slows nobody (its blocked
+// write ends at the write timeout).
+func (ss *session) reading() bool {
+	c := ss.live.Load()
+	return c != nil && c.writeSince.Load() == 0
 }
 
 // updateFull refreshes full after the queue or the limits changed.
@@ -131,7 +143,7 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from
 		ss.srv.stats.drops[DropQueueFull].Add(1)
 		ss.srv.policy.Dropped(ss.ident.Load(), m, DropQueueFull)
 		ss.logDropped(m, DropQueueFull)
-		if from != nil {
+		if from != nil && ss.reading() {
 			from.congested = true
 		}
 		return

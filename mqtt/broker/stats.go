@@ -28,6 +28,7 @@ type counters struct {
 	queued            atomic.Int64
 	protocolErrors    atomic.Int64
 	willsPublished    atomic.Int64
+	publisherPauses   atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters.
@@ -50,6 +51,9 @@ type Stats struct {
 	SubscribesRefused   int64 // SUBSCRIBE filters refused
 	// Closes counts ended connections by CloseReason (CloseNames).
 	Closes [numCloseReasons]int64
+	// PublisherPauses counts the brief pauses of publishers' readers after
+	// their messages overflowed the queue of a subscriber still reading.
+	PublisherPauses int64
 	// LogSuppressed counts event-log lines the per-client rate limit
 	// suppressed.
 	LogSuppressed  int64
@@ -110,6 +114,7 @@ func (s *Server) Stats() Stats {
 		ProtocolErrors:   c.protocolErrors.Load(),
 		WillsPublished:   c.willsPublished.Load(),
 		LogSuppressed:    s.events.suppressed.Load(),
+		PublisherPauses:  c.publisherPauses.Load(),
 	}
 	st.ConnectsRefused, st.ConnectsRefusedBy = byCode(&c.connectsRefused)
 	st.PublishRefused, st.PublishRefusedBy = byCode(&c.publishRefused)

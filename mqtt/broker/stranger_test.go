@@ -137,3 +137,37 @@ func TestConnectionsBoundedPerListener(t *testing.T) {
 		return err == nil
 	})
 }
+
+// TestStuckSubscriberSlowsNobody: a subscriber that stopped reading loses
+// its own messages (dropped from its full queue, counted) but does not
+// make its publisher pause: pausing only helps a subscriber still taking
+// what it is sent, and with one that never reads it slowed the publisher
+// about a hundredfold.
+func TestStuckSubscriberSlowsNobody(t *testing.T) {
+	b := startBroker(t, broker.Options{MaxQueued: 10})
+	stuck, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "stuck", CleanStart: true, KeepAlive: 600})
+	stuck.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "flood/#", QoS: 0}}})
+	stuck.expect(t, packet.SUBACK)
+	// ... and it reads nothing more.
+
+	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 600})
+	payload := make([]byte, 1024)
+	const n = 30_000 // 30 MB: far more than the sockets buffer
+	for i := range n {
+		if err := pub.send(&packet.Publish{Topic: "flood/x", Payload: payload}, i%100 == 99); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub.must(t, &packet.Pingreq{})
+	pub.expect(t, packet.PINGRESP) // the broker has read every publish
+	st := b.Stats()
+	if st.Drops[broker.DropQueueFull] == 0 {
+		t.Fatalf("no message dropped for the stuck subscriber: %+v", st.Drops)
+	}
+	// A few pauses may come before the stuck subscriber's writer blocks
+	// (its socket still taking bytes); before this rule every read of the
+	// publisher paused: about 26,000 times here, 30 s.
+	if st.PublisherPauses > 100 {
+		t.Fatalf("the publisher paused %d times for a subscriber that does not read", st.PublisherPauses)
+	}
+}
