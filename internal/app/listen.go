@@ -21,11 +21,14 @@ type Listeners struct {
 	// MaxConns and MaxConnsPerAddr bound each MQTT listener's open
 	// connections, in all and from one IP address (0: no bound).
 	MaxConns, MaxConnsPerAddr int
+	// MaxConnRatePerAddr bounds new MQTT connections per second from one
+	// IP address (0: no bound).
+	MaxConnRatePerAddr float64
 }
 
 // Limit puts the listeners' connection bounds into broker options.
 func (l *Listeners) Limit(o *broker.Options) {
-	o.MaxConns, o.MaxConnsPerAddr = l.MaxConns, l.MaxConnsPerAddr
+	o.MaxConns, o.MaxConnsPerAddr, o.MaxConnRatePerAddr = l.MaxConns, l.MaxConnsPerAddr, l.MaxConnRatePerAddr
 }
 
 // Flags registers the listener flags with the given defaults.
@@ -36,6 +39,7 @@ func (l *Listeners) Flags(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&l.TLSKey, "tls-key", "", "TLS key file (PEM) [FLEETMQ_TLS_KEY]")
 	fs.StringVar(&l.WSListen, "ws-listen", "", "MQTT over WebSocket listen address (path /mqtt), e.g. :8083 [FLEETMQ_MQTT_WS_LISTEN]")
 	fs.IntVar(&l.MaxConns, "mqtt-max-conns", 0, "most connections each MQTT listener keeps open; more are closed at accept (0: the process's file limit) [FLEETMQ_MQTT_MAX_CONNS]")
+	fs.Float64Var(&l.MaxConnRatePerAddr, "mqtt-max-conn-rate-per-addr", 0, "most new MQTT connections per second from one IP address per listener, in bursts of twice as many (0: no bound) [FLEETMQ_MQTT_MAX_CONN_RATE_PER_ADDR]")
 	fs.IntVar(&l.MaxConnsPerAddr, "mqtt-max-conns-per-addr", 0, "most MQTT connections open from one IP address per listener (0: no bound; devices behind one NAT share an address) [FLEETMQ_MQTT_MAX_CONNS_PER_ADDR]")
 }
 

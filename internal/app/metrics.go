@@ -51,11 +51,12 @@ func RegisterBroker(reg prometheus.Registerer, srv *broker.Server) {
 				}
 			}},
 		one("fleetmq_mqtt_connections_total", "MQTT connections accepted since start.", metrics.Counter, func(s broker.Stats) int64 { return s.ConnectionsTotal }),
-		fam{Name: "fleetmq_mqtt_connections_refused_at_accept_total", Help: "MQTT connections closed as soon as accepted: a listener had -mqtt-max-conns open (reason total) or their address had its -mqtt-max-conns-per-addr (per_address).",
+		fam{Name: "fleetmq_mqtt_connections_refused_at_accept_total", Help: "MQTT connections closed as soon as accepted: a listener had -mqtt-max-conns open (reason total), their address had its -mqtt-max-conns-per-addr (per_address) or came faster than -mqtt-max-conn-rate-per-addr (rate).",
 			Kind: metrics.Counter, Labels: []string{"reason"},
 			Collect: func(s broker.Stats, emit metrics.Emit) {
 				emit(float64(s.ConnsRefusedAtAccept[0]), "total")
 				emit(float64(s.ConnsRefusedAtAccept[1]), "per_address")
+				emit(float64(s.ConnsRefusedAtAccept[2]), "rate")
 			}},
 		one("fleetmq_mqtt_sessions", "Sessions known (connected or persisted).", metrics.Gauge, func(s broker.Stats) int64 { return s.Sessions }),
 		one("fleetmq_mqtt_subscriptions", "Subscriptions in the index.", metrics.Gauge, func(s broker.Stats) int64 { return s.Subscriptions }),

@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Listener accepts at most max connections at once, and at most perAddr
@@ -22,7 +23,61 @@ type Listener struct {
 	open   int
 	byAddr map[string]int
 
-	refusedTotal, refusedAddr atomic.Int64
+	// The optional rate of new connections per address: a token bucket per
+	// address, of burst tokens, refilled at rate per second.
+	rate    float64
+	burst   float64
+	buckets map[string]*bucket
+
+	refusedTotal, refusedAddr, refusedRate atomic.Int64
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// maxBuckets bounds the rate buckets kept: past it, the full ones (of
+// addresses quiet long enough to be back at their burst) are dropped.
+const maxBuckets = 10_000
+
+// LimitRate bounds the new connections from one address to perSecond, with
+// bursts of burst; the ones over are closed at accept and counted
+// (RefusedRate). It returns l, and must be called before Accept.
+func (l *Listener) LimitRate(perSecond float64, burst int) *Listener {
+	l.rate, l.burst, l.buckets = perSecond, float64(max(burst, 1)), map[string]*bucket{}
+	return l
+}
+
+// RefusedRate counts the connections closed at accept because their
+// address came too fast (LimitRate).
+func (l *Listener) RefusedRate() int64 { return l.refusedRate.Load() }
+
+// takeLocked spends a token of addr's bucket at now; false when it has
+// none. Callers hold mu.
+func (l *Listener) takeLocked(addr string, now time.Time) bool {
+	if l.rate <= 0 {
+		return true
+	}
+	b := l.buckets[addr]
+	if b == nil {
+		if len(l.buckets) >= maxBuckets {
+			for a, o := range l.buckets {
+				if min(l.burst, o.tokens+now.Sub(o.at).Seconds()*l.rate) >= l.burst {
+					delete(l.buckets, a)
+				}
+			}
+		}
+		b = &bucket{tokens: l.burst, at: now}
+		l.buckets[addr] = b
+	}
+	b.tokens = min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // Refused counts the connections closed at accept: the listener had its
@@ -55,6 +110,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 		case l.perAddr > 0 && l.byAddr[addr] >= l.perAddr:
 			l.mu.Unlock()
 			l.refusedAddr.Add(1)
+			c.Close()
+			continue
+		case !l.takeLocked(addr, time.Now()):
+			l.mu.Unlock()
+			l.refusedRate.Add(1)
 			c.Close()
 			continue
 		}

@@ -41,6 +41,10 @@ type Options struct {
 	// Stats.ConnsRefusedAtAccept. 0 means no bound (the process's file
 	// limit applies).
 	MaxConns, MaxConnsPerAddr int
+	// MaxConnRatePerAddr bounds the new connections per second from one IP
+	// address on each listener (bursts of twice as many, at least 1); the
+	// ones over are closed at accept and counted. 0 means no bound.
+	MaxConnRatePerAddr float64
 	// MaxConnectSize is the largest CONNECT accepted (its will message
 	// included): a stranger gets no more before authenticating. Default
 	// 64 KiB, at most MaxPacketSize.
@@ -166,8 +170,8 @@ func (o *Options) Validate() error {
 	if o.MaxPacketSize < 64 || o.MaxPacketSize > 268435460 {
 		errs = append(errs, fmt.Errorf("max packet size %d: must be 64..268435460", o.MaxPacketSize))
 	}
-	if o.MaxConns < 0 || o.MaxConnsPerAddr < 0 {
-		errs = append(errs, fmt.Errorf("max connections %d, per address %d: must not be negative", o.MaxConns, o.MaxConnsPerAddr))
+	if o.MaxConns < 0 || o.MaxConnsPerAddr < 0 || o.MaxConnRatePerAddr < 0 {
+		errs = append(errs, fmt.Errorf("max connections %d, per address %d, rate per address %g: must not be negative", o.MaxConns, o.MaxConnsPerAddr, o.MaxConnRatePerAddr))
 	}
 	if o.MaxConnectSize < 64 || o.MaxConnectSize > o.MaxPacketSize {
 		errs = append(errs, fmt.Errorf("max CONNECT size %d: must be 64..max packet size (%d)", o.MaxConnectSize, o.MaxPacketSize))

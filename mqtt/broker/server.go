@@ -100,6 +100,9 @@ func (s *Server) listen(addr string) (net.Listener, error) {
 		return nil, err
 	}
 	lim := netlimit.New(ln, s.opts.MaxConns, s.opts.MaxConnsPerAddr)
+	if r := s.opts.MaxConnRatePerAddr; r > 0 {
+		lim.LimitRate(r, int(2*r))
+	}
 	s.mu.Lock()
 	s.limits = append(s.limits, lim)
 	s.mu.Unlock()

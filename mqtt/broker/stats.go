@@ -39,9 +39,10 @@ type Stats struct {
 	ConnectionsBy    [numListeners]int64
 	ConnectionsTotal int64
 	// ConnsRefusedAtAccept counts connections closed as soon as they were
-	// accepted: a listener had Options.MaxConns open ([0]) or their address
-	// had its MaxConnsPerAddr ([1]).
-	ConnsRefusedAtAccept [2]int64
+	// accepted: a listener had Options.MaxConns open ([0]), their address
+	// had its MaxConnsPerAddr ([1]) or came faster than MaxConnRatePerAddr
+	// ([2]).
+	ConnsRefusedAtAccept [3]int64
 	ConnectsRefused      int64 // CONNECTs answered with a refusal
 	// ConnectsRefusedBy, PublishRefusedBy and SubscribesRefusedBy count
 	// refusals by reason code (only codes that occurred).
@@ -127,6 +128,7 @@ func (s *Server) Stats() Stats {
 		total, perAddr := l.Refused()
 		st.ConnsRefusedAtAccept[0] += total
 		st.ConnsRefusedAtAccept[1] += perAddr
+		st.ConnsRefusedAtAccept[2] += l.RefusedRate()
 	}
 	s.mu.Unlock()
 	for i := range c.closes {
