@@ -12,6 +12,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/ingest"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // countAck counts acknowledgements and says when want have arrived.
@@ -20,6 +21,8 @@ type countAck struct {
 	want int64
 	done chan struct{}
 }
+
+func (c *countAck) Refuse(packet.ReasonCode, string) { panic("a benchmark record was refused") }
 
 func (c *countAck) Ack() {
 	if c.n.Add(1) == c.want {

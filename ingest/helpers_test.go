@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/ingest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
@@ -159,11 +160,15 @@ func rec(account string, qos byte) *fleetmq.Record {
 	}
 }
 
-// ack counts its acknowledgements; hook, if set, runs on each.
+// ack counts its acknowledgements and refusals; hook, if set, runs on
+// each acknowledgement.
 type ack struct {
-	n    atomic.Int32
-	hook func()
+	n       atomic.Int32
+	refused atomic.Int32
+	hook    func()
 }
+
+func (a *ack) Refuse(packet.ReasonCode, string) { a.refused.Add(1) }
 
 func (a *ack) Ack() {
 	a.n.Add(1)

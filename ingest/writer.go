@@ -18,12 +18,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/platform"
 )
 
@@ -61,7 +64,11 @@ type Options struct {
 	// writer goroutine, after the group is acknowledged: they must not
 	// block.
 	CommitDuration, Lag Observer
-	Logger              *slog.Logger
+	// NotStored, if set, is told of every record the store refused while
+	// it took others (a poison record: set aside, refused to its
+	// publisher, never retried).
+	NotStored func(rec *fleetmq.Record, err error)
+	Logger    *slog.Logger
 }
 
 // Observer takes observations in seconds; a prometheus.Histogram is one.
@@ -149,6 +156,7 @@ type Writer struct {
 	storeErrors atomic.Int64
 	acceptWaits atomic.Int64
 	abandoned   atomic.Int64
+	notStored   atomic.Int64
 	inBatch     atomic.Int64 // records of the batch being committed
 	// failing is set while the store refuses commits: since the first
 	// failed attempt, with the last attempt's error; nil after a success.
@@ -237,7 +245,7 @@ func (w *Writer) run() {
 			w.linger(b, linger)
 		}
 		w.inBatch.Store(int64(len(b.recs)))
-		took, ok := w.commit(b.recs)
+		ok := w.commit(b)
 		w.inBatch.Store(0)
 		if !ok {
 			// Close's deadline passed: what was not committed is not
@@ -248,12 +256,6 @@ func (w *Writer) run() {
 			return
 		}
 		lastCommit = time.Now()
-		for _, a := range b.acks {
-			if a != nil {
-				a.Ack()
-			}
-		}
-		w.observe(b, took, lastCommit)
 		b.reset()
 		w.reportDrops(lastCommit)
 	}
@@ -278,14 +280,16 @@ func (w *Writer) reportDrops(now time.Time) {
 
 // observe gives the latency observers a committed group's figures: the
 // commit took took and ended at end.
-func (w *Writer) observe(b *batch, took time.Duration, end time.Time) {
+// observe records one successful commit and the lag of a record it stored.
+func (w *Writer) observeCommit(took time.Duration) {
 	if o := w.opts.CommitDuration; o != nil {
 		o.Observe(took.Seconds())
 	}
+}
+
+func (w *Writer) observeLag(at, end time.Time) {
 	if o := w.opts.Lag; o != nil {
-		for _, at := range b.ats {
-			o.Observe(end.Sub(at).Seconds())
-		}
+		o.Observe(end.Sub(at).Seconds())
 	}
 }
 
@@ -363,45 +367,150 @@ func (w *Writer) linger(b *batch, t *time.Timer) {
 	}
 }
 
-// commit stores a batch, retrying with backoff until it succeeds, and
-// returns how long the successful attempt took. It returns false if
-// Close's deadline passed first.
-func (w *Writer) commit(recs []*fleetmq.Record) (time.Duration, bool) {
+// commit stores the batch and answers every record's publisher: most
+// often in one commit. When the store refuses the batch, parts of it are
+// stored apart, halving down to single records (pass): whatever goes in is
+// acknowledged at once; a single record the store refuses while it takes
+// others in the same pass is poison (a value it cannot hold): it is set
+// aside, refused to its publisher (Acker.Refuse), counted, logged and
+// reported (Options.NotStored), never retried, so it holds back no one's
+// acknowledgement. A pass that stores nothing means the store itself is
+// failing: the rest is retried with backoff until it goes in. It returns
+// false if Close's deadline passed first (the batch then holds what was
+// not stored, unacknowledged).
+func (w *Writer) commit(b *batch) bool {
 	delay := w.opts.RetryMin
 	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		err := w.store.AppendHistory(w.abortCtx, recs)
-		if err == nil {
+		p := w.pass(b.recs)
+		end := time.Now()
+		keep := 0
+		for i, rec := range b.recs {
+			switch {
+			case p.stored[i]:
+				if a := b.acks[i]; a != nil {
+					a.Ack()
+				}
+				w.observeLag(b.ats[i], end)
+			case p.poison[i] != nil:
+				w.setAside(rec, b.acks[i], p.poison[i])
+			default:
+				b.recs[keep], b.acks[keep], b.ats[keep] = rec, b.acks[i], b.ats[i]
+				keep++
+			}
+		}
+		clear(b.recs[keep:])
+		clear(b.acks[keep:])
+		b.recs, b.acks, b.ats = b.recs[:keep], b.acks[:keep], b.ats[:keep]
+		if p.progress {
 			if w.failing.Load() != nil {
 				w.failing.Store(nil)
 			}
-			took := time.Since(start)
-			w.commitNanos.Add(int64(took))
-			w.batches.Add(1)
-			w.written.Add(int64(len(recs)))
 			if attempt > 1 {
-				w.log.Info("ingest: history batch stored after retries", "records", len(recs), "attempts", attempt)
+				w.log.Info("ingest: history batch stored after retries", "attempts", attempt)
 			}
-			return took, true
+			if len(b.recs) == 0 {
+				return true
+			}
+			continue // the rest, in a new pass
 		}
-		w.storeErrors.Add(1)
 		if w.abortCtx.Err() != nil {
-			return 0, false
+			return false
 		}
-		since := start
+		since := p.start
 		if f := w.failing.Load(); f != nil {
 			since = f.since
 		}
-		w.failing.Store(&failure{since: since, err: err})
-		w.log.Error("ingest: store history batch", "records", len(recs), "attempt", attempt, "retry_in", delay, "error", err)
+		w.failing.Store(&failure{since: since, err: p.err})
+		w.log.Error("ingest: store history batch", "records", len(b.recs), "attempt", attempt, "retry_in", delay, "error", p.err)
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-w.abortCtx.Done():
 			t.Stop()
-			return 0, false
+			return false
 		}
 		delay = min(delay*2, w.opts.RetryMax)
+	}
+}
+
+// passResult says what one pass over a batch did.
+type passResult struct {
+	start    time.Time
+	stored   []bool
+	poison   []error // the store's refusal of each record set aside
+	progress bool    // something was stored or set aside
+	err      error   // the last refusal
+}
+
+// pass tries to store recs: whole, then, if the store refuses, in halves,
+// recursively, within a budget of attempts that grows with the log of the
+// batch (a store that fails whatever it is given costs a few attempts per
+// pass, and one poison record about two per halving). A single record the
+// store refuses is poison when the store took others in the pass, or when
+// the store says the refusal is the record's fault (RecordError): a lone
+// poison record has no others to show the store works.
+func (w *Writer) pass(recs []*fleetmq.Record) passResult {
+	p := passResult{start: time.Now(), stored: make([]bool, len(recs)), poison: make([]error, len(recs))}
+	failed := make([]error, len(recs)) // the refusals of single records
+	budget := 4*bits.Len(uint(len(recs))) + 2
+	w.tryPart(recs, 0, len(recs), &p, failed, &budget)
+	stored := slices.Contains(p.stored, true)
+	for i, err := range failed {
+		if err != nil && (stored || w.recordError(err)) {
+			p.poison[i] = err
+			p.progress = true
+		}
+	}
+	p.progress = p.progress || stored
+	return p
+}
+
+// recordError asks the store, when it can tell, whether err is the
+// record's fault rather than the store's (sqlstore.Store.RecordError).
+func (w *Writer) recordError(err error) bool {
+	re, ok := w.store.(interface{ RecordError(error) bool })
+	return ok && re.RecordError(err)
+}
+
+// tryPart stores all[off:off+n] in one commit, or else its halves.
+func (w *Writer) tryPart(all []*fleetmq.Record, off, n int, p *passResult, failed []error, budget *int) {
+	if *budget <= 0 || w.abortCtx.Err() != nil {
+		return
+	}
+	*budget--
+	start := time.Now()
+	err := w.store.AppendHistory(w.abortCtx, all[off:off+n])
+	if err == nil {
+		took := time.Since(start)
+		w.commitNanos.Add(int64(took))
+		w.batches.Add(1)
+		w.written.Add(int64(n))
+		w.observeCommit(took)
+		for i := off; i < off+n; i++ {
+			p.stored[i] = true
+		}
+		return
+	}
+	w.storeErrors.Add(1)
+	p.err = err
+	if n == 1 {
+		failed[off] = err
+		return
+	}
+	w.tryPart(all, off, n/2, p, failed, budget)
+	w.tryPart(all, off+n/2, n-n/2, p, failed, budget)
+}
+
+// setAside refuses a poison record to its publisher and reports it.
+func (w *Writer) setAside(rec *fleetmq.Record, a platform.Acker, err error) {
+	w.notStored.Add(1)
+	w.log.Error("ingest: the store refused a message while it took others; it is not kept and its publisher is told",
+		"account", rec.AccountID, "client_id", rec.ClientID, "topic", rec.Topic, "qos", rec.PublishedQoS, "error", err)
+	if a != nil {
+		a.Refuse(packet.ImplementationSpecificError, "the history store refused this message, so it was not kept")
+	}
+	if w.opts.NotStored != nil {
+		w.opts.NotStored(rec, err)
 	}
 }
 
@@ -460,6 +569,9 @@ type Stats struct {
 	// (accepted after Close, or still unwritten at Close's deadline); none
 	// of them was acknowledged.
 	Abandoned int64
+	// NotStored counts records the store refused while it took others:
+	// refused to their publishers, never retried (Options.NotStored).
+	NotStored int64
 }
 
 // Stats returns the counters.
@@ -473,6 +585,7 @@ func (w *Writer) Stats() Stats {
 		DroppedQoS0:   w.droppedQoS0.Load(),
 		StoreErrors:   w.storeErrors.Load(),
 		AcceptWaits:   w.acceptWaits.Load(),
+		NotStored:     w.notStored.Load(),
 		Abandoned:     w.abandoned.Load(),
 	}
 }

@@ -579,3 +579,74 @@ func TestFailingWhileStoreFull(t *testing.T) {
 		t.Fatalf("history has %d records, want %d (each once)", got, len(acks))
 	}
 }
+
+// TestPoisonRecordsSetAside: records the store refuses while it takes the
+// others in their batch (a trigger refuses them here, on real SQLite) are
+// refused to their publishers, counted and reported, never retried; every
+// other record of the batch is stored and acknowledged once, and records
+// after it flow as before. A store that refuses everything is not taken
+// for poison (TestFailingWhileStoreFull).
+func TestPoisonRecordsSetAside(t *testing.T) {
+	db := openDB(t)
+	if _, err := db.DB().Exec(`CREATE TRIGGER poison BEFORE INSERT ON history
+		WHEN NEW.topic LIKE '%/poison/%' BEGIN SELECT RAISE(ABORT, 'poison record'); END`); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reported []string
+	spy := newSpy(db.Store)
+	w := newWriter(t, spy, ingest.Options{NotStored: func(r *fleetmq.Record, err error) {
+		mu.Lock()
+		reported = append(reported, r.Topic+": "+err.Error())
+		mu.Unlock()
+	}})
+	release := db.lockDB(t) // the records gather into one batch
+
+	const n = 100
+	poison := map[int]bool{10: true, 11: true, 57: true}
+	acks := make([]*ack, n)
+	for i := range acks {
+		r := rec(acctA, 1)
+		if poison[i] {
+			r.Topic = acctA + "/dev1/poison/x"
+		}
+		acks[i] = &ack{}
+		w.Accept(r, acks[i])
+	}
+	spy.waitEntered(t)
+	release()
+	eventually(t, "every record answered", func() bool {
+		answered := 0
+		for _, a := range acks {
+			answered += int(a.n.Load() + a.refused.Load())
+		}
+		return answered == n
+	})
+	for i, a := range acks {
+		if want := poison[i]; a.refused.Load() != b2i(want) || a.n.Load() != b2i(!want) {
+			t.Fatalf("record %d (poison %v): %d acks, %d refusals", i, want, a.n.Load(), a.refused.Load())
+		}
+	}
+	if st := w.Stats(); st.NotStored != 3 || st.Written != n-3 {
+		t.Fatalf("stats %+v, want 3 not stored and %d written", st, n-3)
+	}
+	if got := db.count(t, acctA); got != n-3 {
+		t.Fatalf("history holds %d records, want %d", got, n-3)
+	}
+	mu.Lock()
+	if len(reported) != 3 || !strings.Contains(reported[0], "poison record") {
+		t.Fatalf("reported %q", reported)
+	}
+	mu.Unlock()
+
+	after := &ack{}
+	w.Accept(rec(acctA, 1), after)
+	eventually(t, "a later record acknowledged", func() bool { return after.n.Load() == 1 })
+}
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -54,8 +54,12 @@ type Sink interface {
 }
 
 // Acker acknowledges an accepted message to its publisher (PUBACK for
-// QoS 1, PUBREC for QoS 2); *broker.Message is one.
-type Acker interface{ Ack() }
+// QoS 1, PUBREC for QoS 2), or refuses it when it could not be stored after
+// all; *broker.Message is one.
+type Acker interface {
+	Ack()
+	Refuse(code packet.ReasonCode, reason string)
+}
 
 // Policy implements broker.Policy with the platform's rules.
 type Policy struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // Problems: every refusal, server-side close and drop is also recorded
@@ -144,6 +145,14 @@ func (p *Policy) Refused(id *broker.Identity, r broker.Refusal) {
 	}
 	p.problems.add(fleetmq.ClientProblem{AccountID: account, ClientID: id.ClientID, Kind: kind,
 		Topic: r.Topic, QoS: int(r.QoS), Code: int(r.Code), Reason: r.Code.Name(), Detail: r.Detail}, p.opts.Now())
+}
+
+// NotStored records, for its account's owner, a message the store
+// refused (ingest set it aside and refused it to its publisher).
+func (p *Policy) NotStored(rec *fleetmq.Record, err error) {
+	p.problems.add(fleetmq.ClientProblem{AccountID: rec.AccountID, ClientID: rec.ClientID, Kind: fleetmq.ProblemPublishRefused,
+		Topic: rec.Topic, QoS: int(rec.PublishedQoS), Code: int(packet.ImplementationSpecificError), Reason: "not_stored",
+		Detail: "the history store refused this message, so it was not kept: " + err.Error()}, p.opts.Now())
 }
 
 // recordDrop records a message not delivered to a session.

@@ -43,3 +43,33 @@ func TestNodesReportWithoutMovingTheVersion(t *testing.T) {
 		}
 	})
 }
+
+// TestRecordError: a write refused for what it holds is the record's fault
+// (NUL in text on PostgreSQL, a constraint on either engine); a store that
+// is closed is not.
+func TestRecordError(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *sqlstore.Store) {
+		ctx := ctxT(t)
+		twoAccounts(t, s)
+		bad := &fleetmq.Record{AccountID: accA, ClientID: "c1", Topic: accA + "/c1/state/s", Class: "state", QoS: 1, PublishedQoS: 1,
+			Payload: []byte("x"), Received: t0}
+		if s.Backend() == "postgres" {
+			bad.StationControllerDeviceID = "a\x00b"
+		} else { // SQLite takes NUL in text: a trigger refuses this record instead
+			if _, err := s.DB().ExecContext(ctx, `CREATE TRIGGER refuse BEFORE INSERT ON history
+				WHEN NEW.topic LIKE '%/refused' BEGIN SELECT RAISE(ABORT, 'refused'); END`); err != nil {
+				t.Fatal(err)
+			}
+			bad.Topic = accA + "/c1/state/refused"
+		}
+		err := s.AppendHistory(ctx, []*fleetmq.Record{bad})
+		if err == nil || !s.RecordError(err) {
+			t.Fatalf("a record the store cannot hold: %v, RecordError %v", err, err != nil && s.RecordError(err))
+		}
+		s.Close()
+		ok := &fleetmq.Record{AccountID: accA, ClientID: "c1", Topic: accA + "/c1/state/s", Class: "state", QoS: 1, PublishedQoS: 1, Payload: []byte("x"), Received: t0}
+		if err := s.AppendHistory(ctx, []*fleetmq.Record{ok}); err == nil || s.RecordError(err) {
+			t.Fatalf("a closed store: %v, taken for the record's fault: %v", err, err != nil && s.RecordError(err))
+		}
+	})
+}

@@ -320,6 +320,25 @@ func isUnique(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505" // unique_violation
 }
 
+// RecordError reports whether a write failed because of what was written
+// (a value the database cannot hold: a constraint, a type or a size), not
+// because the database fails (full, locked, gone): retrying such a write
+// cannot succeed. The ingest writer sets such records aside.
+func (s *Store) RecordError(err error) bool {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrConstraint, sqlite3.ErrMismatch, sqlite3.ErrTooBig, sqlite3.ErrRange:
+			return true
+		}
+		return false
+	}
+	var pe *pgconn.PgError
+	// Class 22 is a data exception (NUL in text, a value out of range),
+	// 23 an integrity constraint.
+	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))
+}
+
 // sqliteDriver is go-sqlite3 with fleetmq's per-connection settings:
 // history reads are random accesses over a large file, which mmap serves
 // from the page cache without a read system call each, and checkpoints run

@@ -197,6 +197,7 @@ func (a *App) start(ctx context.Context) error {
 	}
 	a.Metrics = metrics.NewRegistry(cfg.Version)
 	cfg.Ingest.CommitDuration, cfg.Ingest.Lag = IngestLatency(a.Metrics)
+	cfg.Ingest.NotStored = func(rec *fleetmq.Record, err error) { a.Policy.NotStored(rec, err) } // the writer calls it only once running, after the policy exists
 	a.Ingest, err = ingest.New(a.Store, cfg.Ingest)
 	if err != nil {
 		return err

@@ -158,6 +158,7 @@ func RegisterHistory(reg prometheus.Registerer, w *ingest.Writer, r *history.Ret
 		one("fleetmq_ingest_queue_capacity", "Capacity of the ingest queue.", metrics.Gauge, func(s ingest.Stats) float64 { return float64(s.QueueCapacity) }),
 		one("fleetmq_ingest_dropped_qos0_total", "QoS 0 messages delivered live but not stored because the ingest queue was full (policy drop).", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.DroppedQoS0) }),
 		one("fleetmq_ingest_backpressure_waits_total", "Publishes that waited for room in the full ingest queue (their connection was not read meanwhile).", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.AcceptWaits) }),
+		one("fleetmq_ingest_not_stored_total", "Messages the history store refused while it took others: set aside and refused to their publishers (MQTT 5: 0x83; 3.1.1: connection closed), never retried.", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.NotStored) }),
 		one("fleetmq_ingest_store_errors_total", "Failed history commit attempts (each retried; nothing acknowledged until stored).", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.StoreErrors) }),
 		one("fleetmq_ingest_abandoned_total", "Messages neither stored nor acknowledged because the server was shutting down.", metrics.Counter, func(s ingest.Stats) float64 { return float64(s.Abandoned) }),
 	))

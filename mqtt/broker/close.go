@@ -52,13 +52,17 @@ const (
 	CloseNotAuthorized
 	// CloseShutdown: the server is shutting down (v5: 0x8B).
 	CloseShutdown
+	// CloseNotStored: the policy could not keep a message the 3.1.1 client
+	// published (Message.Refuse); the protocol has no way to say so, so the
+	// connection ends and the client sends the message again.
+	CloseNotStored
 	numCloseReasons
 )
 
 var closeNames = [numCloseReasons]string{
 	"client_disconnect", "connection_lost", "connect_timeout", "connect_refused", "keepalive_timeout",
 	"write_timeout", "malformed_packet", "packet_too_large", "protocol_error", "qos_not_allowed",
-	"session_taken_over", "not_authorized", "server_shutdown",
+	"session_taken_over", "not_authorized", "server_shutdown", "message_not_stored",
 }
 
 // String returns the reason's name as metrics and logs spell it, for

@@ -52,6 +52,36 @@ type ackState struct {
 // and injected messages, do nothing.
 func (m *Message) Ack() { m.ack.send(false) }
 
+// Refuse answers the publisher, instead of Ack, that the message was not
+// taken after all (a policy that could not store it): an MQTT 5 client
+// gets PUBACK (QoS 1) or PUBREC (QoS 2, which ends the flow) with code and
+// the reason; a 3.1.1 client, which cannot be told, has its connection
+// closed (CloseNotStored) so that it sends the message again. Like Ack it
+// acts once, and only on a pending acknowledgement.
+func (m *Message) Refuse(code packet.ReasonCode, reason string) { m.ack.refuse(code, reason) }
+
+func (a *ackState) refuse(code packet.ReasonCode, reason string) {
+	c := a.c
+	if c == nil || !a.once.CompareAndSwap(false, true) {
+		return
+	}
+	a.c = nil
+	if c.version != packet.Version5 {
+		c.closeWith(Disconnection{Reason: CloseNotStored, Detail: reason})
+		return
+	}
+	kind := packet.PUBACK
+	if a.qos == 2 {
+		kind = packet.PUBREC
+		ss := c.sess
+		ss.mu.Lock()
+		delete(ss.inbound2, a.pid)
+		ss.mu.Unlock()
+	}
+	c.writeAckReason(kind, a.pid, code, reason)
+	c.release(1)
+}
+
 func (a *ackState) send(own bool) {
 	c := a.c
 	if c == nil || !a.once.CompareAndSwap(false, true) {

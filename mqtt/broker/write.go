@@ -55,6 +55,20 @@ func (c *conn) writeAck(kind packet.Type, pid uint16, code packet.ReasonCode, ow
 	c.endWrite(kind, own, nil)
 }
 
+// writeAckReason queues a refusing PUBACK/PUBREC with the reason string
+// (when the client asked for problem information), from any goroutine.
+func (c *conn) writeAckReason(kind packet.Type, pid uint16, code packet.ReasonCode, reason string) {
+	if !c.beginWrite() {
+		return
+	}
+	a := packet.Ack{Kind: kind, PacketID: pid, ReasonCode: code}
+	if reason != "" && c.problemInfo {
+		a.Properties.SetReasonString(reason)
+	}
+	c.wbuf = packet.AppendAck(c.wbuf, &a, c.version)
+	c.endWrite(kind, false, nil)
+}
+
 // writePacket queues any other packet from the reader goroutine.
 func (c *conn) writePacket(p packet.Packet) {
 	if !c.beginWrite() {
