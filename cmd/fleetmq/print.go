@@ -40,3 +40,9 @@ func printFields(out io.Writer, list []string, values map[string]string) error {
 	_, err := fmt.Fprintln(out, strings.Join(line, " "))
 	return err
 }
+
+// The fields -print can name, in the order the full output shows them.
+var (
+	accountFields    = []string{"account_id", "owner", "plan", "password"}
+	credentialFields = []string{"id", "kind", "username", "password"}
+)
