@@ -387,10 +387,12 @@ func (w *Writer) commit(b *batch) bool {
 		for i, rec := range b.recs {
 			switch {
 			case p.stored[i]:
+				// Observed before the acknowledgement: a publisher that has
+				// its PUBACK finds its record in the metrics.
+				w.observeLag(b.ats[i], end)
 				if a := b.acks[i]; a != nil {
 					a.Ack()
 				}
-				w.observeLag(b.ats[i], end)
 			case p.poison[i] != nil:
 				w.setAside(rec, b.acks[i], p.poison[i])
 			default:
