@@ -1,11 +1,11 @@
 package history
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -49,8 +49,17 @@ func (f Format) ContentType() string {
 	return "application/json"
 }
 
-// ExportBatch is how many records Export reads from the store at a time.
-const ExportBatch = 1000
+// ExportBatch is how many records Export reads from the store at a time;
+// a batch also ends once its encoding reaches exportBatchBytes (large
+// payloads), and goes out in writes of exportWrite bytes.
+const (
+	ExportBatch      = 1000
+	exportBatchBytes = 4 << 20
+	exportWrite      = 64 << 10
+)
+
+// errBatchFull ends a batch's query early, at exportBatchBytes.
+var errBatchFull = errors.New("export batch full")
 
 // Export writes every record of q to w in the format and returns how many
 // it wrote. It reads the store in batches of ExportBatch (each continuing
@@ -60,17 +69,15 @@ const ExportBatch = 1000
 // large the result. Records stored while an export runs appear in it when
 // they come later in its order.
 func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery, f Format) (int64, error) {
-	bw := bufio.NewWriterSize(w, 64<<10)
 	var (
-		n     int64
-		buf   []byte
-		batch = make([]*fleetmq.Record, 0, ExportBatch)
+		n   int64
+		out []byte // one batch, encoded while the store reads it
 	)
 	switch f {
 	case JSON:
-		bw.WriteString("[")
+		out = append(out, '[')
 	case CSV:
-		bw.WriteString(CSVHeader)
+		out = append(out, CSVHeader...)
 	}
 	qq := *q
 	for {
@@ -78,49 +85,54 @@ func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetm
 		if q.Limit > 0 {
 			qq.Limit = min(ExportBatch, q.Limit-int(n))
 		}
-		batch = batch[:0]
-		if err := st.QueryHistory(ctx, &qq, func(r *fleetmq.Record) error {
-			batch = append(batch, Clone(r))
-			return nil
-		}); err != nil {
-			return n, err
-		}
-		for _, r := range batch {
-			buf = buf[:0]
+		got, full := 0, false
+		var last fleetmq.Position
+		err := st.QueryHistory(ctx, &qq, func(r *fleetmq.Record) error {
 			switch f {
 			case CSV:
-				buf = AppendCSV(buf, r)
+				out = AppendCSV(out, r)
 			case JSON:
 				if n > 0 {
-					buf = append(buf, ',')
+					out = append(out, ',')
 				}
-				buf = append(buf, '\n')
-				buf = AppendJSON(buf, r)
+				out = AppendJSON(append(out, '\n'), r)
 			default:
-				buf = AppendJSON(buf, r)
-				buf = append(buf, '\n')
+				out = append(AppendJSON(out, r), '\n')
 			}
 			n++
-			if _, err := bw.Write(buf); err != nil {
-				return n, err
+			got++
+			last = r.Position()
+			if len(out) >= exportBatchBytes {
+				full = true
+				return errBatchFull
 			}
-		}
-		if len(batch) < qq.Limit || (q.Limit > 0 && int(n) >= q.Limit) {
-			break
-		}
-		pos := batch[len(batch)-1].Position()
-		qq.After = &pos
-		if err := bw.Flush(); err != nil { // the batch goes out before the next is read
+			return nil
+		})
+		if err != nil && !full {
 			return n, err
 		}
-	}
-	if f == JSON {
-		if n > 0 {
-			bw.WriteString("\n")
+		done := !full && got < qq.Limit || q.Limit > 0 && int(n) >= q.Limit
+		if done && f == JSON {
+			if n > 0 {
+				out = append(out, '\n')
+			}
+			out = append(out, "]\n"...)
 		}
-		bw.WriteString("]\n")
+		// The batch goes out only now, with the store's connection given
+		// back, in pieces (a deadline per write suits a slow reader).
+		for rest := out; len(rest) > 0; {
+			k := min(len(rest), exportWrite)
+			if _, err := w.Write(rest[:k]); err != nil {
+				return n, err
+			}
+			rest = rest[k:]
+		}
+		if done {
+			return n, nil
+		}
+		out = out[:0]
+		qq.After = &last
 	}
-	return n, bw.Flush()
 }
 
 // AppendJSON appends the JSON object of a record (the REST API's record

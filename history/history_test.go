@@ -454,3 +454,34 @@ func TestLatestAndRetention(t *testing.T) {
 		equal(t, "latest of B", latest(accB), "new a", "old b")
 	})
 }
+
+// TestExportLargePayloads: batches that end at their encoded size rather
+// than their count (large payloads) lose and repeat nothing either.
+func TestExportLargePayloads(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		const n = 70
+		big := strings.Repeat("x", 100<<10) // ~100 KiB each: several byte-bounded batches
+		for i := range n {
+			appendAll(t, st, rec(accA, "c1", "sample/raw", t0.Add(time.Duration(i)*time.Millisecond), fmt.Sprintf("%03d%s", i, big)))
+		}
+		q, err := history.Build(accA, history.Params{Order: "asc"}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		got, err := history.Export(context.Background(), &b, st, q, history.NDJSON)
+		lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+		if err != nil || got != n || len(lines) != n {
+			t.Fatalf("%d records, %d lines, %v; want %d", got, len(lines), err, n)
+		}
+		for i, line := range lines {
+			var r history.Record
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+			if p, _ := r.Bytes(); !strings.HasPrefix(string(p), fmt.Sprintf("%03d", i)) {
+				t.Fatalf("line %d holds record %.3s", i, p)
+			}
+		}
+	})
+}
