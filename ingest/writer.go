@@ -278,9 +278,8 @@ func (w *Writer) reportDrops(now time.Time) {
 	w.dropsReported, w.dropsReportedAt = n, now
 }
 
-// observe gives the latency observers a committed group's figures: the
-// commit took took and ended at end.
-// observe records one successful commit and the lag of a record it stored.
+// observeCommit and observeLag give the latency observers a successful
+// commit's duration and a stored record's lag (acceptance to commit end).
 func (w *Writer) observeCommit(took time.Duration) {
 	if o := w.opts.CommitDuration; o != nil {
 		o.Observe(took.Seconds())
@@ -386,7 +385,7 @@ func (w *Writer) commit(b *batch) bool {
 		keep := 0
 		for i, rec := range b.recs {
 			switch {
-			case p.stored[i]:
+			case p.whole || p.stored[i]:
 				// Observed before the acknowledgement: a publisher that has
 				// its PUBACK finds its record in the metrics.
 				w.observeLag(b.ats[i], end)
@@ -437,11 +436,14 @@ func (w *Writer) commit(b *batch) bool {
 
 // passResult says what one pass over a batch did.
 type passResult struct {
-	start    time.Time
+	start time.Time
+	whole bool // the batch went in in one commit (stored and poison are nil)
+	// stored marks what went in; poison holds the store's refusal of each
+	// record to set aside.
 	stored   []bool
-	poison   []error // the store's refusal of each record set aside
-	progress bool    // something was stored or set aside
-	err      error   // the last refusal
+	poison   []error
+	progress bool  // something was stored or set aside
+	err      error // the last refusal
 }
 
 // pass tries to store recs: whole, then, if the store refuses, in halves,
@@ -452,19 +454,69 @@ type passResult struct {
 // the store says the refusal is the record's fault (RecordError): a lone
 // poison record has no others to show the store works.
 func (w *Writer) pass(recs []*fleetmq.Record) passResult {
-	p := passResult{start: time.Now(), stored: make([]bool, len(recs)), poison: make([]error, len(recs))}
-	failed := make([]error, len(recs)) // the refusals of single records
-	budget := 4*bits.Len(uint(len(recs))) + 2
-	w.tryPart(recs, 0, len(recs), &p, failed, &budget)
+	p := passResult{start: time.Now()}
+	if p.err = w.append(recs); p.err == nil {
+		p.whole, p.progress = true, true
+		return p
+	}
+	p.stored, p.poison = make([]bool, len(recs)), make([]error, len(recs))
+	if len(recs) == 1 {
+		p.poison[0] = p.err
+	} else {
+		budget := 4 * bits.Len(uint(len(recs)))
+		mid := len(recs) / 2
+		w.tryPart(recs, 0, mid, &p, &budget)
+		w.tryPart(recs, mid, len(recs)-mid, &p, &budget)
+	}
 	stored := slices.Contains(p.stored, true)
-	for i, err := range failed {
-		if err != nil && (stored || w.recordError(err)) {
-			p.poison[i] = err
+	for i, err := range p.poison {
+		switch {
+		case err == nil:
+		case stored || w.recordError(err):
 			p.progress = true
+		default:
+			p.poison[i] = nil // the store is failing, not this record
 		}
 	}
 	p.progress = p.progress || stored
 	return p
+}
+
+// append makes one attempt to store recs, counting it.
+func (w *Writer) append(recs []*fleetmq.Record) error {
+	start := time.Now()
+	if err := w.store.AppendHistory(w.abortCtx, recs); err != nil {
+		w.storeErrors.Add(1)
+		return err
+	}
+	took := time.Since(start)
+	w.commitNanos.Add(int64(took))
+	w.batches.Add(1)
+	w.written.Add(int64(len(recs)))
+	w.observeCommit(took)
+	return nil
+}
+
+// tryPart stores all[off:off+n] in one commit, or else its halves; a
+// single record it cannot store gets its refusal in p.poison.
+func (w *Writer) tryPart(all []*fleetmq.Record, off, n int, p *passResult, budget *int) {
+	if *budget <= 0 || w.abortCtx.Err() != nil {
+		return
+	}
+	*budget--
+	if err := w.append(all[off : off+n]); err != nil {
+		p.err = err
+		if n == 1 {
+			p.poison[off] = err
+			return
+		}
+		w.tryPart(all, off, n/2, p, budget)
+		w.tryPart(all, off+n/2, n-n/2, p, budget)
+		return
+	}
+	for i := off; i < off+n; i++ {
+		p.stored[i] = true
+	}
 }
 
 // recordError asks the store, when it can tell, whether err is the
@@ -472,35 +524,6 @@ func (w *Writer) pass(recs []*fleetmq.Record) passResult {
 func (w *Writer) recordError(err error) bool {
 	re, ok := w.store.(interface{ RecordError(error) bool })
 	return ok && re.RecordError(err)
-}
-
-// tryPart stores all[off:off+n] in one commit, or else its halves.
-func (w *Writer) tryPart(all []*fleetmq.Record, off, n int, p *passResult, failed []error, budget *int) {
-	if *budget <= 0 || w.abortCtx.Err() != nil {
-		return
-	}
-	*budget--
-	start := time.Now()
-	err := w.store.AppendHistory(w.abortCtx, all[off:off+n])
-	if err == nil {
-		took := time.Since(start)
-		w.commitNanos.Add(int64(took))
-		w.batches.Add(1)
-		w.written.Add(int64(n))
-		w.observeCommit(took)
-		for i := off; i < off+n; i++ {
-			p.stored[i] = true
-		}
-		return
-	}
-	w.storeErrors.Add(1)
-	p.err = err
-	if n == 1 {
-		failed[off] = err
-		return
-	}
-	w.tryPart(all, off, n/2, p, failed, budget)
-	w.tryPart(all, off+n/2, n-n/2, p, failed, budget)
 }
 
 // setAside refuses a poison record to its publisher and reports it.
