@@ -31,6 +31,14 @@ func HealthMux(metricsHandler http.Handler, ready func() error) *http.ServeMux {
 	return mux
 }
 
+// Defaults of the HTTP connection bounds: the HTTP listener never takes
+// more than this share of the process's file descriptors, whatever its
+// clients do, so MQTT keeps the rest.
+const (
+	DefaultHTTPMaxConns        = 4096
+	DefaultHTTPMaxConnsPerAddr = 256
+)
+
 // HTTPLimits bounds an HTTP listener's connections; zero fields take the
 // defaults.
 type HTTPLimits struct {
