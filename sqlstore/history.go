@@ -32,7 +32,7 @@ func (s *Store) AppendHistory(ctx context.Context, recs []*fleetmq.Record) error
 	if s.dialect == postgresDialect {
 		return s.appendHistoryPostgres(ctx, recs)
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
 		args := make([]any, 0, insertChunk*historyColumnCount)
 		for start := 0; start < len(recs); start += insertChunk {
 			chunk := recs[start:min(start+insertChunk, len(recs))]
@@ -181,7 +181,7 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 	if q.Limit > 0 && re == nil {
 		query += fmt.Sprintf(" LIMIT %d", q.Limit)
 	}
-	rows, err := s.db.QueryContext(ctx, s.rebind(query), args...)
+	rows, err := s.reads.QueryContext(ctx, s.rebind(query), args...)
 	if err != nil {
 		return err
 	}
@@ -238,7 +238,7 @@ func prefixUpperBound(prefix string) (string, bool) {
 
 // LatestHistory implements fleetmq.HistoryStore.
 func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) ([]*fleetmq.Record, error) {
-	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
+	rows, err := s.reads.QueryContext(ctx, s.rebind(`SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
 		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
 		FROM history_latest l JOIN history h ON h.id = l.record_id
 		WHERE l.account_id = ? AND l.client_id = ? AND h.account_id = ?

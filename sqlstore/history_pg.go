@@ -15,7 +15,7 @@ import (
 // ids reserved from the identity sequence (in the batch's order), the rows
 // by COPY, and the latest-per-topic table by one statement over arrays.
 func (s *Store) appendHistoryPostgres(ctx context.Context, recs []*fleetmq.Record) error {
-	conn, err := s.db.Conn(ctx)
+	conn, err := s.ingest.Conn(ctx)
 	if err != nil {
 		return err
 	}

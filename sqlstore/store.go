@@ -24,9 +24,11 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	"github.com/jackc/pgx/v5/stdlib"
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/fleetmq/fleetmq"
@@ -51,9 +53,20 @@ func (d dialect) String() string {
 	return "sqlite"
 }
 
-// Store is a fleetmq store on one database.
+// Store is a fleetmq store on one database, reached through three pools of
+// connections so that no kind of work can take the connections another
+// needs (see the Pool constants):
+//   - db serves the control plane and the platform's own bookkeeping: the
+//     change-version poll, readiness, usage, nodes, retention;
+//   - ingest serves the history writer's commits and nothing else, so
+//     acknowledgements never wait for a free connection behind tenants'
+//     reads;
+//   - reads serves tenants' history reads (pages, exports, latest values,
+//     charts), however slow they are.
 type Store struct {
 	db      *sql.DB
+	ingest  *sql.DB
+	reads   *sql.DB
 	dialect dialect
 	// maxPages is SetMaxPages's limit: 0 never set, -1 lifted.
 	maxPages atomic.Int64
@@ -103,39 +116,84 @@ func OpenDir(ctx context.Context, dir string) (*Store, error) {
 // cost about a fifth less per message at low rates, and that guarantee).
 // Each connection gets a 64 MiB page
 // cache and reads through mmap (see sqliteDriver).
+//
+// The reads pool's connections are query-only (SQLite refuses a write on
+// them) with a smaller page cache: their reads go through mmap.
 func OpenSQLite(ctx context.Context, path string) (*Store, error) {
-	dsn := "file:" + path + "?_journal_mode=WAL&_busy_timeout=10000&_foreign_keys=on&_synchronous=FULL&_txlock=immediate&_cache_size=-65536"
-	db, err := sql.Open(sqliteDriver, dsn)
-	if err != nil {
-		return nil, err
+	dsn := "file:" + path + "?_journal_mode=WAL&_busy_timeout=10000&_foreign_keys=on&_synchronous=FULL&_txlock=immediate"
+	open := func(params string, conns int) *sql.DB {
+		db, _ := sql.Open(sqliteDriver, dsn+params) // sql.Open only checks the driver name
+		db.SetMaxOpenConns(conns)
+		db.SetMaxIdleConns(conns)
+		return db
 	}
-	db.SetMaxOpenConns(4)
-	s := &Store{db: db, dialect: sqliteDialect}
+	s := &Store{
+		db:      open("&_cache_size=-65536", SQLitePool.Control),
+		ingest:  open("&_cache_size=-65536", SQLitePool.Ingest),
+		reads:   open("&_cache_size=-16384&_query_only=true", SQLitePool.Reads),
+		dialect: sqliteDialect,
+	}
 	if err := s.migrate(ctx); err != nil {
-		db.Close()
+		s.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
 	return s, nil
 }
+
+// Pools are the sizes of a store's connection pools.
+type Pools struct {
+	Control int // the control plane and the platform's bookkeeping
+	Ingest  int // the history writer's commits only
+	Reads   int // tenants' history reads
+}
+
+// The pool sizes. SQLite has one writer at a time whatever the number of
+// connections: the ingest writer's single connection never waits for a
+// pooled one, only (briefly) for SQLite's write lock.
+var (
+	SQLitePool   = Pools{Control: 3, Ingest: 1, Reads: 4}
+	PostgresPool = Pools{Control: 6, Ingest: 1, Reads: 8}
+)
+
+// ReadStatementTimeout stops, on PostgreSQL, any statement of the reads
+// pool that runs longer: a safety net under the callers' own deadlines
+// (the REST API stops a history page sooner), so that a forgotten query
+// cannot hold a connection for ever.
+const ReadStatementTimeout = 60 * time.Second
 
 // OpenPostgres opens a PostgreSQL database (a postgres:// URL, see
 // https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-CONNSTRING-URIS)
 // and applies pending migrations. The database must exist; several
 // processes may open it at once (migrations take an advisory lock).
 func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
-	db, err := sql.Open("pgx", dsn)
+	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	db.SetMaxOpenConns(10)
-	db.SetMaxIdleConns(4)
-	s := &Store{db: db, dialect: postgresDialect}
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
+	open := func(conns, idle int, params map[string]string) *sql.DB {
+		c := cfg.Copy()
+		for k, v := range params {
+			c.RuntimeParams[k] = v
+		}
+		db := stdlib.OpenDB(*c)
+		db.SetMaxOpenConns(conns)
+		db.SetMaxIdleConns(idle)
+		return db
+	}
+	s := &Store{
+		db:     open(PostgresPool.Control, 2, nil),
+		ingest: open(PostgresPool.Ingest, PostgresPool.Ingest, nil),
+		reads: open(PostgresPool.Reads, 2, map[string]string{
+			"statement_timeout": strconv.FormatInt(ReadStatementTimeout.Milliseconds(), 10),
+		}),
+		dialect: postgresDialect,
+	}
+	if err := s.db.PingContext(ctx); err != nil {
+		s.Close()
 		return nil, fmt.Errorf("postgres %s: %w", redact(dsn), err)
 	}
 	if err := s.migrate(ctx); err != nil {
-		db.Close()
+		s.Close()
 		return nil, fmt.Errorf("migrate postgres %s: %w", redact(dsn), err)
 	}
 	return s, nil
@@ -184,8 +242,10 @@ func (s *Store) rebind(q string) string {
 	return b.String()
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database's pools.
+func (s *Store) Close() error {
+	return errors.Join(s.reads.Close(), s.ingest.Close(), s.db.Close())
+}
 
 // DB exposes the database for stores built on the same connection.
 func (s *Store) DB() *sql.DB { return s.db }
@@ -255,7 +315,12 @@ func (s *Store) migrate(ctx context.Context) error {
 
 // tx runs f in a transaction, committing if it returns nil.
 func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	return s.txOn(ctx, s.db, f)
+}
+
+// txOn is tx on one of the store's pools.
+func (s *Store) txOn(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}

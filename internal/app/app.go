@@ -107,6 +107,9 @@ type App struct {
 	API     *api.API
 	// Portal is the account owner's web portal, served at "/".
 	Portal *portal.Portal
+	// HistorySlots bounds the history requests each account runs at once,
+	// through the REST API and the portal together.
+	HistorySlots history.Slots
 	// Metrics is the Prometheus registry served at /metrics: fleetmq's
 	// families, the Go runtime and the process.
 	Metrics *prometheus.Registry
@@ -379,7 +382,8 @@ func (a *App) startAPI(ctx context.Context) error {
 		return fmt.Errorf("load REST rate-limit counts: %w", err)
 	}
 	a.API = api.New(api.Deps{Service: a.Service, Store: a.Store, Policy: a.Policy, Auth: a.Auth, Limiter: a.Limiter,
-		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger, QueryTimeout: a.cfg.HistoryQueryTimeout})
+		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger, QueryTimeout: a.cfg.HistoryQueryTimeout,
+		HistorySlots: &a.HistorySlots})
 	return nil
 }
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/internal/app"
-	"github.com/fleetmq/fleetmq/web/api"
 )
 
 // TestStalledExportsHoldNoStoreConnection: tenants open more whole-history
@@ -20,7 +20,7 @@ import (
 // tenant's QoS 1 messages are still acknowledged, its history pages still
 // answer and /readyz stays 200, because an export holds a store connection
 // only while it reads a batch, never while it waits on the socket. And one
-// account runs at most api.QueriesPerAccount history requests at once.
+// account runs at most history.RequestsPerAccount history requests at once.
 func TestStalledExportsHoldNoStoreConnection(t *testing.T) {
 	t.Parallel()
 	p := startPlatform(t, func(c *app.Config) { c.HTTPListen = "127.0.0.1:0" })
@@ -72,7 +72,7 @@ func TestStalledExportsHoldNoStoreConnection(t *testing.T) {
 		return resp.StatusCode // and read no more
 	}
 	for _, tn := range attackers { // 6 stalled exports; the SQLite store has 4 connections
-		for range api.QueriesPerAccount {
+		for range history.RequestsPerAccount {
 			if code := export(tn); code != http.StatusOK {
 				t.Fatalf("export: %d", code)
 			}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/platform"
 	"github.com/fleetmq/fleetmq/web/restauth"
 )
@@ -65,6 +66,9 @@ type Deps struct {
 	Logger  *slog.Logger
 	// QueryTimeout stops a history page's query (default QueryTimeout).
 	QueryTimeout time.Duration
+	// HistorySlots bounds the history requests each account runs at once;
+	// share it with the portal. Nil: the API's own.
+	HistorySlots *history.Slots
 }
 
 // API is the subscriber REST API.
@@ -72,7 +76,6 @@ type API struct {
 	deps    Deps
 	huma    huma.API
 	mux     *http.ServeMux
-	queries querySlots // history requests running per account
 }
 
 // Operation metadata keys.
@@ -84,6 +87,9 @@ var setErrorOnce sync.Once
 func New(d Deps) *API {
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.HistorySlots == nil {
+		d.HistorySlots = new(history.Slots)
 	}
 	if d.QueryTimeout <= 0 {
 		d.QueryTimeout = QueryTimeout

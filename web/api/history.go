@@ -83,7 +83,7 @@ func (a *API) registerHistory() {
 		if err != nil {
 			return nil, a.fail(ctx, err, "query")
 		}
-		release, full := a.queries.take(p.account.ID)
+		release, full := a.takeQuery(p.account.ID)
 		if full != nil {
 			return nil, full
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/internal/app"
-	"github.com/fleetmq/fleetmq/web/api"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -510,13 +509,13 @@ func TestHistoryFilters(t *testing.T) {
 // TestHistoryQueryTimeout: a page whose query runs out of its time is a
 // 422 that says how to narrow it (here the limit is a nanosecond, so every
 // query runs out), and gives its slot back: more such requests than
-// api.QueriesPerAccount, one after the other, are each a 422, not a 429.
+// history.RequestsPerAccount, one after the other, are each a 422, not a 429.
 // (The 429 for requests at once: internal/app's stalled-exports test.)
 func TestHistoryQueryTimeout(t *testing.T) {
 	t.Parallel()
 	e := start(t, func(c *app.Config) { c.HistoryQueryTimeout = time.Nanosecond })
 	A := e.tenant(t, "A", "starter", allAddOns)
-	for range api.QueriesPerAccount + 1 {
+	for range history.RequestsPerAccount + 1 {
 		p := e.get(t, A.Token, "/history").problem(t, http.StatusUnprocessableEntity, fleetmq.CodeValidation)
 		if !strings.Contains(p.Detail, "narrow it with from and to, client_id, or a topic filter") {
 			t.Fatalf("detail %q", p.Detail)

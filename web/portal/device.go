@@ -2,6 +2,7 @@ package portal
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"html/template"
 	"net/http"
@@ -90,6 +91,21 @@ func (p *Portal) device(c *call) {
 	if cl == nil {
 		return
 	}
+	// The page reads history (latest values, a page, a chart): it takes
+	// one of the account's history slots, shared with the REST API, and
+	// its reads stop after HistoryTimeout.
+	release, ok := p.deps.HistorySlots.Take(c.acc.ID)
+	if !ok {
+		c.w.Header().Set("Retry-After", "1")
+		c.render(http.StatusTooManyRequests, "error", "Busy", "clients", "clients", errorData{Status: http.StatusTooManyRequests,
+			Heading: "History is busy", Message: "Your account is running " + strconv.Itoa(history.RequestsPerAccount) +
+				" history requests already (exports or pages through the REST API, or device pages). Reload this page when one has finished."})
+		return
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(c.ctx, HistoryTimeout)
+	defer cancel()
+	c.ctx = ctx
 	q := c.r.URL.Query()
 	d := &deviceData{Client: cl, Prefix: cl.HistoryTopicPrefix() + "/", Class: q.Get("class"), Cursor: q.Get("cursor")}
 	d.Row = clientRow{MQTTClient: cl}

@@ -1,8 +1,10 @@
 package portal_test
 
 import (
+	"bufio"
 	"fmt"
 	"html"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 var (
@@ -138,4 +142,64 @@ func TestDevicePage(t *testing.T) {
 	bb := e.browser(t)
 	bb.signIn(t, bo)
 	bb.get(t, "/clients/dev1").has(t, `"b":1`, "Never connected").hasNot(t, "retained-state", a.ID)
+}
+
+// TestDevicePageSharesTheHistorySlots: an account's history requests are
+// bounded across the REST API and the portal together. With its two slots
+// taken by REST exports whose client reads nothing, the account's device
+// page answers 429 "History is busy" (and reads no history); another
+// account's device page is unaffected; once the exports end, the page
+// answers again.
+func TestDevicePageSharesTheHistorySlots(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter", fleetmq.AddOnHistoryDownload)
+	bo := e.account(t, "Bolt", "starter")
+	var recs []*fleetmq.Record
+	for _, acc := range []string{a.ID, bo.ID} {
+		if _, err := e.Service.CreateClient(e.ctx, acc, control.ClientInput{ClientID: "dev1"}); err != nil {
+			t.Fatal(err)
+		}
+		// Enough that an export does not fit in the socket buffers.
+		payload := `{"v":"` + strings.Repeat("x", 2000) + `"}`
+		for i := range 3000 {
+			recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: "dev1", Topic: acc + "/dev1/telemetry/t", Class: "telemetry",
+				Payload: []byte(payload), Received: t0.Add(-time.Duration(i) * time.Millisecond)})
+		}
+	}
+	if err := e.Store.AppendHistory(e.ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	_, token, err := e.Service.CreateRESTToken(e.ctx, a.ID, control.NewRESTToken{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exports []net.Conn
+	for range history.RequestsPerAccount {
+		nc, err := net.Dial("tcp", e.HTTPAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		fmt.Fprintf(nc, "GET /api/v1/subscriber/history?format=ndjson HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", token)
+		resp, err := http.ReadResponse(bufio.NewReaderSize(nc, 1024), nil)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("export: %v %v", resp, err)
+		}
+		exports = append(exports, nc) // and read no more
+	}
+
+	ba := e.browser(t)
+	ba.signIn(t, a)
+	ba.get(t, "/clients/dev1").want(t, http.StatusTooManyRequests).has(t, "History is busy").hasNot(t, "telemetry/t")
+	bb := e.browser(t)
+	bb.signIn(t, bo)
+	bb.get(t, "/clients/dev1").want(t, http.StatusOK).has(t, `data-testid="latest-row"`)
+
+	for _, nc := range exports {
+		nc.Close()
+	}
+	testkit.Eventually(t, waitFor, "the device page after the exports ended", func() bool {
+		return ba.get(t, "/clients/dev1").Status == http.StatusOK
+	})
 }

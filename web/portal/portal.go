@@ -31,6 +31,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/platform"
 )
 
@@ -59,7 +60,13 @@ type Deps struct {
 	// rather than at its next reload.
 	Changed func(ctx context.Context)
 	Logger  *slog.Logger
+	// HistorySlots bounds the history requests each account runs at once;
+	// shared with the REST API. Nil: the portal's own.
+	HistorySlots *history.Slots
 }
+
+// HistoryTimeout stops the history reads of a device page.
+const HistoryTimeout = 15 * time.Second
 
 // Options tune the portal; zero values take the defaults below.
 type Options struct {
@@ -123,6 +130,9 @@ func New(d Deps, o Options) *Portal {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
+	}
+	if d.HistorySlots == nil {
+		d.HistorySlots = new(history.Slots)
 	}
 	o.defaults()
 	p := &Portal{deps: d, opts: o, mux: http.NewServeMux(), throttle: newThrottle(o.LoginFailures, o.LoginWindow),
