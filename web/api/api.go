@@ -73,9 +73,9 @@ type Deps struct {
 
 // API is the subscriber REST API.
 type API struct {
-	deps    Deps
-	huma    huma.API
-	mux     *http.ServeMux
+	deps Deps
+	huma huma.API
+	mux  *http.ServeMux
 }
 
 // Operation metadata keys.
