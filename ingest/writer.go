@@ -2,7 +2,10 @@
 // path between the broker and the history store: a bounded queue filled on
 // the publishers' connection goroutines and one writer goroutine that
 // commits what is queued in groups (group commit), then acknowledges every
-// message of the group to its publisher.
+// message of the group to its publisher. The queue has a lane per account,
+// bounded apart, and each group takes the accounts' records in turns, so
+// one tenant's flood cannot stand between another's message and its
+// acknowledgement.
 //
 // Acked means stored: a QoS 1 PUBACK or QoS 2 PUBREC goes out only after
 // the record's group is committed. When the queue is full, Accept blocks for
@@ -43,8 +46,19 @@ const (
 type Options struct {
 	// QueueSize bounds the records waiting for the writer. Default 16384.
 	QueueSize int
+	// AccountQueueSize bounds the records of one account waiting for the
+	// writer: a publisher whose account has this many queued waits (or
+	// its QoS 0 record is dropped) as if the queue were full. Default a
+	// quarter of QueueSize, at least min(QueueSize, 1024).
+	AccountQueueSize int
 	// MaxBatch bounds the records of one commit. Default 2048.
 	MaxBatch int
+	// AccountTurn is how many records of one account a batch takes before
+	// the other accounts with records waiting have had their turn. Default
+	// MaxBatch/8, at least 1. (An account with fewer than 32 records
+	// queued is admitted even when the queue is full, so other tenants'
+	// floods cannot make it wait for room.)
+	AccountTurn int
 	// MaxDelay is how long the writer may wait for more records to fill a
 	// batch while records are streaming in: when it took more than one, or
 	// its previous commit ended less than MaxDelay ago. A lone record after
@@ -89,6 +103,12 @@ func (o Options) withDefaults() Options {
 	if o.MaxBatch == 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
+	if o.AccountQueueSize == 0 {
+		o.AccountQueueSize = max(o.QueueSize/4, min(o.QueueSize, 1024))
+	}
+	if o.AccountTurn == 0 {
+		o.AccountTurn = max(o.MaxBatch/8, 1)
+	}
 	if o.MaxDelay == 0 {
 		o.MaxDelay = DefaultMaxDelay
 	}
@@ -118,6 +138,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("ingest: queue size %d: must be at least 1", o.QueueSize)
 	case o.MaxBatch < 1:
 		return fmt.Errorf("ingest: batch size %d: must be at least 1", o.MaxBatch)
+	case o.AccountQueueSize < 1:
+		return fmt.Errorf("ingest: account queue size %d: must be at least 1", o.AccountQueueSize)
+	case o.AccountTurn < 1:
+		return fmt.Errorf("ingest: account turn %d: must be at least 1", o.AccountTurn)
 	case o.QoS0Overload != OverloadDrop && o.QoS0Overload != OverloadWait:
 		return fmt.Errorf("ingest: QoS 0 overload policy %q: must be %q or %q", o.QoS0Overload, OverloadDrop, OverloadWait)
 	}
@@ -137,7 +161,7 @@ type Writer struct {
 	opts  Options
 	store fleetmq.HistoryStore
 	log   *slog.Logger
-	q     chan item
+	q     *queue
 
 	// active counts Accept calls in progress, so that the drain at Close
 	// also takes a record whose Accept raced with Close.
@@ -179,7 +203,7 @@ func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 		opts:    opts,
 		store:   store,
 		log:     opts.Logger,
-		q:       make(chan item, opts.QueueSize),
+		q:       newQueue(opts.QueueSize, opts.AccountQueueSize, opts.AccountTurn),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -189,11 +213,12 @@ func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 }
 
 // Accept implements platform.Sink. It queues the record and returns; the
-// writer calls ack.Ack once the record is committed. When the queue is
-// full it blocks for a QoS 1/2 record (and for QoS 0 under OverloadWait)
-// until there is room; otherwise it drops the QoS 0 record from history.
-// After Close it stores nothing and never blocks: the record is not
-// acknowledged, so a QoS 1/2 publisher sends it again when it reconnects.
+// writer calls ack.Ack once the record is committed. When the queue, or
+// the record's account's share of it, is full it blocks for a QoS 1/2
+// record (and for QoS 0 under OverloadWait) until there is room;
+// otherwise it drops the QoS 0 record from history. After Close it stores
+// nothing and never blocks: the record is not acknowledged, so a QoS 1/2
+// publisher sends it again when it reconnects.
 func (w *Writer) Accept(rec *fleetmq.Record, ack platform.Acker) {
 	w.active.Add(1)
 	defer w.active.Add(-1)
@@ -202,20 +227,25 @@ func (w *Writer) Accept(rec *fleetmq.Record, ack platform.Acker) {
 		return
 	}
 	it := item{rec: rec, ack: ack, at: time.Now()}
-	select {
-	case w.q <- it:
+	ok, room := w.q.push(it)
+	if ok {
 		return
-	default:
 	}
 	if rec.PublishedQoS == 0 && w.opts.QoS0Overload == OverloadDrop {
 		w.droppedQoS0.Add(1)
 		return
 	}
 	w.acceptWaits.Add(1)
-	select {
-	case w.q <- it:
-	case <-w.closing:
-		w.abandoned.Add(1)
+	for {
+		select {
+		case <-room:
+		case <-w.closing:
+			w.abandoned.Add(1)
+			return
+		}
+		if ok, room = w.q.push(it); ok {
+			return
+		}
 	}
 }
 
@@ -235,7 +265,6 @@ func (w *Writer) run() {
 		if !w.first(b, &draining) {
 			return
 		}
-		w.fill(b)
 		// Waiting a little for company costs the first record up to
 		// MaxDelay of acknowledgement latency and saves a commit per
 		// record under a steady stream (the commit, not the row, is what
@@ -250,7 +279,7 @@ func (w *Writer) run() {
 		if !ok {
 			// Close's deadline passed: what was not committed is not
 			// acknowledged.
-			n := len(b.recs) + len(w.q)
+			n := len(b.recs) + w.q.len()
 			w.abandoned.Add(int64(n))
 			w.log.Warn("ingest: closed before these records were stored; they were not acknowledged", "records", n)
 			return
@@ -311,41 +340,26 @@ func (b *batch) reset() {
 	b.recs, b.acks, b.ats = b.recs[:0], b.acks[:0], b.ats[:0]
 }
 
-// first waits for the first record of a batch. It returns false when the
-// writer is closed and everything accepted has been taken.
+// first waits for the first records of a batch and takes what is queued.
+// It returns false when the writer is closed and everything accepted has
+// been taken.
 func (w *Writer) first(b *batch, draining *bool) bool {
-	if !*draining {
-		select {
-		case it := <-w.q:
-			b.add(it)
+	for {
+		if w.q.take(b, w.opts.MaxBatch) > 0 {
 			return true
+		}
+		if *draining {
+			// An Accept that raced with Close may still be about to queue.
+			if w.active.Load() == 0 && w.q.len() == 0 {
+				return false
+			}
+			runtime.Gosched()
+			continue
+		}
+		select {
+		case <-w.q.notify:
 		case <-w.closing:
 			*draining = true
-		}
-	}
-	for {
-		select {
-		case it := <-w.q:
-			b.add(it)
-			return true
-		default:
-		}
-		// An Accept that raced with Close may still be about to queue.
-		if w.active.Load() == 0 && len(w.q) == 0 {
-			return false
-		}
-		runtime.Gosched()
-	}
-}
-
-// fill takes what is queued, up to MaxBatch, without waiting.
-func (w *Writer) fill(b *batch) {
-	for len(b.recs) < w.opts.MaxBatch {
-		select {
-		case it := <-w.q:
-			b.add(it)
-		default:
-			return
 		}
 	}
 }
@@ -356,8 +370,8 @@ func (w *Writer) linger(b *batch, t *time.Timer) {
 	defer t.Stop()
 	for len(b.recs) < w.opts.MaxBatch {
 		select {
-		case it := <-w.q:
-			b.add(it)
+		case <-w.q.notify:
+			w.q.take(b, w.opts.MaxBatch-len(b.recs))
 		case <-t.C:
 			return
 		case <-w.closing:
@@ -576,7 +590,7 @@ func (w *Writer) Close(ctx context.Context) error {
 	case <-w.done:
 	case <-time.After(250 * time.Millisecond): // a store that ignores its context
 	}
-	pending := w.inBatch.Load() + int64(len(w.q))
+	pending := w.inBatch.Load() + int64(w.q.len())
 	return fmt.Errorf("ingest: close: %d records not stored and not acknowledged: %w", pending, ctx.Err())
 }
 
@@ -605,8 +619,8 @@ func (w *Writer) Stats() Stats {
 		Written:       w.written.Load(),
 		Batches:       w.batches.Load(),
 		CommitTime:    time.Duration(w.commitNanos.Load()),
-		QueueDepth:    len(w.q),
-		QueueCapacity: cap(w.q),
+		QueueDepth:    w.q.len(),
+		QueueCapacity: w.q.size,
 		DroppedQoS0:   w.droppedQoS0.Load(),
 		StoreErrors:   w.storeErrors.Load(),
 		AcceptWaits:   w.acceptWaits.Load(),
