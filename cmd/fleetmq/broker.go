@@ -76,7 +76,11 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		ConnectTimeout: cfg.ConnectTimeout,
 		WriteTimeout:   cfg.WriteTimeout,
 	}
-	cfg.Listeners.Limit(&opts)
+	httpConns := 0
+	if cfg.HTTPListen != "" {
+		httpConns = app.DefaultHTTPMaxConns
+	}
+	cfg.Listeners.Limit(&opts, httpConns)
 	srv, err := broker.New(opts)
 	if err != nil {
 		return err

@@ -222,7 +222,18 @@ func (a *App) start(ctx context.Context) error {
 		SaveInterval:   cfg.StateSaveInterval,
 		StatePath:      filepath.Join(cfg.DataDir, BrokerStateFile),
 	}
-	cfg.Listeners.Limit(&opts)
+	httpConns := 0
+	if cfg.HTTPListen != "" {
+		httpConns += cfg.HTTPLimits.withDefaults().MaxConns
+	}
+	if cfg.MetricsListen != "" {
+		httpConns += HTTPLimits{}.withDefaults().MaxConns
+	}
+	cfg.Listeners.Limit(&opts, httpConns)
+	if cfg.Listeners.MaxConns == 0 && opts.MaxConns > 0 {
+		cfg.Logger.Info("mqtt: connections per listener bounded by the file limit", "max_conns", opts.MaxConns,
+			"file_limit", fileLimit(), "http_conns", httpConns, "reserve", fdReserve)
+	}
 	a.Broker, err = broker.New(opts)
 	if err != nil {
 		return err

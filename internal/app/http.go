@@ -46,6 +46,17 @@ type HTTPLimits struct {
 	MaxConnsPerAddr int // open at once from one IP address
 }
 
+// withDefaults fills zero fields.
+func (lim HTTPLimits) withDefaults() HTTPLimits {
+	if lim.MaxConns <= 0 {
+		lim.MaxConns = DefaultHTTPMaxConns
+	}
+	if lim.MaxConnsPerAddr <= 0 {
+		lim.MaxConnsPerAddr = DefaultHTTPMaxConnsPerAddr
+	}
+	return lim
+}
+
 // HTTPListener is a started HTTP server.
 type HTTPListener struct {
 	*http.Server
@@ -62,12 +73,7 @@ func (l *HTTPListener) Refused() (total, perAddr int64) {
 // StartHTTP opens the listener first (so a busy port fails at once), then
 // serves in the background.
 func StartHTTP(addr string, h http.Handler, lim HTTPLimits, log *slog.Logger) (*HTTPListener, error) {
-	if lim.MaxConns <= 0 {
-		lim.MaxConns = DefaultHTTPMaxConns
-	}
-	if lim.MaxConnsPerAddr <= 0 {
-		lim.MaxConnsPerAddr = DefaultHTTPMaxConnsPerAddr
-	}
+	lim = lim.withDefaults()
 	tl, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

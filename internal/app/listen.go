@@ -26,9 +26,21 @@ type Listeners struct {
 	MaxConnRatePerAddr float64
 }
 
-// Limit puts the listeners' connection bounds into broker options.
-func (l *Listeners) Limit(o *broker.Options) {
+// Limit puts the listeners' connection bounds into broker options. With
+// no MaxConns set, each MQTT listener gets a share of the process's file
+// descriptors: the file limit less otherConns (what the process's HTTP
+// listeners may hold) and a reserve for the store and the state file.
+func (l *Listeners) Limit(o *broker.Options, otherConns int) {
 	o.MaxConns, o.MaxConnsPerAddr, o.MaxConnRatePerAddr = l.MaxConns, l.MaxConnsPerAddr, l.MaxConnRatePerAddr
+	if o.MaxConns == 0 {
+		n := 0
+		for _, addr := range []string{l.Listen, l.TLSListen, l.WSListen} {
+			if addr != "" {
+				n++
+			}
+		}
+		o.MaxConns = mqttConnBudget(fileLimit(), otherConns, n)
+	}
 }
 
 // Flags registers the listener flags with the given defaults.
@@ -38,7 +50,7 @@ func (l *Listeners) Flags(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&l.TLSCert, "tls-cert", "", "TLS certificate file (PEM) [FLEETMQ_TLS_CERT]")
 	fs.StringVar(&l.TLSKey, "tls-key", "", "TLS key file (PEM) [FLEETMQ_TLS_KEY]")
 	fs.StringVar(&l.WSListen, "ws-listen", "", "MQTT over WebSocket listen address (path /mqtt), e.g. :8083 [FLEETMQ_MQTT_WS_LISTEN]")
-	fs.IntVar(&l.MaxConns, "mqtt-max-conns", 0, "most connections each MQTT listener keeps open; more are closed at accept (0: the process's file limit) [FLEETMQ_MQTT_MAX_CONNS]")
+	fs.IntVar(&l.MaxConns, "mqtt-max-conns", 0, "most connections each MQTT listener keeps open; more are closed at accept (0: a share of the process's file limit, less what HTTP may hold and a reserve) [FLEETMQ_MQTT_MAX_CONNS]")
 	fs.Float64Var(&l.MaxConnRatePerAddr, "mqtt-max-conn-rate-per-addr", 0, "most new MQTT connections per second from one IP address per listener, in bursts of twice as many (0: no bound) [FLEETMQ_MQTT_MAX_CONN_RATE_PER_ADDR]")
 	fs.IntVar(&l.MaxConnsPerAddr, "mqtt-max-conns-per-addr", 0, "most MQTT connections open from one IP address per listener (0: no bound; devices behind one NAT share an address) [FLEETMQ_MQTT_MAX_CONNS_PER_ADDR]")
 }
