@@ -251,14 +251,14 @@ func (s *Server) loadState(path string) error {
 // readStateFile reads a state file of version 1 or 2; a missing one is
 // an empty state.
 func readStateFile(path string) (*stateFile, error) {
-	st := &stateFile{Version: stateVersion}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return st, nil
+		return &stateFile{Version: stateVersion}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	st := &stateFile{}
 	if err := json.Unmarshal(data, st); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

@@ -293,10 +293,11 @@ func TestPersistPeriodicSave(t *testing.T) {
 func TestPersistBadStateFile(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]string{
-		"garbage":   "{not json",
-		"truncated": `{"version":1,"retained":[{"topic":"a","payl`,
-		"empty":     "",
-		"version":   `{"version":99,"retained":[],"sessions":[]}`,
+		"garbage":    "{not json",
+		"truncated":  `{"version":1,"retained":[{"topic":"a","payl`,
+		"empty":      "",
+		"version":    `{"version":99,"retained":[],"sessions":[]}`,
+		"no version": `{"sessions":[]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".json")

@@ -63,14 +63,24 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add([]byte{recordSet, 1, 'a', 1, 'x', 0, 0, flagUser, 2, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add([]byte{recordSet, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		topic, m, err := decodeRecord(b)
-		runtime.ReadMemStats(&after)
 		// A Message, plus at most 16 bytes per input byte: an empty user
-		// property takes two bytes of input and 32 of memory.
-		if n := after.TotalAlloc - before.TotalAlloc; n > 2048+16*uint64(len(b)) {
-			t.Fatalf("decoding %d bytes allocated %d", len(b), n)
+		// property takes two bytes of input and 32 of memory. The fuzzing
+		// engine allocates too, at any time: the least of a few tries
+		// counts.
+		limit := 2048 + 16*uint64(len(b))
+		var topic string
+		var m *Message
+		var err error
+		least := uint64(1<<64 - 1)
+		for try := 0; try < 3 && least > limit; try++ {
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			topic, m, err = decodeRecord(b)
+			runtime.ReadMemStats(&after)
+			least = min(least, after.TotalAlloc-before.TotalAlloc)
+		}
+		if least > limit {
+			t.Fatalf("decoding %d bytes allocated %d", len(b), least)
 		}
 		if err != nil || m == nil {
 			return

@@ -86,7 +86,13 @@ func (l *retainedLog) load(keep func(*Message)) error {
 	}
 	r := bufio.NewReaderSize(f, 64<<10)
 	head := make([]byte, len(retainedLogMagic))
-	if _, err := io.ReadFull(r, head); err != nil || string(head) != retainedLogMagic {
+	n, _ := io.ReadFull(r, head)
+	if n < len(head) && string(head[:n]) == retainedLogMagic[:n] {
+		// Empty or a header cut short: nothing was ever saved in it.
+		l.log.Warn("retained log: no records, rewritten at the next save", "path", l.path, "bytes", n)
+		return nil
+	}
+	if string(head) != retainedLogMagic {
 		return fmt.Errorf("%s: not a retained log (header %q)", l.path, head)
 	}
 	type last struct {

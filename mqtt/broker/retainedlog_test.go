@@ -375,6 +375,41 @@ func TestRetainedLogDamaged(t *testing.T) {
 		map[string]string{"dmg/a": "A", "dmg/d": "D"})
 }
 
+// TestRetainedLogBadFile: a file that is not a retained log makes New fail
+// with an error naming it, and leaves it as it was; an empty one (nothing
+// ever saved in it) is an empty log.
+func TestRetainedLogBadFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "foreign.json")
+	foreign := []byte(`{"retained":[]}`)
+	if err := os.WriteFile(path+".retained", foreign, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := broker.New(broker.Options{StatePath: path})
+	if err == nil {
+		srv.Close(context.Background())
+		t.Fatal("New accepted a foreign retained log")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "load state") || !strings.Contains(msg, path+".retained") {
+		t.Fatalf("error %q does not name the retained log", msg)
+	}
+	if data, _ := os.ReadFile(path + ".retained"); !bytes.Equal(data, foreign) {
+		t.Fatalf("foreign file changed to %q", data)
+	}
+
+	path = filepath.Join(dir, "empty.json")
+	if err := os.WriteFile(path+".retained", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := rlOpen(t, path, broker.Options{})
+	if got := rlContents(t, s); len(got) != 0 {
+		t.Fatalf("empty log: %v", got)
+	}
+	rlSet(s, "e/a", []byte("A"))
+	rlClose(t, s)
+	rlSameContents(t, "after a save", rlContents(t, rlOpen(t, path, broker.Options{})), map[string]string{"e/a": "A"})
+}
+
 // TestRetainedLogVersion1: a state file written before the retained log
 // (version 1, retained messages inside) loads, and the first save moves
 // its retained messages to the log.
