@@ -271,7 +271,12 @@ func TestRetainedLogSaveCost(t *testing.T) {
 		t.Fatalf("%d retained, want 3,000", len(want))
 	}
 	rlClose(t, s)
-	rlSameContents(t, "after compaction and restart", rlContents(t, rlOpen(t, path, broker.Options{})), want)
+	s = rlOpen(t, path, broker.Options{})
+	rlSameContents(t, "after compaction and restart", rlContents(t, s), want)
+	// The per-first-level counts a policy bounds tenants with are back.
+	if count, size, current := s.RetainedUnder("cost/3/dev9993"); count != 3_000 || size != 3_000*200 || current != 200 {
+		t.Fatalf("RetainedUnder after restart: %d messages, %d bytes, current %d", count, size, current)
+	}
 }
 
 // TestRetainedLogTornTail: a crash during a save's append (the log cut at
