@@ -33,7 +33,7 @@ type brokerConfig struct {
 func (c *brokerConfig) flags(fs *flag.FlagSet) {
 	c.Listeners.Flags(fs, "127.0.0.1:1883")
 	fs.StringVar(&c.HTTPListen, "http-listen", "", "HTTP address for /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
-	fs.StringVar(&c.StatePath, "state", "", "file to save retained messages and sessions in (empty: in memory only) [FLEETMQ_BROKER_STATE]")
+	fs.StringVar(&c.StatePath, "state", "", "file to save sessions in, and retained messages in FILE.retained (empty: in memory only) [FLEETMQ_BROKER_STATE]")
 	fs.IntVar(&c.MaxInflight, "max-inflight", broker.DefaultMaxInflight, "unacknowledged QoS 1/2 messages per session [FLEETMQ_MAX_INFLIGHT]")
 	fs.IntVar(&c.MaxQueued, "max-queued", broker.DefaultMaxQueued, "messages queued per session behind the inflight window [FLEETMQ_MAX_QUEUED]")
 	fs.IntVar(&c.MaxPacketSize, "max-packet-size", broker.DefaultMaxPacketSize, "largest accepted packet in bytes [FLEETMQ_MAX_PACKET_SIZE]")

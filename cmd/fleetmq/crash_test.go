@@ -197,7 +197,8 @@ func TestCrashSafety(t *testing.T) {
 	stateFile := filepath.Join(dir, "broker-state.json")
 	eventually(t, "state saved with the retained message and the session", func() bool {
 		b, err := os.ReadFile(stateFile)
-		return err == nil && strings.Contains(string(b), "watcher") && strings.Contains(string(b), "state/config")
+		r, rerr := os.ReadFile(stateFile + ".retained") // the retained log
+		return err == nil && rerr == nil && strings.Contains(string(b), "watcher") && strings.Contains(string(r), "state/config")
 	})
 
 	// The storm, then SIGKILL mid-stream.

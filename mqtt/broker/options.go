@@ -80,9 +80,9 @@ type Options struct {
 	// counted in Stats.LogSuppressed. Defaults 20 and 3 seconds.
 	LogBurst    int
 	LogInterval time.Duration
-	// StatePath, when set, is the file where retained messages and
-	// persistent sessions are saved on shutdown (and every SaveInterval) and
-	// loaded on start.
+	// StatePath, when set, is the file where persistent sessions are saved
+	// on shutdown (and every SaveInterval) and loaded on start; retained
+	// messages go to the log StatePath+".retained" beside it (see Save).
 	StatePath string
 	// SaveInterval is how often state is saved while running. Default 30s;
 	// negative disables periodic saves.

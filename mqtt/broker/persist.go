@@ -11,16 +11,19 @@ import (
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
-// The state file holds retained messages and persistent sessions as JSON.
-// It is written to a temporary file, synced and renamed, so a crash during a
-// save leaves the previous state intact.
+// The state file holds the persistent sessions as JSON. It is written to a
+// temporary file, synced and renamed, so a crash during a save leaves the
+// previous state intact. Retained messages are in the retained log beside
+// it (retainedlog.go); a version 1 state file, written before that log
+// existed, holds them itself: they are loaded from it and written to the
+// log by the first save.
 
-const stateVersion = 1
+const stateVersion = 2
 
 type stateFile struct {
 	Version  int            `json:"version"`
 	Saved    time.Time      `json:"saved"`
-	Retained []savedMessage `json:"retained"`
+	Retained []savedMessage `json:"retained,omitempty"` // version 1 only
 	Sessions []savedSession `json:"sessions"`
 }
 
@@ -118,14 +121,30 @@ func saveDelivery(d *delivery) savedDelivery {
 	return savedDelivery{Message: saveMessage(d.msg), QoS: d.qos, Retain: d.retain, SubID: d.subID, PID: d.pid, State: d.state}
 }
 
-// saveState writes retained messages and persistent sessions to path.
-// Sessions connected at the time are saved as if they had just
-// disconnected.
-func (s *Server) saveState(path string) error {
-	st := stateFile{Version: stateVersion, Saved: s.now()}
-	for _, m := range s.retained.all() {
-		st.Retained = append(st.Retained, saveMessage(m))
+// Save writes the retained messages changed since the last save and the
+// persistent sessions to Options.StatePath now, and returns when they are
+// synced to disk. It runs every Options.SaveInterval and in Close; tests
+// call it to avoid waiting. Without a StatePath it does nothing.
+func (s *Server) Save() error {
+	if s.opts.StatePath == "" {
+		return nil
 	}
+	if err := s.saveState(s.opts.StatePath); err != nil {
+		return fmt.Errorf("broker: save state: %w", err)
+	}
+	return nil
+}
+
+// saveState appends the retained changes to the retained log, then writes
+// the persistent sessions to path. Sessions connected at the time are
+// saved as if they had just disconnected.
+func (s *Server) saveState(path string) error {
+	s.saving.Lock()
+	defer s.saving.Unlock()
+	if err := s.rlog.save(s.retained, s.now()); err != nil {
+		return fmt.Errorf("retained log: %w", err)
+	}
+	st := stateFile{Version: stateVersion, Saved: s.now()}
 	s.mu.Lock()
 	sessions := make([]*session, 0, len(s.sessions))
 	for _, ss := range s.sessions {
@@ -193,33 +212,65 @@ func writeFileAtomic(path string, data []byte) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// loadState restores what saveState wrote. A missing file is an empty
-// state.
+// loadState restores what saveState wrote: the sessions from path, the
+// retained messages from the retained log (or from path when it is a
+// version 1 state file). A missing file is an empty state. Retained
+// changes are tracked from then on.
 func (s *Server) loadState(path string) error {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	st, err := readStateFile(path)
 	if err != nil {
 		return err
 	}
-	var st stateFile
-	if err := json.Unmarshal(data, &st); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if st.Version != stateVersion {
-		return fmt.Errorf("%s: state version %d, want %d", path, st.Version, stateVersion)
-	}
 	now := s.now()
-	for i := range st.Retained {
-		m := st.Retained[i].message()
+	var expired []string
+	keep := func(m *Message) {
 		s.clampRetained(m) // RetainedMaxAge may be lower than when it was saved
 		if m.expired(now) {
-			continue
+			expired = append(expired, m.Topic)
+			return
 		}
 		s.retained.set(m)
 	}
-	for _, sv := range st.Sessions {
+	if st.Version == 1 {
+		// The version 1 file is newer than any retained log beside it:
+		// the first save replaces the log with its messages.
+		for i := range st.Retained {
+			keep(st.Retained[i].message())
+		}
+		s.rlog.rewrite = true
+	} else if err := s.rlog.load(keep); err != nil {
+		return err
+	}
+	// Expired while the server was down: the next save clears them.
+	s.retained.track = true
+	s.retained.markDirty(expired)
+	s.loadSessions(st.Sessions, now)
+	return nil
+}
+
+// readStateFile reads a state file of version 1 or 2; a missing one is
+// an empty state.
+func readStateFile(path string) (*stateFile, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return &stateFile{Version: stateVersion}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &stateFile{}
+	if err := json.Unmarshal(data, st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Version != 1 && st.Version != stateVersion {
+		return nil, fmt.Errorf("%s: state version %d, want %d (or 1)", path, st.Version, stateVersion)
+	}
+	return st, nil
+}
+
+// loadSessions restores the saved sessions that have not expired by now.
+func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
+	for _, sv := range sessions {
 		id := &Identity{Namespace: sv.Namespace, ClientID: sv.ClientID, Username: sv.Username, DeliverPrefix: sv.DeliverPrefix, Limits: sv.Limits}
 		ss := &session{srv: s, key: id.SessionKey(), id: id, subs: make(map[string]*subscription), limits: sv.Limits,
 			window: sv.Limits.MaxInflight, expiry: sv.Expiry, disconnectedAt: sv.DisconnectedAt, nextPID: sv.NextPID}
@@ -250,5 +301,4 @@ func (s *Server) loadState(path string) error {
 		}
 		s.sessions[ss.key] = ss
 	}
-	return nil
 }

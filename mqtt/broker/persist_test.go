@@ -262,19 +262,22 @@ func TestPersistPeriodicSave(t *testing.T) {
 	pub, _ := hcConnect(t, b.Addr, "ps-pub", true, 0, 0)
 	hcPublishOne(t, pub, &packet.Publish{Topic: "ps/retained", QoS: 1, Retain: true, Payload: []byte("R")})
 	eventually(t, "a periodic save with the retained message", func() bool {
-		data, err := os.ReadFile(path)
-		return err == nil && strings.Contains(string(data), "ps/retained")
+		data, err := os.ReadFile(path + ".retained")
+		_, serr := os.Stat(path)
+		return err == nil && serr == nil && strings.Contains(string(data), "ps/retained")
 	})
 
-	// A second server on a copy of the file (the first never closed, as
+	// A second server on a copy of the files (the first never closed, as
 	// after a crash).
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	crash := filepath.Join(dir, "crash.json")
-	if err := os.WriteFile(crash, data, 0o644); err != nil {
-		t.Fatal(err)
+	for _, suffix := range []string{"", ".retained"} {
+		data, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(crash+suffix, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	b2 := startBroker(t, broker.Options{StatePath: crash, SaveInterval: -1})
 	sub, _ := hcConnect(t, b2.Addr, "ps-sub", true, 0, 0)
@@ -290,10 +293,11 @@ func TestPersistPeriodicSave(t *testing.T) {
 func TestPersistBadStateFile(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]string{
-		"garbage":   "{not json",
-		"truncated": `{"version":1,"retained":[{"topic":"a","payl`,
-		"empty":     "",
-		"version":   `{"version":99,"retained":[],"sessions":[]}`,
+		"garbage":    "{not json",
+		"truncated":  `{"version":1,"retained":[{"topic":"a","payl`,
+		"empty":      "",
+		"version":    `{"version":99,"retained":[],"sessions":[]}`,
+		"no version": `{"sessions":[]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, name+".json")

@@ -16,15 +16,21 @@ import (
 // retainedStore holds the retained message of each topic in a trie of
 // topic levels, sharded by first level so retained publishes of different
 // tenants do not contend.
+//
+// With track set (when state is saved) each shard also remembers the
+// topics set, replaced or cleared since the last save, so a save writes
+// only those (see retainedLog).
 type retainedStore struct {
 	seed   maphash.Seed
 	shards [32]retainedShard
 	count  atomic.Int64
+	track  bool // set before the server starts serving, never after
 }
 
 type retainedShard struct {
-	mu   sync.RWMutex
-	root rnode
+	mu    sync.RWMutex
+	root  rnode
+	dirty map[string]struct{} // topics changed since the last save
 }
 
 type rnode struct {
@@ -58,7 +64,9 @@ func (rs *retainedStore) set(m *Message) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if len(m.Payload) == 0 {
-		rs.removeLocked(&sh.root, nil, m.Topic)
+		if rs.removeLocked(&sh.root, nil, m.Topic) {
+			rs.markLocked(sh, m.Topic)
+		}
 		return
 	}
 	n := &sh.root
@@ -90,6 +98,78 @@ func (rs *retainedStore) set(m *Message) {
 	}
 	top.underBytes += int64(len(m.Payload))
 	n.msg = m
+	rs.markLocked(sh, m.Topic)
+}
+
+// markLocked records that topic changed since the last save.
+func (rs *retainedStore) markLocked(sh *retainedShard, topic string) {
+	if !rs.track {
+		return
+	}
+	if sh.dirty == nil {
+		sh.dirty = make(map[string]struct{})
+	}
+	sh.dirty[topic] = struct{}{}
+}
+
+// markDirty records topics as changed since the last save (a save that
+// failed gives its topics back).
+func (rs *retainedStore) markDirty(topics []string) {
+	for _, t := range topics {
+		sh := rs.shard(firstLevel(t))
+		sh.mu.Lock()
+		rs.markLocked(sh, t)
+		sh.mu.Unlock()
+	}
+}
+
+// retainedChange is a topic changed since the last save and its retained
+// message now (nil: cleared).
+type retainedChange struct {
+	topic string
+	msg   *Message
+}
+
+// takeDirty returns the topics changed since the last save with their
+// messages now, and starts a new set of changes. With all it returns every
+// retained message instead (and every change is forgotten): the content of
+// a compacted log.
+func (rs *retainedStore) takeDirty(all bool) []retainedChange {
+	var out []retainedChange
+	for i := range rs.shards {
+		sh := &rs.shards[i]
+		sh.mu.Lock()
+		if all {
+			var ms []*Message
+			collectAll(&sh.root, &ms)
+			for _, m := range ms {
+				out = append(out, retainedChange{topic: m.Topic, msg: m})
+			}
+		} else {
+			for t := range sh.dirty {
+				out = append(out, retainedChange{topic: t, msg: lookup(&sh.root, t)})
+			}
+		}
+		sh.dirty = nil
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// lookup returns the message retained on topic under n, or nil.
+func lookup(n *rnode, topic string) *Message {
+	for rest := topic; n != nil; {
+		level, more := cut(rest)
+		n = n.children[level]
+		if !more {
+			break
+		}
+		rest = rest[len(level)+1:]
+	}
+	if n == nil {
+		return nil
+	}
+	return n.msg
 }
 
 // under returns the retained messages stored under topic's first level
@@ -229,7 +309,7 @@ func (rs *retainedStore) sweep(now time.Time, maxAge time.Duration) int {
 	for i := range rs.shards {
 		sh := &rs.shards[i]
 		sh.mu.Lock()
-		removed += sweepNode(&sh.root, nil, now, maxAge, &rs.count)
+		removed += rs.sweepNode(sh, &sh.root, nil, now, maxAge)
 		sh.mu.Unlock()
 	}
 	return removed
@@ -237,19 +317,20 @@ func (rs *retainedStore) sweep(now time.Time, maxAge time.Duration) int {
 
 // sweepNode sweeps n's subtree; top is n's first-level node (nil when n
 // is a shard's root).
-func sweepNode(n, top *rnode, now time.Time, maxAge time.Duration, count *atomic.Int64) int {
+func (rs *retainedStore) sweepNode(sh *retainedShard, n, top *rnode, now time.Time, maxAge time.Duration) int {
 	removed := 0
 	for name, child := range n.children {
 		t := top
 		if t == nil {
 			t = child
 		}
-		removed += sweepNode(child, t, now, maxAge, count)
+		removed += rs.sweepNode(sh, child, t, now, maxAge)
 		if m := child.msg; m != nil && (m.expired(now) || maxAge > 0 && now.Sub(m.Created) >= maxAge) {
 			t.under--
 			t.underBytes -= int64(len(m.Payload))
 			child.msg = nil
-			count.Add(-1)
+			rs.count.Add(-1)
+			rs.markLocked(sh, m.Topic)
 			removed++
 		}
 		if child.msg == nil && len(child.children) == 0 {
@@ -259,18 +340,7 @@ func sweepNode(n, top *rnode, now time.Time, maxAge time.Duration, count *atomic
 	return removed
 }
 
-// all returns every retained message (for saving state).
-func (rs *retainedStore) all() []*Message {
-	var out []*Message
-	for i := range rs.shards {
-		sh := &rs.shards[i]
-		sh.mu.RLock()
-		collectAll(&sh.root, &out)
-		sh.mu.RUnlock()
-	}
-	return out
-}
-
+// collectAll appends every message below n.
 func collectAll(n *rnode, out *[]*Message) {
 	for _, child := range n.children {
 		if child.msg != nil {

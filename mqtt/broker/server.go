@@ -32,6 +32,8 @@ type Server struct {
 
 	subs     *topic.Index[string, subscription]
 	retained *retainedStore
+	rlog     *retainedLog // nil without Options.StatePath
+	saving   sync.Mutex   // one state save at a time
 	stats    counters
 
 	mu        sync.Mutex // guards sessions, listeners, conns, closed, wills, attached
@@ -74,6 +76,7 @@ func New(opts Options) (*Server, error) {
 	s.observer, _ = opts.Policy.(ConnectObserver)
 	s.refusals, _ = opts.Policy.(RefusalObserver)
 	if opts.StatePath != "" {
+		s.rlog = newRetainedLog(opts.StatePath, s.log)
 		if err := s.loadState(opts.StatePath); err != nil {
 			return nil, fmt.Errorf("broker: load state: %w", err)
 		}
