@@ -90,6 +90,7 @@ func (p *Policy) Reload(ctx context.Context, src Source) error {
 			return nil
 		}
 		if p.snap.CompareAndSwap(cur, snap) {
+			p.applyRates(snap)
 			logChanges(p.opts.Logger, cur, snap)
 			return nil
 		}
