@@ -18,8 +18,8 @@ import (
 // messages/s that publishes QoS 0 as fast as it can gets about 50/s to
 // its subscribers, stays connected, and a device of another account on
 // the default plan keeps its QoS 1 acknowledgements prompt. Lowering the
-// plan's account rate applies to the connected device. The throttling is
-// in the metrics.
+// plan's account rate, then its per-client rate, applies to the connected
+// device. The throttling is in the metrics.
 func TestPublishRatePlan(t *testing.T) {
 	p := startPlatform(t, func(c *app.Config) { c.MetricsListen = "127.0.0.1:0" })
 	slow := fleetmq.Plan{Name: "slow", MaxPublisherClients: 2, HistoryRetentionDays: 1}
@@ -108,6 +108,16 @@ func TestPublishRatePlan(t *testing.T) {
 	p.synced(t)
 	if r := rateOver(2 * time.Second); r < 5 || r > 20 {
 		t.Fatalf("after the plan's account rate went down to 10 msg/s, the connected device got %.0f msg/s through", r)
+	}
+	// Its per-client rate goes down to 4/s: the connected device follows
+	// that too.
+	four := 4
+	if err := p.Service.PutPlan(p.ctx, &slow, control.PlanRates{Publish: &four}); err != nil {
+		t.Fatal(err)
+	}
+	p.synced(t)
+	if r := rateOver(2 * time.Second); r < 2 || r > 8 {
+		t.Fatalf("after the plan's per-client rate went down to 4 msg/s, the connected device got %.0f msg/s through", r)
 	}
 	dev.notDisconnected(t)
 

@@ -77,8 +77,10 @@ type conn struct {
 	ending atomic.Pointer[Disconnection]
 	endc   chan struct{}
 	// throttle is the publish rate the reader applies (nil: none), set
-	// at CONNECT (ratelimit.go).
+	// at CONNECT (ratelimit.go); rates are its own rates, which
+	// Server.SetPublishRates may change meanwhile.
 	throttle *throttle
+	rates    atomic.Pointer[clientRates]
 	// logb rate-limits this connection's event-log lines (its session key's
 	// bucket once authenticated, its remote IP's before).
 	logb *logLimits

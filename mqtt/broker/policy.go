@@ -34,6 +34,7 @@ type Limits struct {
 	// second (0: unlimited; not taken from Options). Over them the server
 	// stops reading the connection until the rate allows more
 	// (ratelimit.go); the client is not disconnected for it.
+	// Server.SetPublishRates changes them for a connected client.
 	PublishRate      float64
 	PublishBytesRate float64
 }

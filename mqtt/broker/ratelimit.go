@@ -130,21 +130,58 @@ func (l *RateLimiter) take(n int, now int64) time.Duration {
 // throttle is a connection's publish limits: its own buckets (owned by
 // the reader) and its group's limiter.
 type throttle struct {
-	own    rateBuckets
-	hasOwn bool
-	group  *RateLimiter
-	timer  *time.Timer // created at the first wait
+	own     rateBuckets
+	hasOwn  bool
+	applied *clientRates // the rates own is at
+	group   *RateLimiter
+	timer   *time.Timer // created at the first wait
 }
 
-// newThrottle returns the throttle id's limits call for, or nil.
-func newThrottle(id *Identity) *throttle {
-	l := &id.Limits
-	if l.PublishRate <= 0 && l.PublishBytesRate <= 0 && id.GroupLimiter == nil {
-		return nil
+// clientRates are a connection's own publish rates: messages and bytes
+// per second.
+type clientRates struct{ messages, bytes float64 }
+
+// setThrottle sets up the connection's publish limits at CONNECT.
+func (c *conn) setThrottle(id *Identity) {
+	r := &clientRates{id.Limits.PublishRate, id.Limits.PublishBytesRate}
+	c.rates.Store(r)
+	if r.messages <= 0 && r.bytes <= 0 && id.GroupLimiter == nil {
+		return
 	}
-	t := &throttle{group: id.GroupLimiter, hasOwn: l.PublishRate > 0 || l.PublishBytesRate > 0}
-	t.own.set(l.PublishRate, l.PublishBytesRate, nanotime())
-	return t
+	c.throttle = &throttle{group: id.GroupLimiter}
+	c.throttle.apply(r)
+}
+
+// apply brings the connection's own buckets to r.
+func (t *throttle) apply(r *clientRates) {
+	t.own.set(r.messages, r.bytes, nanotime())
+	t.hasOwn = r.messages > 0 || r.bytes > 0
+	t.applied = r
+}
+
+// SetPublishRates changes the per-connection publish rates
+// (Limits.PublishRate and PublishBytesRate) of the connected clients for
+// which rates reports ok: each is held to its new rates from its next
+// PUBLISH. It reports how many connections' rates changed. Use it when
+// the plan behind a Limits changes. rates is called with the server's
+// lock held: it must be quick and must not call the server.
+func (s *Server) SetPublishRates(rates func(id *Identity) (messages, bytes float64, ok bool)) int {
+	n := 0
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		id := c.identity()
+		if id == nil || c.ending.Load() != nil {
+			continue
+		}
+		m, b, ok := rates(id)
+		if cur := c.rates.Load(); !ok || cur != nil && cur.messages == m && cur.bytes == b {
+			continue
+		}
+		c.rates.Store(&clientRates{m, b})
+		n++
+	}
+	return n
 }
 
 // throttlePublish takes the tokens for p and, when a bucket is short,
@@ -154,9 +191,16 @@ func newThrottle(id *Identity) *throttle {
 // throttled client is not disconnected for the silence the wait causes. It
 // returns errEnded when the connection ends during the wait.
 func (c *conn) throttlePublish(p *packet.Publish) error {
-	t := c.throttle
+	t, r := c.throttle, c.rates.Load()
 	if t == nil {
-		return nil
+		if r == nil || r.messages <= 0 && r.bytes <= 0 {
+			return nil
+		}
+		t = &throttle{} // rates given since CONNECT
+		c.throttle = t
+	}
+	if r != t.applied {
+		t.apply(r)
 	}
 	n := len(p.Topic) + len(p.Payload)
 	now := nanotime()

@@ -260,3 +260,42 @@ func TestThrottledWaitEndsWithServer(t *testing.T) {
 		t.Fatalf("the throttled v5 client got %v, want a DISCONNECT", ps)
 	}
 }
+
+// TestSetPublishRates: a connected client is held to per-client rates
+// set after its CONNECT (it had none), and released when they go back to
+// unlimited; a client the function leaves out keeps its own.
+func TestSetPublishRates(t *testing.T) {
+	b := startBroker(t, broker.Options{Policy: &ratePolicy{}})
+	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "dev", CleanStart: true, KeepAlive: 30, Username: "acct", HasUsername: true})
+	other, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "dev", CleanStart: true, KeepAlive: 30, Username: "other", HasUsername: true})
+	set := func(msgs float64) int {
+		return b.SetPublishRates(func(id *broker.Identity) (float64, float64, bool) { return msgs, 0, id.Namespace == "acct" })
+	}
+	// burst publishes six PUBLISHes and a PINGREQ, and returns how long
+	// the PINGRESP (read after them) took.
+	burst := func(c *rawClient) time.Duration {
+		start := time.Now()
+		for range 6 {
+			c.must(t, &packet.Publish{Topic: "t", QoS: 0, Payload: []byte("x")})
+		}
+		c.must(t, &packet.Pingreq{})
+		c.expect(t, packet.PINGRESP)
+		return time.Since(start)
+	}
+	if n := set(2); n != 1 {
+		t.Fatalf("SetPublishRates changed %d connections, want 1", n)
+	}
+	if n := set(2); n != 0 {
+		t.Fatalf("SetPublishRates to the same rates changed %d connections, want 0", n)
+	}
+	if d := burst(rc); d < time.Second {
+		t.Fatalf("six messages at 2/s (burst 2) went through in %v, want about 2s", d)
+	}
+	if d := burst(other); d > time.Second {
+		t.Fatalf("a client left out took %v for six messages", d)
+	}
+	set(0)
+	if d := burst(rc); d > time.Second {
+		t.Fatalf("six messages after the rate went back to unlimited took %v", d)
+	}
+}
