@@ -32,14 +32,32 @@ type Plan struct {
 	MaxPublisherClients  int
 	QoS2DailyPool        int64
 	HistoryRetentionDays int
+
+	// Publish rates, applied as back-pressure (the broker stops reading
+	// the connection that is over them). Bytes are a PUBLISH's topic and
+	// payload. 0 means unlimited.
+	MaxPublishRate             int   // PUBLISH packets per second, per connected client
+	MaxPublishBytesRate        int64 // bytes per second, per connected client
+	MaxAccountPublishRate      int   // PUBLISH packets per second, all the account's clients together
+	MaxAccountPublishBytesRate int64 // bytes per second, all the account's clients together
 }
 
 // DefaultPlans is the catalog a new data directory starts with.
 var DefaultPlans = []Plan{
-	{Name: "starter", MaxPublisherClients: 10, QoS2DailyPool: 10_000, HistoryRetentionDays: 7},
-	{Name: "growth", MaxPublisherClients: 100, QoS2DailyPool: 100_000, HistoryRetentionDays: 30},
-	{Name: "scale", MaxPublisherClients: 1000, QoS2DailyPool: 1_000_000, HistoryRetentionDays: 90},
+	{Name: "starter", MaxPublisherClients: 10, QoS2DailyPool: 10_000, HistoryRetentionDays: 7,
+		MaxPublishRate: 100, MaxPublishBytesRate: 256 << 10, MaxAccountPublishRate: 1_000, MaxAccountPublishBytesRate: 2 << 20},
+	{Name: "growth", MaxPublisherClients: 100, QoS2DailyPool: 100_000, HistoryRetentionDays: 30,
+		MaxPublishRate: 200, MaxPublishBytesRate: 512 << 10, MaxAccountPublishRate: 5_000, MaxAccountPublishBytesRate: 16 << 20},
+	{Name: "scale", MaxPublisherClients: 1000, QoS2DailyPool: 1_000_000, HistoryRetentionDays: 90,
+		MaxPublishRate: 500, MaxPublishBytesRate: 1 << 20, MaxAccountPublishRate: 20_000, MaxAccountPublishBytesRate: 64 << 20},
 }
+
+// Bounds of the plan's publish rates (when not 0, unlimited).
+const (
+	MaxPublishRateLimit      = 10_000_000 // messages per second
+	MinPublishBytesRate      = 1 << 10    // a lower rate would hold a large message for hours
+	MaxPublishBytesRateLimit = 1 << 40    // bytes per second
+)
 
 // Validate checks a plan's fields.
 func (p *Plan) Validate() error {
@@ -55,6 +73,16 @@ func (p *Plan) Validate() error {
 	}
 	if p.HistoryRetentionDays < 1 || p.HistoryRetentionDays > 3650 {
 		f["history_retention_days"] = "must be between 1 and 3650"
+	}
+	for field, r := range map[string]int{"max_publish_rate": p.MaxPublishRate, "max_account_publish_rate": p.MaxAccountPublishRate} {
+		if r < 0 || r > MaxPublishRateLimit {
+			f[field] = "must be 0 (unlimited) or between 1 and 10000000 messages per second"
+		}
+	}
+	for field, r := range map[string]int64{"max_publish_bytes_rate": p.MaxPublishBytesRate, "max_account_publish_bytes_rate": p.MaxAccountPublishBytesRate} {
+		if r != 0 && (r < MinPublishBytesRate || r > MaxPublishBytesRateLimit) {
+			f[field] = "must be 0 (unlimited) or between 1024 and 1099511627776 bytes per second"
+		}
 	}
 	if len(f) > 0 {
 		return Invalid(f)

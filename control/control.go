@@ -90,6 +90,46 @@ func (s *Service) SetPlan(ctx context.Context, accountID, plan string) error {
 	return s.Store.SetPlan(ctx, accountID, plan, s.now())
 }
 
+// PlanRates are the publish rates given for a plan (fleetmq.Plan's
+// MaxPublishRate, MaxPublishBytesRate, MaxAccountPublishRate and
+// MaxAccountPublishBytesRate); nil ones were not given.
+type PlanRates struct {
+	Publish, AccountPublish           *int
+	PublishBytes, AccountPublishBytes *int64
+}
+
+// PutPlan adds a plan to the catalog or changes one. The publish rates
+// come from rates: one not given keeps the plan's stored value, or for a
+// new plan is the default starter plan's (a tenant is never unlimited by
+// omission; 0 says unlimited). p is updated to what was stored.
+func (s *Service) PutPlan(ctx context.Context, p *fleetmq.Plan, rates PlanRates) error {
+	cur, err := s.Store.Plan(ctx, p.Name)
+	switch {
+	case fleetmq.CodeOf(err) == fleetmq.CodeNotFound:
+		cur = &fleetmq.DefaultPlans[0]
+	case err != nil:
+		return err
+	}
+	p.MaxPublishRate, p.MaxPublishBytesRate = cur.MaxPublishRate, cur.MaxPublishBytesRate
+	p.MaxAccountPublishRate, p.MaxAccountPublishBytesRate = cur.MaxAccountPublishRate, cur.MaxAccountPublishBytesRate
+	if rates.Publish != nil {
+		p.MaxPublishRate = *rates.Publish
+	}
+	if rates.PublishBytes != nil {
+		p.MaxPublishBytesRate = *rates.PublishBytes
+	}
+	if rates.AccountPublish != nil {
+		p.MaxAccountPublishRate = *rates.AccountPublish
+	}
+	if rates.AccountPublishBytes != nil {
+		p.MaxAccountPublishBytesRate = *rates.AccountPublishBytes
+	}
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	return s.Store.PutPlan(ctx, *p)
+}
+
 // SetAddOn switches an add-on on or off.
 func (s *Service) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn, on bool) error {
 	if _, ok := fleetmq.ParseAddOn(string(x)); !ok {

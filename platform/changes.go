@@ -43,9 +43,13 @@ func logChanges(log *slog.Logger, old, cur *Snapshot) {
 				}
 				log.Info(msg, slog.String("account", id))
 			}
-			if o.PlanName != a.PlanName || o.MaxPublisherClients != a.MaxPublisherClients || o.QoS2DailyPool != a.QoS2DailyPool {
+			if o.PlanName != a.PlanName || o.MaxPublisherClients != a.MaxPublisherClients || o.QoS2DailyPool != a.QoS2DailyPool ||
+				o.PublishRate != a.PublishRate || o.PublishBytesRate != a.PublishBytesRate ||
+				o.AccountPublishRate != a.AccountPublishRate || o.AccountPublishBytesRate != a.AccountPublishBytesRate {
 				log.Info("account plan changed", slog.String("account", id), slog.String("plan", a.PlanName),
-					slog.Int("max_publisher_clients", a.MaxPublisherClients), slog.Int64("qos2_daily_pool", a.QoS2DailyPool))
+					slog.Int("max_publisher_clients", a.MaxPublisherClients), slog.Int64("qos2_daily_pool", a.QoS2DailyPool),
+					slog.Int("max_publish_rate", a.PublishRate), slog.Int64("max_publish_bytes_rate", a.PublishBytesRate),
+					slog.Int("max_account_publish_rate", a.AccountPublishRate), slog.Int64("max_account_publish_bytes_rate", a.AccountPublishBytesRate))
 			}
 			if o.QoS2AddOn != a.QoS2AddOn {
 				log.Info("account add-on changed", slog.String("account", id), slog.String("addon", "qos2"), slog.Bool("active", a.QoS2AddOn))

@@ -1,9 +1,10 @@
 package platform
 
 import (
-	"github.com/fleetmq/fleetmq"
 	"hash/maphash"
 	"unicode"
+
+	"github.com/fleetmq/fleetmq"
 
 	"bytes"
 	"context"
@@ -69,6 +70,10 @@ type Policy struct {
 
 	mu    sync.Mutex
 	pools map[string]*Pool
+	// rates are the accounts' shared publish limiters (the account's
+	// connections' Identity.GroupLimiter), kept at the rates of the
+	// snapshot in force.
+	rates map[string]*broker.RateLimiter
 
 	// srv is the broker whose retained messages the live view reads.
 	srv atomic.Pointer[broker.Server]
@@ -87,14 +92,17 @@ func NewPolicy(opts Options, snap *Snapshot) *Policy {
 		opts.Now = time.Now
 	}
 	opts.TopicPrefix = strings.Trim(opts.TopicPrefix, "/")
-	p := &Policy{opts: opts, meter: NewMeter(), pools: make(map[string]*Pool)}
+	p := &Policy{opts: opts, meter: NewMeter(), pools: make(map[string]*Pool), rates: make(map[string]*broker.RateLimiter)}
 	p.problems.seed = maphash.MakeSeed()
 	p.snap.Store(snap)
 	return p
 }
 
 // SetSnapshot swaps in a new control-plane snapshot.
-func (p *Policy) SetSnapshot(s *Snapshot) { p.snap.Store(s) }
+func (p *Policy) SetSnapshot(s *Snapshot) {
+	p.snap.Store(s)
+	p.applyRates(s)
+}
 
 // Snapshot returns the snapshot in force.
 func (p *Policy) Snapshot() *Snapshot { return p.snap.Load() }
@@ -112,6 +120,45 @@ func (p *Policy) Pool(accountID string) *Pool {
 		p.pools[accountID] = pl
 	}
 	return pl
+}
+
+// AccountLimiter returns the account's publish limiter, shared by all its
+// publisher connections, at the rates of its plan in the snapshot in
+// force (applyRates keeps them there).
+func (p *Policy) AccountLimiter(accountID string) *broker.RateLimiter {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.rates[accountID]
+	if l == nil {
+		// Read under mu: a snapshot stored meanwhile is applied to l by
+		// the applyRates that follows its store.
+		var msgs, bytes float64
+		if acc := p.snap.Load().Accounts[accountID]; acc != nil {
+			msgs, bytes = float64(acc.AccountPublishRate), float64(acc.AccountPublishBytesRate)
+		}
+		l = broker.NewRateLimiter(msgs, bytes)
+		p.rates[accountID] = l
+	}
+	return l
+}
+
+// applyRates brings the accounts' publish limiters to the rates of snap's
+// plans: connected clients are held to a changed plan from their next
+// PUBLISH. Limiters of accounts no longer in snap are forgotten.
+func (p *Policy) applyRates(snap *Snapshot) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, l := range p.rates {
+		acc := snap.Accounts[id]
+		if acc == nil {
+			delete(p.rates, id)
+			continue
+		}
+		msgs, bytes := float64(acc.AccountPublishRate), float64(acc.AccountPublishBytesRate)
+		if m, b := l.Rates(); m != msgs || b != bytes {
+			l.SetRates(msgs, bytes)
+		}
+	}
 }
 
 // Session is the policy's data on a broker session (Identity.Data).
@@ -199,6 +246,9 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 			MaxInflight:      Inflight,
 			MaxQueued:        acc.MaxQueued(),
 			MaxRetainedBurst: acc.MaxQueued(),
+			// A subscriber's PUBLISHes are refused, but still paced.
+			PublishRate:      float64(acc.PublishRate),
+			PublishBytesRate: float64(acc.PublishBytesRate),
 		},
 		LogAttrs: known.LogAttrs,
 		Data:     s,
@@ -214,6 +264,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 		}
 		id.Limits.CapQoS = true
 		id.Limits.MaxQoS = cl.MaxPublishQoS
+		id.GroupLimiter = p.AccountLimiter(acc.ID)
 		s.client = p.meter.client(acc.ID, c.ClientID)
 	case KindSubscriber:
 		s.Filters = cred.Filters

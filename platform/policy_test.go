@@ -330,3 +330,55 @@ func TestPolicyPoolAcrossMidnight(t *testing.T) {
 		t.Fatal("no per-client QoS mix collected")
 	}
 }
+
+// TestPublishRatesFromThePlan: a publisher's identity carries its plan's
+// per-client rates and its account's limiter, one per account, shared by
+// the account's publishers and not by another account's; a subscriber
+// gets the per-client rates only. A new snapshot changes the limiter's
+// rates in place (connected clients follow), and forgets a deleted
+// account's.
+func TestPublishRatesFromThePlan(t *testing.T) {
+	snap := testSnapshot(t)
+	a, b := snap.Accounts[accA], snap.Accounts[accB]
+	a.PublishRate, a.PublishBytesRate, a.AccountPublishRate, a.AccountPublishBytesRate = 10, 4096, 15, 8192
+	b.PublishRate, b.AccountPublishRate = 100, 1000
+	p := NewPolicy(Options{}, snap)
+
+	dev1 := connect(t, p, "pub-a", "dev1")
+	dev0 := connect(t, p, "pub-a", "dev0")
+	if l := dev1.Limits; l.PublishRate != 10 || l.PublishBytesRate != 4096 {
+		t.Fatalf("publisher limits %+v, want 10 msg/s and 4096 bytes/s", l)
+	}
+	if dev1.GroupLimiter == nil || dev1.GroupLimiter != dev0.GroupLimiter {
+		t.Fatal("two publishers of one account do not share one limiter")
+	}
+	if m, by := dev1.GroupLimiter.Rates(); m != 15 || by != 8192 {
+		t.Fatalf("account limiter at %v msg/s, %v bytes/s; want 15 and 8192", m, by)
+	}
+	other := connect(t, p, "pub-b", "dev1")
+	if other.GroupLimiter == dev1.GroupLimiter {
+		t.Fatal("two accounts share a limiter")
+	}
+	if m, _ := other.GroupLimiter.Rates(); m != 1000 {
+		t.Fatalf("account B's limiter at %v msg/s, want 1000", m)
+	}
+	if sub := connect(t, p, "sub-a", "s1"); sub.GroupLimiter != nil || sub.Limits.PublishRate != 10 {
+		t.Fatalf("subscriber: limiter %v, rate %v; want none and 10", sub.GroupLimiter, sub.Limits.PublishRate)
+	}
+
+	next := testSnapshot(t)
+	next.Version = 2
+	next.Accounts[accA].AccountPublishRate = 3 // a plan change
+	delete(next.Accounts, accB)
+	p.SetSnapshot(next)
+	if m, by := dev1.GroupLimiter.Rates(); m != 3 || by != 0 {
+		t.Fatalf("after the plan change the account limiter is at %v msg/s, %v bytes/s; want 3 and unlimited", m, by)
+	}
+	if got := p.AccountLimiter(accA); got != dev1.GroupLimiter {
+		t.Fatal("the plan change replaced the account's limiter instead of changing it")
+	}
+	next.Accounts[accB] = snap.Accounts[accB]
+	if got := p.AccountLimiter(accB); got == other.GroupLimiter {
+		t.Fatal("a deleted account's limiter was kept")
+	}
+}

@@ -29,7 +29,9 @@ const VersionPoll = 100 * time.Millisecond
 // Run keeps the policy current until ctx ends. Every VersionPoll (or
 // interval, if shorter) it reloads the snapshot when the source's version
 // moved and then disconnects the sessions the new snapshot no longer allows
-// (credential revoked, account suspended, client deleted). Every interval it
+// (credential revoked, account suspended, client deleted) and holds the
+// connected clients to their plans' per-client publish rates (the accounts'
+// rates follow each new snapshot at once). Every interval it
 // also disconnects the sessions whose credential expired meanwhile and
 // flushes metered usage to sink; it flushes once more on the way out. srv
 // also becomes the broker the live view reads retained messages from
@@ -67,6 +69,9 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 		if changed || full {
 			p.DisconnectInvalid(srv)
 		}
+		if changed {
+			p.ApplyClientRates(srv)
+		}
 		if p.opts.Applied != nil {
 			p.opts.Applied(ctx, p.Snapshot().Version)
 		}
@@ -90,6 +95,7 @@ func (p *Policy) Reload(ctx context.Context, src Source) error {
 			return nil
 		}
 		if p.snap.CompareAndSwap(cur, snap) {
+			p.applyRates(snap)
 			logChanges(p.opts.Logger, cur, snap)
 			return nil
 		}
@@ -101,6 +107,28 @@ func (p *Policy) Reload(ctx context.Context, src Source) error {
 func (p *Policy) DisconnectInvalid(srv *broker.Server) int {
 	now := p.opts.Now()
 	return srv.Disconnect(func(id *broker.Identity) string { return p.Invalid(id, now) }, packet.NotAuthorized)
+}
+
+// ApplyClientRates holds the connected clients to the per-client publish
+// rates of their plans in the snapshot in force (the accounts' rates
+// follow the snapshot by themselves: applyRates). It reports how many
+// connections' rates changed.
+func (p *Policy) ApplyClientRates(srv *broker.Server) int {
+	if srv == nil {
+		return 0
+	}
+	snap := p.snap.Load()
+	return srv.SetPublishRates(func(id *broker.Identity) (float64, float64, bool) {
+		s := SessionOf(id)
+		if s == nil {
+			return 0, 0, false
+		}
+		acc := snap.Accounts[s.AccountID]
+		if acc == nil {
+			return 0, 0, false
+		}
+		return float64(acc.PublishRate), float64(acc.PublishBytesRate), true
+	})
 }
 
 func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {

@@ -26,8 +26,12 @@ type Account struct {
 	PlanName            string
 	MaxPublisherClients int
 	QoS2DailyPool       int64
-	QoS2AddOn           bool
-	Clients             map[string]*Client // by client id
+	// Publish rates (fleetmq.Plan's; 0: unlimited): per connection, and
+	// for all the account's connections together.
+	PublishRate, AccountPublishRate           int
+	PublishBytesRate, AccountPublishBytesRate int64
+	QoS2AddOn                                 bool
+	Clients                                   map[string]*Client // by client id
 }
 
 // The retained state an account may keep, per publisher client its plan

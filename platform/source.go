@@ -40,6 +40,8 @@ func (s StoreSource) Load(ctx context.Context) (*Snapshot, error) {
 		if p, ok := byPlan[a.Plan]; ok {
 			acc.HasPlan, acc.PlanName = true, p.Name
 			acc.MaxPublisherClients, acc.QoS2DailyPool = p.MaxPublisherClients, p.QoS2DailyPool
+			acc.PublishRate, acc.PublishBytesRate = p.MaxPublishRate, p.MaxPublishBytesRate
+			acc.AccountPublishRate, acc.AccountPublishBytesRate = p.MaxAccountPublishRate, p.MaxAccountPublishBytesRate
 		}
 		snap.Accounts[a.ID] = acc
 	}

@@ -168,9 +168,19 @@ func (s *Store) OwnerPasswordHash(ctx context.Context, email string) (string, st
 	return id, hash, err
 }
 
+// planColumns are the plans table's columns in planFields order.
+const planColumns = `name, max_publisher_clients, qos2_daily_pool, history_retention_days,
+	max_publish_rate, max_publish_bytes_rate, max_account_publish_rate, max_account_publish_bytes_rate`
+
+// planFields are the scan destinations of planColumns.
+func planFields(p *fleetmq.Plan) []any {
+	return []any{&p.Name, &p.MaxPublisherClients, &p.QoS2DailyPool, &p.HistoryRetentionDays,
+		&p.MaxPublishRate, &p.MaxPublishBytesRate, &p.MaxAccountPublishRate, &p.MaxAccountPublishBytesRate}
+}
+
 // Plans implements fleetmq.ControlStore.
 func (s *Store) Plans(ctx context.Context) ([]fleetmq.Plan, error) {
-	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT name, max_publisher_clients, qos2_daily_pool, history_retention_days FROM plans ORDER BY max_publisher_clients, name`))
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT `+planColumns+` FROM plans ORDER BY max_publisher_clients, name`))
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +188,7 @@ func (s *Store) Plans(ctx context.Context) ([]fleetmq.Plan, error) {
 	var out []fleetmq.Plan
 	for rows.Next() {
 		var p fleetmq.Plan
-		if err := rows.Scan(&p.Name, &p.MaxPublisherClients, &p.QoS2DailyPool, &p.HistoryRetentionDays); err != nil {
+		if err := rows.Scan(planFields(&p)...); err != nil {
 			return nil, err
 		}
 		out = append(out, p)
@@ -189,8 +199,8 @@ func (s *Store) Plans(ctx context.Context) ([]fleetmq.Plan, error) {
 // Plan implements fleetmq.ControlStore.
 func (s *Store) Plan(ctx context.Context, name string) (*fleetmq.Plan, error) {
 	var p fleetmq.Plan
-	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT name, max_publisher_clients, qos2_daily_pool, history_retention_days FROM plans WHERE name = ?`), name).
-		Scan(&p.Name, &p.MaxPublisherClients, &p.QoS2DailyPool, &p.HistoryRetentionDays)
+	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT `+planColumns+` FROM plans WHERE name = ?`), name).
+		Scan(planFields(&p)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fleetmq.NotFound("plan", name)
 	}
@@ -200,9 +210,13 @@ func (s *Store) Plan(ctx context.Context, name string) (*fleetmq.Plan, error) {
 // PutPlan implements fleetmq.ControlStore (insert or update).
 func (s *Store) PutPlan(ctx context.Context, p fleetmq.Plan) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO plans (name, max_publisher_clients, qos2_daily_pool, history_retention_days) VALUES (?, ?, ?, ?)
-			ON CONFLICT (name) DO UPDATE SET max_publisher_clients = excluded.max_publisher_clients, qos2_daily_pool = excluded.qos2_daily_pool, history_retention_days = excluded.history_retention_days`),
-			p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays)
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO plans (`+planColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (name) DO UPDATE SET max_publisher_clients = excluded.max_publisher_clients, qos2_daily_pool = excluded.qos2_daily_pool,
+				history_retention_days = excluded.history_retention_days, max_publish_rate = excluded.max_publish_rate,
+				max_publish_bytes_rate = excluded.max_publish_bytes_rate, max_account_publish_rate = excluded.max_account_publish_rate,
+				max_account_publish_bytes_rate = excluded.max_account_publish_bytes_rate`),
+			p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays,
+			p.MaxPublishRate, p.MaxPublishBytesRate, p.MaxAccountPublishRate, p.MaxAccountPublishBytesRate)
 		return err
 	})
 }

@@ -656,3 +656,55 @@ func TestListsRoundTripWhole(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanPublishRates: a plan's publish rates round-trip (0, unlimited,
+// included), and migration 0007 gives the plans of an older database
+// rates: the catalog its documented ones, any other plan the starter
+// per-client rates and an account rate of that times its clients.
+func TestPlanPublishRates(t *testing.T) {
+	forEachDSN(t, func(t *testing.T, dsn string) {
+		ctx := ctxT(t)
+		s := open(t, dsn)
+		p := fleetmq.Plan{Name: "flood", MaxPublisherClients: 3, QoS2DailyPool: 1, HistoryRetentionDays: 1,
+			MaxPublishRate: 7, MaxPublishBytesRate: 5 << 30, MaxAccountPublishRate: 0, MaxAccountPublishBytesRate: 2048}
+		must(t, s.PutPlan(ctx, p))
+		got, err := s.Plan(ctx, "flood")
+		must(t, err)
+		if *got != p {
+			t.Fatalf("plan came back as %+v, want %+v", *got, p)
+		}
+		p.MaxPublishRate, p.MaxAccountPublishRate = 0, 9
+		must(t, s.PutPlan(ctx, p))
+		if got, err = s.Plan(ctx, "flood"); err != nil || *got != p {
+			t.Fatalf("updated plan came back as %+v (%v), want %+v", got, err, p)
+		}
+
+		// The database as it was before 0007, with an operator's plan.
+		must(t, s.PutPlan(ctx, fleetmq.Plan{Name: "enterprise", MaxPublisherClients: 5000, QoS2DailyPool: 1, HistoryRetentionDays: 1}))
+		for _, col := range []string{"max_publish_rate", "max_publish_bytes_rate", "max_account_publish_rate", "max_account_publish_bytes_rate"} {
+			_, err := s.DB().ExecContext(ctx, `ALTER TABLE plans DROP COLUMN `+col)
+			must(t, err)
+		}
+		_, err = s.DB().ExecContext(ctx, `DELETE FROM schema_migrations WHERE version = 7`)
+		must(t, err)
+		must(t, s.Close())
+
+		s = open(t, dsn)
+		defer s.Close()
+		for _, want := range fleetmq.DefaultPlans {
+			got, err := s.Plan(ctx, want.Name)
+			must(t, err)
+			if *got != want {
+				t.Fatalf("migrated %s = %+v, want %+v", want.Name, *got, want)
+			}
+		}
+		got, err = s.Plan(ctx, "enterprise")
+		must(t, err)
+		if got.MaxPublishRate != 100 || got.MaxPublishBytesRate != 256<<10 || got.MaxAccountPublishRate != 500_000 || got.MaxAccountPublishBytesRate != 5000*256<<10 {
+			t.Fatalf("migrated enterprise plan = %+v, want 100 msg/s and 256 KiB/s per client, 500000 msg/s and 5000 x 256 KiB/s per account", *got)
+		}
+		if err := got.Validate(); err != nil {
+			t.Fatalf("migrated enterprise plan does not validate: %v", err)
+		}
+	})
+}

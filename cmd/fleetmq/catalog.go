@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/fleetmq/fleetmq"
@@ -14,43 +16,103 @@ import (
 // planCmds is "fleetmq plan ...".
 func planCmds() map[string]*adminCmd {
 	var p fleetmq.Plan
+	var rates control.PlanRates
 	return map[string]*adminCmd{
 		"list": {
 			usage: "plan list",
-			help:  "list the plan catalog",
+			help:  "list the plan catalog (publish rates: per client, and per account; 0: unlimited)",
 			run: func(ctx context.Context, svc *control.Service, _ []string, out io.Writer) error {
 				ps, err := svc.Store.Plans(ctx)
 				if err != nil {
 					return err
 				}
-				return table(out, "PLAN\tMAX_PUBLISHER_CLIENTS\tQOS2_DAILY_POOL\tHISTORY_DAYS\tCATCH-UP_BURST", func(w io.Writer) {
+				return table(out, "PLAN\tMAX_PUBLISHER_CLIENTS\tQOS2_DAILY_POOL\tHISTORY_DAYS\tCATCH-UP_BURST\tPUBLISH_RATE\tPUBLISH_BYTES_RATE\tACCOUNT_PUBLISH_RATE\tACCOUNT_PUBLISH_BYTES_RATE", func(w io.Writer) {
 					for _, p := range ps {
-						fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, p.MaxPublisherClients*3)
+						fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, p.MaxPublisherClients*3,
+							p.MaxPublishRate, p.MaxPublishBytesRate, p.MaxAccountPublishRate, p.MaxAccountPublishBytesRate)
 					}
 				})
 			},
 		},
+		"show": {
+			usage: "plan show NAME",
+			help:  "show a plan of the catalog",
+			args:  1,
+			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {
+				p, err := svc.Store.Plan(ctx, pos[0])
+				if err != nil {
+					return err
+				}
+				printPlan(out, p)
+				return nil
+			},
+		},
 		"set": {
-			usage: "plan set NAME -max-clients N -qos2-pool N -retention-days N",
-			help:  "add or change a plan of the catalog",
+			usage: "plan set NAME -max-clients N -qos2-pool N -retention-days N [-publish-rate N] [-publish-bytes-rate N] [-account-publish-rate N] [-account-publish-bytes-rate N]",
+			help:  "add or change a plan of the catalog; a publish rate not given keeps the plan's (a new plan gets starter's), 0 is unlimited",
 			args:  1,
 			flags: func(fs *flag.FlagSet) {
 				fs.IntVar(&p.MaxPublisherClients, "max-clients", 0, "max_publisher_clients")
 				fs.Int64Var(&p.QoS2DailyPool, "qos2-pool", 0, "QoS 2 messages per account per UTC day")
 				fs.IntVar(&p.HistoryRetentionDays, "retention-days", 0, "history retention in days")
+				fs.Func("publish-rate", "PUBLISH packets per second per connected client (0: unlimited)", intFlag(&rates.Publish))
+				fs.Func("publish-bytes-rate", "topic and payload bytes per second per connected client (0: unlimited)", int64Flag(&rates.PublishBytes))
+				fs.Func("account-publish-rate", "PUBLISH packets per second of all the account's clients together (0: unlimited)", intFlag(&rates.AccountPublish))
+				fs.Func("account-publish-bytes-rate", "topic and payload bytes per second of all the account's clients together (0: unlimited)", int64Flag(&rates.AccountPublishBytes))
 			},
 			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {
 				p.Name = pos[0]
-				if err := p.Validate(); err != nil {
+				if err := svc.PutPlan(ctx, &p, rates); err != nil {
 					return err
 				}
-				if err := svc.Store.PutPlan(ctx, p); err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "plan %s: %d clients, QoS 2 pool %d/day, %d days of history\n", p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays)
+				printPlan(out, &p)
 				return nil
 			},
 		},
+	}
+}
+
+// printPlan writes a plan's fields, one per line.
+func printPlan(out io.Writer, p *fleetmq.Plan) {
+	fmt.Fprintf(out, "plan:                  %s\nmax_publisher_clients: %d\nqos2_daily_pool:       %d\nhistory_days:          %d\ncatch-up_burst:        %d\n",
+		p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, p.MaxPublisherClients*3)
+	fmt.Fprintf(out, "publish_rate:          %s\naccount_publish_rate:  %s\n",
+		rateText(int64(p.MaxPublishRate), "msg/s", int64(p.MaxPublishBytesRate)),
+		rateText(int64(p.MaxAccountPublishRate), "msg/s", p.MaxAccountPublishBytesRate))
+}
+
+// rateText says a plan's message and byte rates, 0 as unlimited.
+func rateText(msgs int64, unit string, bytes int64) string {
+	f := func(n int64, unit string) string {
+		if n == 0 {
+			return "unlimited " + unit
+		}
+		return strconv.FormatInt(n, 10) + " " + unit
+	}
+	return f(msgs, unit) + ", " + f(bytes, "bytes/s")
+}
+
+// intFlag and int64Flag parse a flag into *dst, which is nil until the
+// flag is given.
+func intFlag(dst **int) func(string) error {
+	return func(s string) error {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return errors.New("not a whole number")
+		}
+		*dst = &n
+		return nil
+	}
+}
+
+func int64Flag(dst **int64) func(string) error {
+	return func(s string) error {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return errors.New("not a whole number")
+		}
+		*dst = &n
+		return nil
 	}
 }
 

@@ -224,10 +224,31 @@ func TestCLIAdmin(t *testing.T) {
 			t.Fatalf("plan list, %s row %q:\n%s", p.Name, r, out)
 		}
 	}
+	for _, p := range fleetmq.DefaultPlans {
+		want := fmt.Sprintf("%d %d %d %d", p.MaxPublishRate, p.MaxPublishBytesRate, p.MaxAccountPublishRate, p.MaxAccountPublishBytesRate)
+		if r := row(out, p.Name); len(r) != 9 || strings.Join(r[5:], " ") != want {
+			t.Fatalf("plan list, %s row %q: want publish rates %s:\n%s", p.Name, r, want, out)
+		}
+	}
+	// A new plan without publish rates gets starter's; a change keeps the
+	// rates not given; 0 is unlimited.
 	mustCLI(t, dir, "plan", "set", "tiny", "-max-clients", "2", "-qos2-pool", "5", "-retention-days", "3")
-	if r := row(mustCLI(t, dir, "plan", "list"), "tiny"); strings.Join(r, " ") != "tiny 2 5 3 6" {
+	if r := row(mustCLI(t, dir, "plan", "list"), "tiny"); strings.Join(r, " ") != "tiny 2 5 3 6 100 262144 1000 2097152" {
 		t.Fatalf("plan tiny listed as %q", r)
 	}
+	out = mustCLI(t, dir, "plan", "set", "tiny", "-max-clients", "2", "-qos2-pool", "5", "-retention-days", "3", "-publish-rate", "7", "-account-publish-bytes-rate", "0")
+	if field(t, out, "publish_rate") != "7 msg/s, 262144 bytes/s" || field(t, out, "account_publish_rate") != "1000 msg/s, unlimited bytes/s" {
+		t.Fatalf("plan set tiny -publish-rate 7 -account-publish-bytes-rate 0:\n%s", out)
+	}
+	if r := row(mustCLI(t, dir, "plan", "list"), "tiny"); strings.Join(r, " ") != "tiny 2 5 3 6 7 262144 1000 0" {
+		t.Fatalf("plan tiny listed as %q after changing two rates", r)
+	}
+	if out := mustCLI(t, dir, "plan", "show", "tiny"); field(t, out, "max_publisher_clients") != "2" || field(t, out, "publish_rate") != "7 msg/s, 262144 bytes/s" {
+		t.Fatalf("plan show tiny:\n%s", out)
+	}
+	cliErr(t, dir, "max_publish_bytes_rate", "plan", "set", "tiny", "-max-clients", "2", "-retention-days", "3", "-publish-bytes-rate", "100")
+	cliErr(t, dir, "max_account_publish_rate", "plan", "set", "tiny", "-max-clients", "2", "-retention-days", "3", "-account-publish-rate", "-1")
+	cliErr(t, dir, `plan "gold" not found`, "plan", "show", "gold")
 	cliErr(t, dir, "max_publisher_clients", "plan", "set", "bad", "-max-clients", "0", "-retention-days", "3")
 	cliErr(t, dir, "name", "plan", "set", "Bad Name", "-max-clients", "1", "-retention-days", "3")
 

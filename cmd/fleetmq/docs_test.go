@@ -60,6 +60,8 @@ func TestDocsRunAsWritten(t *testing.T) {
 		regexp.MustCompile(`(?m)^no problems in the last 24h0m0s$`),                                    // account problems -since 24h
 		regexp.MustCompile(`(?m)^portal password of ref@example\.com \(account [0-9a-f-]{36}\) set\.`), // set-password -stdin
 		regexp.MustCompile(`platform: \{account_id\}/pump-17/telemetry/temp`),                          // layout dry-run
+		regexp.MustCompile(`(?m)^publish_rate:\s+100 msg/s, 262144 bytes/s$`),                          // plan show starter
+		regexp.MustCompile(`(?m)^account_publish_rate:\s+30000 msg/s, 134217728 bytes/s$`),             // plan set keeps the rates not given
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("the output has nothing like %s", want)

@@ -120,7 +120,7 @@ func (p *platform) credential(t *testing.T, tn *tenant, in control.NewCredential
 	return c.Username, pw, c.ID
 }
 
-// plan puts a small plan into the catalog.
+// plan puts a small plan into the catalog, without publish rates.
 func (p *platform) plan(t *testing.T, name string, maxClients int, pool int64) {
 	t.Helper()
 	if err := p.Store.PutPlan(p.ctx, fleetmq.Plan{Name: name, MaxPublisherClients: maxClients, QoS2DailyPool: pool, HistoryRetentionDays: 1}); err != nil {

@@ -172,7 +172,8 @@ func TestPlatformCloseDrainsIngest(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	p := startPlatform(t, func(c *app.Config) { c.DataDir = dir })
-	A := p.newTenant(t, "A", "starter", false, "dev1")
+	p.plan(t, "unthrottled", 10, 0) // no publish rates: the burst is read at once
+	A := p.newTenant(t, "A", "unthrottled", false, "dev1")
 	p.synced(t)
 	pub := dialV3(t, p.MQTTAddr, "dev1", A.PubUser, A.PubPass)
 	const n = 2000

@@ -146,7 +146,11 @@ func lostClose(err error) Disconnection {
 // already; it reports whether d was recorded. The first reason wins: a
 // read error that follows the server's own close is not a second reason.
 func (c *conn) end(d Disconnection) bool {
-	return c.ending.CompareAndSwap(nil, &d)
+	if !c.ending.CompareAndSwap(nil, &d) {
+		return false
+	}
+	close(c.endc)
+	return true
 }
 
 // endedWith returns the recorded reason, or the one err implies.

@@ -72,8 +72,15 @@ type conn struct {
 	kaLimit    atomic.Int64
 	writeSince atomic.Int64
 	// ending is why the connection ends, recorded once by whoever ends it
-	// first (see end).
+	// first (see end), which then closes endc (a throttled reader's wait
+	// ends with it).
 	ending atomic.Pointer[Disconnection]
+	endc   chan struct{}
+	// throttle is the publish rate the reader applies (nil: none), set
+	// at CONNECT (ratelimit.go); rates are its own rates, which
+	// Server.SetPublishRates may change meanwhile.
+	throttle *throttle
+	rates    atomic.Pointer[clientRates]
 	// logb rate-limits this connection's event-log lines (its session key's
 	// bucket once authenticated, its remote IP's before).
 	logb *logLimits
@@ -130,7 +137,7 @@ const congestionPause = time.Millisecond
 const highWater = 256 << 10
 
 func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
-	c := &conn{srv: s, nc: nc, kind: kind, info: &Connection{RemoteAddr: nc.RemoteAddr(), TLS: kind.tls, WebSocket: kind.websocket}}
+	c := &conn{srv: s, nc: nc, kind: kind, info: &Connection{RemoteAddr: nc.RemoteAddr(), TLS: kind.tls, WebSocket: kind.websocket}, endc: make(chan struct{})}
 	c.accepted = time.Now().UnixNano()
 	c.lastRead.Store(c.accepted)
 	c.buf = c.small[:]
@@ -384,6 +391,9 @@ func (c *conn) identity() *Identity { return c.idp.Load() }
 func (c *conn) handle(p packet.Packet) error {
 	switch p := p.(type) {
 	case *packet.Publish:
+		if err := c.throttlePublish(p); err != nil {
+			return err
+		}
 		return c.publish(p)
 	case *packet.Ack:
 		return c.handleAck(p)

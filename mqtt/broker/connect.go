@@ -56,6 +56,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 		id.ClientID = cp.ClientID
 	}
 	c.fillLimits(id)
+	c.setThrottle(id)
 
 	// Keep alive: the client's value, capped by the server.
 	ka := cp.KeepAlive

@@ -37,6 +37,7 @@ const (
 	evRefused // a refused CONNECT, PUBLISH, SUBSCRIBE or will
 	evTakeover
 	evDrop
+	evThrottled // a PUBLISH waiting for its publish rate
 	numEventKinds
 )
 

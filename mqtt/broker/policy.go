@@ -29,6 +29,14 @@ type Limits struct {
 	// ends the connection (v5: DISCONNECT 0x9B).
 	CapQoS bool
 	MaxQoS byte
+	// PublishRate and PublishBytesRate bound what the client publishes:
+	// PUBLISH packets per second, and their topic and payload bytes per
+	// second (0: unlimited; not taken from Options). Over them the server
+	// stops reading the connection until the rate allows more
+	// (ratelimit.go); the client is not disconnected for it.
+	// Server.SetPublishRates changes them for a connected client.
+	PublishRate      float64
+	PublishBytesRate float64
 }
 
 // Identity is the authenticated identity of a session, chosen by the Policy.
@@ -49,6 +57,11 @@ type Identity struct {
 	// information.
 	ResponseInfo string
 	Limits       Limits
+	// GroupLimiter, when set, is a publish rate shared with other
+	// identities (for example every session of one account): each PUBLISH
+	// takes from it as well as from the session's own Limits. The policy
+	// may change its rates at any time (RateLimiter.SetRates).
+	GroupLimiter *RateLimiter
 	// LogAttrs are added to every event-log line about this session (for
 	// example the account and the kind of credential).
 	LogAttrs []slog.Attr

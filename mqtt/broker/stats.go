@@ -2,6 +2,7 @@ package broker
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -29,6 +30,9 @@ type counters struct {
 	protocolErrors    atomic.Int64
 	willsPublished    atomic.Int64
 	publisherPauses   atomic.Int64
+	// publish rates (ratelimit.go)
+	publishThrottled      atomic.Int64
+	publishThrottledNanos atomic.Int64
 }
 
 // Stats is a snapshot of the server's counters.
@@ -55,6 +59,12 @@ type Stats struct {
 	// PublisherPauses counts the brief pauses of publishers' readers after
 	// their messages overflowed the queue of a subscriber still reading.
 	PublisherPauses int64
+	// PublishThrottled counts inbound PUBLISH packets that waited for
+	// their client's or group's publish rate (Limits.PublishRate,
+	// Identity.GroupLimiter); PublishThrottledTime is the time their
+	// connections spent waiting, not reading.
+	PublishThrottled     int64
+	PublishThrottledTime time.Duration
 	// LogSuppressed counts event-log lines the per-client rate limit
 	// suppressed.
 	LogSuppressed  int64
@@ -116,6 +126,9 @@ func (s *Server) Stats() Stats {
 		WillsPublished:   c.willsPublished.Load(),
 		LogSuppressed:    s.events.suppressed.Load(),
 		PublisherPauses:  c.publisherPauses.Load(),
+
+		PublishThrottled:     c.publishThrottled.Load(),
+		PublishThrottledTime: time.Duration(c.publishThrottledNanos.Load()),
 	}
 	st.ConnectsRefused, st.ConnectsRefusedBy = byCode(&c.connectsRefused)
 	st.PublishRefused, st.PublishRefusedBy = byCode(&c.publishRefused)

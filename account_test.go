@@ -1,0 +1,49 @@
+package fleetmq_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// TestPlanValidateRates: publish rates are 0 (unlimited) or within their
+// bounds; the default catalog is valid and limits every plan.
+func TestPlanValidateRates(t *testing.T) {
+	for _, p := range fleetmq.DefaultPlans {
+		if err := p.Validate(); err != nil {
+			t.Fatalf("default plan %s: %v", p.Name, err)
+		}
+		if p.MaxPublishRate == 0 || p.MaxPublishBytesRate == 0 || p.MaxAccountPublishRate == 0 || p.MaxAccountPublishBytesRate == 0 {
+			t.Fatalf("default plan %s leaves a publish rate unlimited: %+v", p.Name, p)
+		}
+	}
+	base := fleetmq.Plan{Name: "p", MaxPublisherClients: 1, HistoryRetentionDays: 1}
+	for _, tc := range []struct {
+		name  string
+		set   func(p *fleetmq.Plan)
+		field string // "" when valid
+	}{
+		{"all unlimited", func(p *fleetmq.Plan) {}, ""},
+		{"lowest", func(p *fleetmq.Plan) {
+			p.MaxPublishRate, p.MaxPublishBytesRate, p.MaxAccountPublishRate, p.MaxAccountPublishBytesRate = 1, 1024, 1, 1024
+		}, ""},
+		{"highest", func(p *fleetmq.Plan) {
+			p.MaxPublishRate, p.MaxPublishBytesRate, p.MaxAccountPublishRate, p.MaxAccountPublishBytesRate = 10_000_000, 1<<40, 10_000_000, 1<<40
+		}, ""},
+		{"negative rate", func(p *fleetmq.Plan) { p.MaxPublishRate = -1 }, "max_publish_rate"},
+		{"rate too high", func(p *fleetmq.Plan) { p.MaxAccountPublishRate = 10_000_001 }, "max_account_publish_rate"},
+		{"bytes rate too low", func(p *fleetmq.Plan) { p.MaxPublishBytesRate = 1023 }, "max_publish_bytes_rate"},
+		{"negative bytes rate", func(p *fleetmq.Plan) { p.MaxAccountPublishBytesRate = -5 }, "max_account_publish_bytes_rate"},
+	} {
+		p := base
+		tc.set(&p)
+		err := p.Validate()
+		switch {
+		case tc.field == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.field != "" && (err == nil || !strings.Contains(err.Error(), tc.field)):
+			t.Errorf("%s: error %v, want one about %s", tc.name, err, tc.field)
+		}
+	}
+}
