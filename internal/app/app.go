@@ -47,6 +47,9 @@ type Config struct {
 	// HistoryQueryTimeout stops a REST history page's query (default
 	// api.QueryTimeout).
 	HistoryQueryTimeout time.Duration
+	// HistoryScanBudget bounds the rows a REST history page or export
+	// batch examines (default history.ScanBudget).
+	HistoryScanBudget int
 	// HTTPLimits bounds HTTPListen's connections (defaults
 	// DefaultHTTPMaxConns, DefaultHTTPMaxConnsPerAddr).
 	HTTPLimits  HTTPLimits
@@ -379,7 +382,8 @@ func (a *App) startAPI(ctx context.Context) error {
 		return fmt.Errorf("load REST rate-limit counts: %w", err)
 	}
 	a.API = api.New(api.Deps{Service: a.Service, Store: a.Store, Policy: a.Policy, Auth: a.Auth, Limiter: a.Limiter,
-		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger, QueryTimeout: a.cfg.HistoryQueryTimeout})
+		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger, QueryTimeout: a.cfg.HistoryQueryTimeout,
+		ScanBudget: a.cfg.HistoryScanBudget})
 	return nil
 }
 

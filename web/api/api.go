@@ -65,6 +65,9 @@ type Deps struct {
 	Logger  *slog.Logger
 	// QueryTimeout stops a history page's query (default QueryTimeout).
 	QueryTimeout time.Duration
+	// ScanBudget bounds the rows a history page or export batch examines
+	// (default history.ScanBudget).
+	ScanBudget int
 }
 
 // API is the subscriber REST API.

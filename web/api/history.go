@@ -83,6 +83,7 @@ func (a *API) registerHistory() {
 		if err != nil {
 			return nil, a.fail(ctx, err, "query")
 		}
+		q.ScanBudget = a.deps.ScanBudget
 		release, full := a.queries.take(p.account.ID)
 		if full != nil {
 			return nil, full
