@@ -31,6 +31,9 @@ type historyPlan struct {
 	// Filters on the rows: "" does not filter.
 	client, class, device string
 	re                    *regexp.Regexp
+	// The literal prefix of re, as a byte range of topics (upper "": none),
+	// so that rows outside it come without their payload.
+	prefix, upper string
 }
 
 // planHistory picks the index of a query: the device index when it names a
@@ -46,6 +49,10 @@ func planHistory(q *fleetmq.HistoryQuery) (*historyPlan, error) {
 		var err error
 		if p.re, err = regexp.Compile(q.TopicRegex); err != nil {
 			return nil, &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "topic expression: " + err.Error()}
+		}
+		if prefix, _ := p.re.LiteralPrefix(); strings.HasPrefix(q.TopicRegex, "^") {
+			p.prefix = prefix
+			p.upper, _ = prefixUpperBound(prefix)
 		}
 	}
 	switch {
@@ -90,11 +97,19 @@ func (p *historyPlan) match(r *fleetmq.Record) bool {
 }
 
 // payloadColumn selects the payload only of the rows that pass the
-// equality filters (PostgreSQL sends the others without it); the topic
-// expression runs here after it.
+// equality filters and the topic expression's literal prefix (the others
+// come without it); the topic expression runs here after it.
 func (p *historyPlan) payloadColumn() (string, []any) {
 	var cond []string
 	var args []any
+	if p.prefix != "" {
+		cond = append(cond, "topic >= ?")
+		args = append(args, p.prefix)
+		if p.upper != "" {
+			cond = append(cond, "topic < ?")
+			args = append(args, p.upper)
+		}
+	}
 	for _, f := range []struct{ col, v string }{{"client_id", p.client}, {"class", p.class}, {"station_controller_device_id", p.device}} {
 		if f.v != "" {
 			cond = append(cond, f.col+" = ?")
@@ -236,4 +251,17 @@ func (s *Store) scanHistory(ctx context.Context, query string, args []any, r *fl
 		}
 	}
 	return rows.Err()
+}
+
+// prefixUpperBound is the smallest string greater than every string with
+// the prefix (byte order), if there is one.
+func prefixUpperBound(prefix string) (string, bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
 }
