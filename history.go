@@ -65,6 +65,24 @@ type HistoryQuery struct {
 	After *Position
 	// Limit bounds the records returned; 0 means all (exports).
 	Limit int
+	// ScanBudget bounds the rows one QueryHistory call examines: the rows
+	// its index yields before the filters that run after the index (topic
+	// expression, and class, client or device when another index serves
+	// the query). 0 means no bound. Package history sets it on pages and
+	// export batches (history.ScanBudget).
+	ScanBudget int
+}
+
+// ScanBudgetSpent is what QueryHistory returns when it has examined
+// HistoryQuery.ScanBudget rows before reaching its Limit or the end of the
+// query: fn has seen every match up to Last, the position of the last row
+// examined, and the query goes on with After set to Last.
+type ScanBudgetSpent struct {
+	Last Position
+}
+
+func (e *ScanBudgetSpent) Error() string {
+	return "history: scan budget spent at " + e.Last.Received.Format(time.RFC3339Nano)
 }
 
 // HistoryStore keeps stored history. Every method is scoped by account.
@@ -75,7 +93,8 @@ type HistoryStore interface {
 	// QueryHistory calls fn for each matching record in the query's order,
 	// streaming: it never holds the result in memory. fn must not keep the
 	// record after it returns. An error from fn stops the query and is
-	// returned.
+	// returned. With a ScanBudget, it returns a *ScanBudgetSpent when the
+	// budget ran out first.
 	QueryHistory(ctx context.Context, q *HistoryQuery, fn func(*Record) error) error
 	// LatestHistory returns the newest record of each topic of a client
 	// (for live views), ordered by topic.

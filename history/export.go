@@ -63,7 +63,9 @@ var errBatchFull = errors.New("export batch full")
 
 // Export writes every record of q to w in the format and returns how many
 // it wrote. It reads the store in batches of ExportBatch (each continuing
-// after the last record of the one before), and writes a batch only after
+// after the last record of the one before), each examining at most
+// q.ScanBudget rows (ScanBudget when 0; a batch that spends it continues
+// after the last row it examined), and writes a batch only after
 // the store has given its connection back: a reader that stops reading
 // holds a socket, never a store connection, and memory stays flat however
 // large the result. Records stored while an export runs appear in it when
@@ -80,6 +82,9 @@ func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetm
 		out = append(out, CSVHeader...)
 	}
 	qq := *q
+	if qq.ScanBudget <= 0 {
+		qq.ScanBudget = ScanBudget
+	}
 	for {
 		qq.Limit = ExportBatch
 		if q.Limit > 0 {
@@ -108,7 +113,12 @@ func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetm
 			}
 			return nil
 		})
-		if err != nil && !full {
+		var spent *fleetmq.ScanBudgetSpent
+		switch {
+		case errors.As(err, &spent):
+			// Not the end: the next batch goes on after the rows examined.
+			full, last = true, spent.Last
+		case err != nil && !full:
 			return n, err
 		}
 		done := !full && got < qq.Limit || q.Limit > 0 && int(n) >= q.Limit

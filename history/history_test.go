@@ -150,6 +150,7 @@ func TestBuildRefuses(t *testing.T) {
 		{history.Params{Topic: accA + "/a/#/b"}, "topic"},
 		{history.Params{Topic: accA + "/#", TopicRegex: "^" + accA + "/"}, "topic"},
 		{history.Params{Topic: accA + "/pump-1/#", ClientID: "pump-2"}, "topic"},
+		{history.Params{Topic: "+/+/state/#", Class: "event"}, "topic"}, // the third level is the class
 		{history.Params{ClientID: "bad id!"}, "client_id"},
 		{history.Params{Class: "logs"}, "class"},
 		{history.Params{From: "yesterday"}, "from"},

@@ -9,6 +9,7 @@ package history
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -24,6 +25,13 @@ const (
 	DefaultLimit = 100
 	MaxLimit     = 10_000
 )
+
+// ScanBudget is how many rows a page (or an export batch) examines at
+// most when filters run after the index (fleetmq.HistoryQuery.ScanBudget):
+// a page that spends it before it is full ends there, possibly empty, with
+// a next cursor after the last row examined. A query sets its own budget
+// by setting ScanBudget.
+const ScanBudget = 100_000
 
 // Params are the user's filters, as text (query parameters, CLI flags).
 // Empty fields do not filter.
@@ -75,11 +83,27 @@ func Build(accountID string, p Params, unlimited bool) (*fleetmq.HistoryQuery, e
 			}
 			q.ClientID = client
 		}
+		if class := filterClass(p.Topic); class != "" {
+			if q.Class != "" && q.Class != class {
+				fields["topic"] = fmt.Sprintf("filter is for class %q, class is %q", class, q.Class)
+			}
+			q.Class = class
+		}
 	case p.TopicRegex != "":
 		if err := checkAnchored(accountID, p.TopicRegex); err != nil {
 			fields["topic_regex"] = err.Error()
+			break
 		}
 		q.TopicRegex = p.TopicRegex
+		// Whole levels in the expression's literal prefix name the client
+		// and the class, for the indexes.
+		client, class := prefixLevels(p.TopicRegex)
+		if q.ClientID == "" {
+			q.ClientID = client
+		}
+		if q.Class == "" {
+			q.Class = class
+		}
 	}
 	var err error
 	if q.From, err = parseTime(p.From); err != nil {
@@ -192,6 +216,42 @@ func FilterRegex(accountID, filter string) (re, clientID string, err error) {
 	return b.String(), clientID, nil
 }
 
+// filterClass is the class a topic filter names: its third level (the
+// platform layout is {account_id}/{client_id}/{class}/...) when that is
+// literal. A literal that is not a class is returned as is: it matches no
+// stored topic, and as a class filter it lets the store answer from the
+// class index at once.
+func filterClass(filter string) string {
+	levels := strings.Split(filter, "/")
+	if len(levels) < 3 || levels[0] == "#" {
+		return ""
+	}
+	if l := levels[2]; l != "+" && l != "#" {
+		return l
+	}
+	return ""
+}
+
+// prefixLevels returns the client and the class an anchored topic
+// expression names in its literal prefix ("" for a level the prefix does
+// not hold whole, i.e. followed by "/").
+func prefixLevels(expr string) (client, class string) {
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return "", ""
+	}
+	prefix, _ := re.LiteralPrefix()
+	levels := strings.Split(prefix, "/")
+	// levels[0] is the account; a level is whole when another follows it.
+	if len(levels) > 2 && fleetmq.ValidClientID(levels[1]) {
+		client = levels[1]
+	}
+	if len(levels) > 3 && client != "" {
+		class = levels[2]
+	}
+	return client, class
+}
+
 // checkAnchored accepts a topic expression that starts with
 // "^{account_id}/", compiles, and matches nothing outside the account.
 func checkAnchored(accountID, expr string) error {
@@ -255,6 +315,9 @@ type PageResult struct {
 
 // Page runs a query with a limit and returns its page. It asks the store
 // for one record more than the limit to know whether a next page exists.
+// A page examines at most q.ScanBudget rows (ScanBudget when 0): when they
+// run out first, the page holds what they matched, maybe nothing, and Next
+// continues after the last row examined.
 func Page(ctx context.Context, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery) (*PageResult, error) {
 	limit := q.Limit
 	if limit <= 0 {
@@ -262,6 +325,9 @@ func Page(ctx context.Context, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery)
 	}
 	qq := *q
 	qq.Limit = limit + 1
+	if qq.ScanBudget <= 0 {
+		qq.ScanBudget = ScanBudget
+	}
 	res := &PageResult{Records: make([]*fleetmq.Record, 0, min(limit, 1024))}
 	more := false
 	err := st.QueryHistory(ctx, &qq, func(r *fleetmq.Record) error {
@@ -272,11 +338,14 @@ func Page(ctx context.Context, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery)
 		res.Records = append(res.Records, Clone(r))
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if more {
+	var spent *fleetmq.ScanBudgetSpent
+	switch {
+	case more:
 		res.Next = EncodeCursor(res.Records[len(res.Records)-1].Position(), q.Ascending)
+	case errors.As(err, &spent):
+		res.Next = EncodeCursor(spent.Last, q.Ascending)
+	case err != nil:
+		return nil, err
 	}
 	return res, nil
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -120,120 +119,6 @@ func (s *Store) updateLatest(ctx context.Context, tx *sql.Tx, recs []*fleetmq.Re
 		}
 	}
 	return nil
-}
-
-// QueryHistory implements fleetmq.HistoryStore. The account, client,
-// class, device and time filters and the keyset position run in SQL on the
-// (account, time) or (account, client, time) index; the topic expression
-// runs here, after a literal-prefix range in SQL, so both backends apply
-// exactly Go's regexp semantics.
-func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn func(*fleetmq.Record) error) error {
-	if q.AccountID == "" {
-		return &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "history query without an account"}
-	}
-	var re *regexp.Regexp
-	where := []string{"account_id = ?"}
-	args := []any{q.AccountID}
-	if q.TopicRegex != "" {
-		var err error
-		if re, err = regexp.Compile(q.TopicRegex); err != nil {
-			return &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "topic expression: " + err.Error()}
-		}
-		if prefix, _ := re.LiteralPrefix(); prefix != "" && strings.HasPrefix(q.TopicRegex, "^") {
-			where = append(where, "topic >= ?")
-			args = append(args, prefix)
-			if upper, ok := prefixUpperBound(prefix); ok {
-				where = append(where, "topic < ?")
-				args = append(args, upper)
-			}
-		}
-	}
-	if q.ClientID != "" {
-		where = append(where, "client_id = ?")
-		args = append(args, q.ClientID)
-	}
-	if q.Class != "" {
-		where = append(where, "class = ?")
-		args = append(args, q.Class)
-	}
-	if q.StationControllerDeviceID != "" {
-		where = append(where, "station_controller_device_id = ?")
-		args = append(args, q.StationControllerDeviceID)
-	}
-	if !q.From.IsZero() {
-		where = append(where, "received_us >= ?")
-		args = append(args, q.From.UnixMicro())
-	}
-	if !q.To.IsZero() {
-		where = append(where, "received_us < ?")
-		args = append(args, q.To.UnixMicro())
-	}
-	dir, cmp := "DESC", "<"
-	if q.Ascending {
-		dir, cmp = "ASC", ">"
-	}
-	if q.After != nil {
-		where = append(where, "(received_us, id) "+cmp+" (?, ?)")
-		args = append(args, q.After.Received.UnixMicro(), q.After.ID)
-	}
-	query := "SELECT id, " + historyColumns + " FROM history WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY received_us " + dir + ", id " + dir
-	if q.Limit > 0 && re == nil {
-		query += fmt.Sprintf(" LIMIT %d", q.Limit)
-	}
-	rows, err := s.reads.QueryContext(ctx, s.rebind(query), args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	var (
-		r        fleetmq.Record
-		payload  sql.RawBytes
-		props    sql.NullString
-		received int64
-		n        int
-	)
-	for rows.Next() {
-		if err := rows.Scan(&r.ID, &r.AccountID, &r.ClientID, &r.Topic, &r.Class, &r.QoS, &r.PublishedQoS, &r.Retain,
-			&payload, &r.ContentType, &r.PayloadFormat, &props, &r.StationControllerDeviceID, &received); err != nil {
-			return err
-		}
-		if re != nil && !re.MatchString(r.Topic) {
-			continue
-		}
-		r.Payload = payload
-		r.Received = time.UnixMicro(received).UTC()
-		r.UserProperties = r.UserProperties[:0]
-		if props.Valid {
-			if err := json.Unmarshal([]byte(props.String), &r.UserProperties); err != nil {
-				return fmt.Errorf("history record %d: user properties: %w", r.ID, err)
-			}
-		}
-		if len(r.UserProperties) == 0 {
-			r.UserProperties = nil
-		}
-		if err := fn(&r); err != nil {
-			return err
-		}
-		n++
-		if q.Limit > 0 && n >= q.Limit {
-			break
-		}
-	}
-	return rows.Err()
-}
-
-// prefixUpperBound is the smallest string greater than every string with
-// the prefix (byte order), if there is one.
-func prefixUpperBound(prefix string) (string, bool) {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1]), true
-		}
-	}
-	return "", false
 }
 
 // LatestHistory implements fleetmq.HistoryStore.

@@ -47,6 +47,9 @@ type Config struct {
 	// HistoryQueryTimeout stops a REST history page's query (default
 	// api.QueryTimeout).
 	HistoryQueryTimeout time.Duration
+	// HistoryScanBudget bounds the rows a REST history page or export
+	// batch examines (default history.ScanBudget).
+	HistoryScanBudget int
 	// HTTPLimits bounds HTTPListen's connections (defaults
 	// DefaultHTTPMaxConns, DefaultHTTPMaxConnsPerAddr).
 	HTTPLimits  HTTPLimits
@@ -394,7 +397,7 @@ func (a *App) startAPI(ctx context.Context) error {
 	}
 	a.API = api.New(api.Deps{Service: a.Service, Store: a.Store, Policy: a.Policy, Auth: a.Auth, Limiter: a.Limiter,
 		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger, QueryTimeout: a.cfg.HistoryQueryTimeout,
-		HistorySlots: &a.HistorySlots})
+		HistorySlots: &a.HistorySlots, ScanBudget: a.cfg.HistoryScanBudget})
 	return nil
 }
 

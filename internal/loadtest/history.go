@@ -45,6 +45,13 @@ type HistoryConfig struct {
 	// acknowledgement latency is compared with the same load alone.
 	Retention  int
 	IngestRate int
+
+	// FilterQueries is how many times the first page of each filter shape
+	// is timed (0: skip the filters), each page stopped after
+	// FilterTimeout as the REST API stops it (api.QueryTimeout).
+	FilterQueries int
+	FilterTimeout time.Duration
+	FiltersOnly   bool // only the filter pages (after the fill)
 }
 
 // HistoryResult holds the figures of a history benchmark.
@@ -66,11 +73,38 @@ type HistoryResult struct {
 	APIPageP50ms float64 `json:"api_page_1000_p50_ms"`
 	APIPageP90ms float64 `json:"api_page_1000_p90_ms"`
 
+	// The first page (100 records, newest first) of filters that match
+	// few or no records of the account, and following one of them to its
+	// end.
+	Filters []FilterFigure `json:"filters"`
+	Follow  *FollowFigure  `json:"follow_nothing,omitempty"`
+
 	// The retention phase (zero when not run).
 	Ingest           *IngestLatency `json:"ingest_alone,omitempty"`
 	IngestRetention  *IngestLatency `json:"ingest_during_retention,omitempty"`
 	RetentionDeleted int64          `json:"retention_deleted,omitempty"`
 	RetentionSecs    float64        `json:"retention_seconds,omitempty"`
+}
+
+// FilterFigure is the time of a filter's first page.
+type FilterFigure struct {
+	Shape    string  `json:"shape"`
+	P50ms    float64 `json:"p50_ms"`
+	P90ms    float64 `json:"p90_ms"`
+	Records  int     `json:"records"`   // on the first page
+	Next     bool    `json:"has_next"`  // the first page has a next cursor
+	TimedOut int     `json:"timed_out"` // pages stopped at FilterTimeout (their time counts as the timeout)
+}
+
+// FollowFigure is a filter that matches nothing, followed page by page
+// until its next cursor is absent.
+type FollowFigure struct {
+	Shape   string  `json:"shape"`
+	Pages   int     `json:"pages"`
+	Seconds float64 `json:"seconds"`
+	MaxMs   float64 `json:"slowest_page_ms"`
+	// TimedOut: a page ran out of FilterTimeout (the walk stopped there).
+	TimedOut bool `json:"timed_out"`
 }
 
 // IngestLatency is what publishers saw of the ingest writer: records
@@ -162,6 +196,12 @@ func RunHistory(ctx context.Context, cfg HistoryConfig, log io.Writer) (*History
 	}
 	res.Records = int64(perClient * cfg.Clients)
 
+	if cfg.FiltersOnly {
+		if err := filterPages(ctx, st, cfg, res, log); err != nil {
+			return nil, fmt.Errorf("filter pages: %w", err)
+		}
+		return res, nil
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	client := func() string {
 		for {
@@ -226,12 +266,108 @@ func RunHistory(ctx context.Context, cfg HistoryConfig, log io.Writer) (*History
 	if err := apiPages(ctx, st, cfg, client, res); err != nil {
 		return nil, fmt.Errorf("REST history pages: %w", err)
 	}
+	if cfg.FilterQueries > 0 {
+		if err := filterPages(ctx, st, cfg, res, log); err != nil {
+			return nil, fmt.Errorf("filter pages: %w", err)
+		}
+	}
 	if cfg.Retention > 0 {
 		if err := retentionPhase(ctx, st, cfg, res, log); err != nil {
 			return nil, fmt.Errorf("retention phase: %w", err)
 		}
 	}
 	return res, nil
+}
+
+// filterShapes are the filters of the bench account that match few or no
+// of its 9 million records (every bench record is telemetry/flow, with no
+// station controller).
+func filterShapes() []struct {
+	name string
+	p    history.Params
+} {
+	A := benchAccount
+	return []struct {
+		name string
+		p    history.Params
+	}{
+		{"topic " + "A/+/nothing/#", history.Params{Topic: A + "/+/nothing/#"}},
+		{"topic A/+/telemetry/nothing", history.Params{Topic: A + "/+/telemetry/nothing"}},
+		{"topic_regex ^A/dev-[0-9]+/telemetry/nothing$", history.Params{TopicRegex: "^" + A + "/dev-[0-9]+/telemetry/nothing$"}},
+		{"topic A/dev-1/telemetry/nothing (one client)", history.Params{Topic: A + "/dev-1/telemetry/nothing"}},
+		{"class=state (no record)", history.Params{Class: "state"}},
+		{"class=telemetry (every record)", history.Params{Class: "telemetry"}},
+		{"topic A/+/telemetry/flow (every record)", history.Params{Topic: A + "/+/telemetry/flow"}},
+		{"station_controller_device_id=sc-1 (no record)", history.Params{StationControllerDeviceID: "sc-1"}},
+	}
+}
+
+// filterPages times the first page of each filter shape, and follows
+// A/+/telemetry/nothing to its end once.
+func filterPages(ctx context.Context, st *sqlstore.Store, cfg HistoryConfig, res *HistoryResult, log io.Writer) error {
+	for _, sh := range filterShapes() {
+		q, err := history.Build(benchAccount, sh.p, false)
+		if err != nil {
+			return err
+		}
+		f := FilterFigure{Shape: sh.name}
+		var lat []time.Duration
+		for range cfg.FilterQueries {
+			t := time.Now()
+			qctx, cancel := context.WithTimeout(ctx, cfg.FilterTimeout)
+			p, err := history.Page(qctx, st, q)
+			cancel()
+			d := time.Since(t)
+			switch {
+			case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+				f.TimedOut++
+			case err != nil:
+				return fmt.Errorf("%s: %w", sh.name, err)
+			default:
+				f.Records, f.Next = len(p.Records), p.Next != ""
+			}
+			lat = append(lat, d)
+		}
+		f.P50ms, f.P90ms = percentileMS(lat, 50), percentileMS(lat, 90)
+		fmt.Fprintf(log, "  %s: p50 %.1f ms p90 %.1f ms, %d records, next %v, %d timed out\n", f.Shape, f.P50ms, f.P90ms, f.Records, f.Next, f.TimedOut)
+		res.Filters = append(res.Filters, f)
+	}
+	sh := filterShapes()[1]
+	q, err := history.Build(benchAccount, sh.p, false)
+	if err != nil {
+		return err
+	}
+	fw := &FollowFigure{Shape: sh.name}
+	start := time.Now()
+	for {
+		t := time.Now()
+		qctx, cancel := context.WithTimeout(ctx, cfg.FilterTimeout)
+		p, err := history.Page(qctx, st, q)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			fw.TimedOut = true
+			break
+		}
+		if err != nil {
+			return err
+		}
+		fw.Pages++
+		fw.MaxMs = max(fw.MaxMs, float64(time.Since(t).Microseconds())/1000)
+		if len(p.Records) != 0 {
+			return fmt.Errorf("%s: %d records", sh.name, len(p.Records))
+		}
+		if p.Next == "" {
+			break
+		}
+		pos, _, err := history.DecodeCursor(p.Next)
+		if err != nil {
+			return err
+		}
+		q.After = &pos
+	}
+	fw.Seconds = time.Since(start).Seconds()
+	res.Follow = fw
+	return nil
 }
 
 // apiPages times GET /history pages of 1,000 records through the real
@@ -447,6 +583,9 @@ func mainHistory(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.IntVar(&cfg.Size, "size", 200, "payload bytes")
 	fs.IntVar(&cfg.Queries, "queries", 20, "timed queries per figure")
 	fs.IntVar(&cfg.Page, "page", 10_000, "records per page")
+	fs.IntVar(&cfg.FilterQueries, "filter-queries", 5, "timed first pages per filter shape (0: skip them)")
+	fs.BoolVar(&cfg.FiltersOnly, "filters-only", false, "after the fill, time only the filter pages")
+	fs.DurationVar(&cfg.FilterTimeout, "filter-timeout", api.QueryTimeout, "stop each filter page after this long, as the REST API does")
 	fs.IntVar(&cfg.Retention, "retention", 0, "also measure ingest while retention deletes this many expired records (0: skip)")
 	fs.IntVar(&cfg.IngestRate, "ingest-rate", 20_000, "records/s offered to the ingest writer in the retention phase")
 	if err := fs.Parse(args); err != nil {
@@ -459,9 +598,18 @@ func mainHistory(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	defer fmt.Fprintf(stdout, "REST GET history, 1,000 records of one client as JSON over loopback HTTP: p50 %.1f ms p90 %.1f ms\n", r.APIPageP50ms, r.APIPageP90ms)
-	fmt.Fprintf(stdout, "history: %d records; fill %.0f records/s; newest %d of one client p50 %.1f ms p90 %.1f ms; deep page p50 %.1f ms p90 %.1f ms; export of one client: %d records as NDJSON at %.0f records/s; export of the account's 100 s window: %d records at %.0f records/s\n",
-		r.Records, r.FillPerSec, cfg.Page, r.NewestP50ms, r.NewestP90ms, r.DeepP50ms, r.DeepP90ms, r.Exported, r.ExportPerSec, r.AccountExported, r.AccountExportPerSec)
+	if !cfg.FiltersOnly {
+		defer fmt.Fprintf(stdout, "REST GET history, 1,000 records of one client as JSON over loopback HTTP: p50 %.1f ms p90 %.1f ms\n", r.APIPageP50ms, r.APIPageP90ms)
+		fmt.Fprintf(stdout, "history: %d records; fill %.0f records/s; newest %d of one client p50 %.1f ms p90 %.1f ms; deep page p50 %.1f ms p90 %.1f ms; export of one client: %d records as NDJSON at %.0f records/s; export of the account's 100 s window: %d records at %.0f records/s\n",
+			r.Records, r.FillPerSec, cfg.Page, r.NewestP50ms, r.NewestP90ms, r.DeepP50ms, r.DeepP90ms, r.Exported, r.ExportPerSec, r.AccountExported, r.AccountExportPerSec)
+	}
+	for _, f := range r.Filters {
+		fmt.Fprintf(stdout, "first page of 100, %s: p50 %.1f ms p90 %.1f ms (%d records, next cursor %v; %d of %d stopped at %s)\n",
+			f.Shape, f.P50ms, f.P90ms, f.Records, f.Next, f.TimedOut, cfg.FilterQueries, cfg.FilterTimeout)
+	}
+	if f := r.Follow; f != nil {
+		fmt.Fprintf(stdout, "%s followed to its end: %d pages in %.1f s, slowest page %.1f ms (stopped at %s: %v)\n", f.Shape, f.Pages, f.Seconds, f.MaxMs, cfg.FilterTimeout, f.TimedOut)
+	}
 	if a, d := r.Ingest, r.IngestRetention; a != nil && d != nil {
 		fmt.Fprintf(stdout, "ingest at %d records/s alone: %.0f records/s, ack p50 %.1f ms p99 %.1f ms max %.1f ms\n", cfg.IngestRate, a.PerSec, a.P50ms, a.P99ms, a.MaxMs)
 		fmt.Fprintf(stdout, "ingest while retention deleted %d records in %.1f s: %.0f records/s, ack p50 %.1f ms p99 %.1f ms max %.1f ms\n",

@@ -167,7 +167,7 @@ func TestCompareEndToEnd(t *testing.T) {
 // fills it, pages, exports and reads pages through the REST API, and a
 // second run over the same store reuses the records instead of filling.
 func TestRunHistory(t *testing.T) {
-	cfg := HistoryConfig{Dir: t.TempDir(), Records: 20_000, Clients: 10, Size: 50, Queries: 3, Page: 500}
+	cfg := HistoryConfig{Dir: t.TempDir(), Records: 20_000, Clients: 10, Size: 50, Queries: 3, Page: 500, FilterQueries: 1, FilterTimeout: time.Minute}
 	var log bytes.Buffer
 	r, err := RunHistory(context.Background(), cfg, &log)
 	if err != nil {
@@ -180,6 +180,23 @@ func TestRunHistory(t *testing.T) {
 	}
 	if r.NewestP50ms <= 0 || r.DeepP50ms <= 0 || r.APIPageP50ms <= 0 {
 		t.Fatalf("timings missing: %+v", r)
+	}
+	// The filter shapes: those matching every record fill their page, the
+	// others find nothing (18,000 rows of the account: within one budget).
+	if len(r.Filters) != len(filterShapes()) {
+		t.Fatalf("filters %+v", r.Filters)
+	}
+	for _, f := range r.Filters {
+		want := 0
+		if strings.Contains(f.Shape, "every record") {
+			want = 100
+		}
+		if f.Records != want || f.Next != (want > 0) || f.TimedOut != 0 || f.P50ms <= 0 {
+			t.Errorf("filter %+v, want %d records", f, want)
+		}
+	}
+	if f := r.Follow; f == nil || f.Pages != 1 || f.TimedOut {
+		t.Errorf("follow %+v", f)
 	}
 	again, err := RunHistory(context.Background(), cfg, &log)
 	if err != nil {

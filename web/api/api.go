@@ -69,6 +69,9 @@ type Deps struct {
 	// HistorySlots bounds the history requests each account runs at once;
 	// share it with the portal. Nil: the API's own.
 	HistorySlots *history.Slots
+	// ScanBudget bounds the rows a history page or export batch examines
+	// (default history.ScanBudget).
+	ScanBudget int
 }
 
 // API is the subscriber REST API.

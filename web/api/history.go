@@ -21,7 +21,7 @@ import (
 // HistoryPage is a page of stored history (format json).
 type HistoryPage struct {
 	Records    []history.Record `json:"records"`
-	NextCursor string           `json:"next_cursor,omitempty" doc:"Pass as cursor for the next page; absent on the last page."`
+	NextCursor string           `json:"next_cursor,omitempty" doc:"Pass as cursor for the next page; absent on the last page. A page with fewer records than the limit, even none, can have one (the page examined as many records as it may): follow it."`
 }
 
 type historyInput struct {
@@ -42,6 +42,8 @@ type historyInput struct {
 func (a *API) registerHistory() {
 	o := op("getHistory", http.MethodGet, "/history", "Stored history",
 		"Messages the platform stored, filtered and paged with an opaque cursor (pages deep in history cost the same as the first). "+
+			"A page examines at most 100,000 stored records: when a filter matches few of them, the page holds fewer records than the limit, or none, and still has a next cursor; "+
+			"only the absence of a next cursor means the end. "+
 			"`json` returns a page object; `ndjson` and `csv` return one record per line, the whole result streamed when no limit is given "+
 			"(then the default order is oldest first), or a page with its next cursor in `X-Next-Cursor` and a `Link: rel=\"next\"` header. "+
 			"A payload that is JSON is returned as JSON (`payload_encoding: json`), any other payload base64-encoded; in CSV, UTF-8 text is written as is.",
@@ -51,7 +53,7 @@ func (a *API) registerHistory() {
 		"200": {
 			Description: "A page (json), or records one per line (ndjson, csv).",
 			Headers: map[string]*huma.Param{
-				"X-Next-Cursor": {Description: "ndjson and csv pages: the cursor of the next page (absent on the last).", Schema: &huma.Schema{Type: "string"}},
+				"X-Next-Cursor": {Description: "ndjson and csv pages: the cursor of the next page (absent on the last; present on a short or empty page that examined as many records as it may).", Schema: &huma.Schema{Type: "string"}},
 				"Link":          {Description: "The next page's URL, rel=\"next\".", Schema: &huma.Schema{Type: "string"}},
 			},
 			Content: map[string]*huma.MediaType{
@@ -83,6 +85,7 @@ func (a *API) registerHistory() {
 		if err != nil {
 			return nil, a.fail(ctx, err, "query")
 		}
+		q.ScanBudget = a.deps.ScanBudget
 		release, full := a.takeQuery(p.account.ID)
 		if full != nil {
 			return nil, full

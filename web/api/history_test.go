@@ -63,10 +63,11 @@ type histFixture struct {
 // newHistFixture publishes, as A's devices dev1 and dev2 over MQTT, 31
 // messages one second apart (every class, JSON and binary payloads, a
 // station controller tag, QoS 0, 1 and 2), and a few messages of B's
-// dev1, and waits until history holds them all.
-func newHistFixture(t *testing.T) *histFixture {
+// dev1, and waits until history holds them all. edit changes the app's
+// configuration.
+func newHistFixture(t *testing.T, edit ...func(*app.Config)) *histFixture {
 	t.Helper()
-	e := start(t)
+	e := start(t, edit...)
 	f := &histFixture{e: e}
 	f.A = e.tenant(t, "A", "starter", allAddOns, "dev1", "dev2")
 	f.B = e.tenant(t, "B", "starter", allAddOns, "dev1")
@@ -118,9 +119,9 @@ func newHistFixture(t *testing.T) *histFixture {
 		bdev.pub(t, f.B.topic("dev1", "state/m0"), 1, `{"b":`+itoa(i)+`}`)
 	}
 	eventually(t, "history to hold A's QoS 0 messages", func() bool {
-		var p historyPage
-		e.get(t, f.A.Token, "/history?limit=100").ok(t, http.StatusOK, &p)
-		return len(p.Records) == len(f.sent)
+		// An export, which reads past any scan budget.
+		r := e.get(t, f.A.Token, "/history?format=ndjson").ok(t, http.StatusOK, nil)
+		return len(decodeNDJSON(t, r)) == len(f.sent)
 	})
 	return f
 }
@@ -503,6 +504,82 @@ func TestHistoryFilters(t *testing.T) {
 			recs = e.pageLines(t, tok, "/history?"+join(q, "format=ndjson", "limit=5"), 5)
 			sameKeys(t, q+" (ndjson)", f.keys(t, recs), want)
 		}
+	}
+}
+
+// TestHistoryScanBudget: with a scan budget of 2 rows a page, a filter
+// that matches nothing answers pages with no records and a next cursor
+// until the account's rows are examined, and the last page has none;
+// a sparse filter's pages (some empty) add up to exactly its records, in
+// order, in json and in paged ndjson; an unpaged export returns them all
+// at once.
+func TestHistoryScanBudget(t *testing.T) {
+	t.Parallel()
+	f := newHistFixture(t, func(c *app.Config) { c.HistoryScanBudget = 2 })
+	e, tok, A := f.e, f.A.Token, f.A
+
+	// follow pages through next cursors (json, or ndjson's X-Next-Cursor)
+	// and returns the records and how many pages were empty with a next
+	// cursor.
+	follow := func(query string, ndjson bool) (recs []history.Record, pages, empty int) {
+		cursor := ""
+		for {
+			pages++
+			if pages > 100 {
+				t.Fatalf("%s: the cursor never ends", query)
+			}
+			q := query
+			if cursor != "" {
+				q += "&cursor=" + url.QueryEscape(cursor)
+			}
+			var page []history.Record
+			next := ""
+			if ndjson {
+				_, lp := e.getLines(t, tok, "/history?"+q+"&format=ndjson")
+				page, next = lp.records, lp.next
+			} else {
+				var p historyPage
+				r := e.get(t, tok, "/history?"+q).ok(t, http.StatusOK, &p)
+				if h := r.Header.Get("X-Next-Cursor"); h != p.NextCursor {
+					t.Fatalf("%s: X-Next-Cursor %q, next_cursor %q", r, h, p.NextCursor)
+				}
+				page, next = p.Records, p.NextCursor
+			}
+			if len(page) == 0 && next != "" {
+				empty++
+			}
+			recs = append(recs, page...)
+			if next == "" {
+				return recs, pages, empty
+			}
+			cursor = next
+		}
+	}
+
+	nothing := "topic_regex=" + url.QueryEscape("^"+A.ID+"/dev[0-9]/(state|event)/none$") + "&limit=10"
+	recs, pages, empty := follow(nothing, false)
+	// 31 rows of A (B's are not in A's index range), 2 a page: 15 pages
+	// end on the budget, the 16th on the end.
+	if len(recs) != 0 || pages != 16 || empty != 15 {
+		t.Fatalf("filter matching nothing: %d records, %d pages, %d empty with a next cursor; want 0, 16, 15", len(recs), pages, empty)
+	}
+
+	sparse := func(s sent) bool { return s.client == "dev1" && strings.HasSuffix(s.topic, "/m1") }
+	for _, order := range []string{"desc", "asc"} {
+		q := join("topic="+url.QueryEscape(A.ID+"/dev1/+/m1"), "order="+order, "limit=2")
+		want := f.want(order == "asc", sparse)
+		for _, ndjson := range []bool{false, true} {
+			recs, _, empty := follow(q, ndjson)
+			sameKeys(t, fmt.Sprintf("%s (ndjson %v)", q, ndjson), f.keys(t, recs), want)
+			if empty == 0 {
+				t.Errorf("%s (ndjson %v): no empty page with a next cursor; the budget of 2 should leave some", q, ndjson)
+			}
+		}
+		r := e.get(t, tok, "/history?"+join("topic="+url.QueryEscape(A.ID+"/dev1/+/m1"), "order="+order, "format=ndjson")).ok(t, http.StatusOK, nil)
+		if r.Header.Get("X-Next-Cursor") != "" {
+			t.Errorf("export: X-Next-Cursor %q", r.Header.Get("X-Next-Cursor"))
+		}
+		sameKeys(t, "export "+order, f.keys(t, decodeNDJSON(t, r)), want)
 	}
 }
 

@@ -1,0 +1,267 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// maxChunk bounds the rows of one SELECT of QueryHistory when filters run
+// after the index: the rows are read in keyset chunks (each continuing
+// after the last row of the one before), so a query that stops early
+// (its limit reached) leaves at most one chunk unread, and PostgreSQL,
+// which sends a result whole, sends no more than that.
+const maxChunk = 8192
+
+// historyPlan is how a query uses the indexes: the conditions of one index
+// (account, then device, client or class, then the time window and the
+// keyset position) go into SQL; the other filters run on the rows that
+// index yields, counted against the query's scan budget.
+type historyPlan struct {
+	index string
+	where []string
+	args  []any
+	// Filters on the rows: "" does not filter.
+	client, class, device string
+	re                    *regexp.Regexp
+	// The literal prefix of re, as a byte range of topics (upper "": none),
+	// so that rows outside it come without their payload.
+	prefix, upper string
+}
+
+// planHistory picks the index of a query: the device index when it names a
+// device (a device's records are a small part of its client's), else the
+// client index, else the class index, else the account's time index.
+func planHistory(q *fleetmq.HistoryQuery) (*historyPlan, error) {
+	if q.AccountID == "" {
+		return nil, &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "history query without an account"}
+	}
+	p := &historyPlan{index: "history_account_time", where: []string{"account_id = ?"}, args: []any{q.AccountID},
+		client: q.ClientID, class: q.Class, device: q.StationControllerDeviceID}
+	if q.TopicRegex != "" {
+		var err error
+		if p.re, err = regexp.Compile(q.TopicRegex); err != nil {
+			return nil, &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "topic expression: " + err.Error()}
+		}
+		if prefix, _ := p.re.LiteralPrefix(); strings.HasPrefix(q.TopicRegex, "^") {
+			p.prefix = prefix
+			p.upper, _ = prefixUpperBound(prefix)
+		}
+	}
+	switch {
+	case p.device != "":
+		// The device index is partial (devices only): the second condition
+		// lets both planners see that it applies.
+		p.index = "history_device_time"
+		p.where = append(p.where, "station_controller_device_id = ?", "station_controller_device_id <> ''")
+		p.args = append(p.args, p.device)
+		p.device = ""
+	case p.client != "":
+		p.index = "history_client_time"
+		p.where = append(p.where, "client_id = ?")
+		p.args = append(p.args, p.client)
+		p.client = ""
+	case p.class != "":
+		p.index = "history_class_time"
+		p.where = append(p.where, "class = ?")
+		p.args = append(p.args, p.class)
+		p.class = ""
+	}
+	if !q.From.IsZero() {
+		p.where = append(p.where, "received_us >= ?")
+		p.args = append(p.args, q.From.UnixMicro())
+	}
+	if !q.To.IsZero() {
+		p.where = append(p.where, "received_us < ?")
+		p.args = append(p.args, q.To.UnixMicro())
+	}
+	return p, nil
+}
+
+// filtered reports whether rows are filtered after the index.
+func (p *historyPlan) filtered() bool {
+	return p.client != "" || p.class != "" || p.device != "" || p.re != nil
+}
+
+// match applies the filters that run after the index.
+func (p *historyPlan) match(r *fleetmq.Record) bool {
+	return (p.client == "" || r.ClientID == p.client) && (p.class == "" || r.Class == p.class) &&
+		(p.device == "" || r.StationControllerDeviceID == p.device) && (p.re == nil || p.re.MatchString(r.Topic))
+}
+
+// payloadColumn selects the payload only of the rows that pass the
+// equality filters and the topic expression's literal prefix (the others
+// come without it); the topic expression runs here after it.
+func (p *historyPlan) payloadColumn() (string, []any) {
+	var cond []string
+	var args []any
+	if p.prefix != "" {
+		cond = append(cond, "topic >= ?")
+		args = append(args, p.prefix)
+		if p.upper != "" {
+			cond = append(cond, "topic < ?")
+			args = append(args, p.upper)
+		}
+	}
+	for _, f := range []struct{ col, v string }{{"client_id", p.client}, {"class", p.class}, {"station_controller_device_id", p.device}} {
+		if f.v != "" {
+			cond = append(cond, f.col+" = ?")
+			args = append(args, f.v)
+		}
+	}
+	if len(cond) == 0 {
+		return "payload", nil
+	}
+	return "CASE WHEN " + strings.Join(cond, " AND ") + " THEN payload END", args
+}
+
+// selectSQL is the SELECT of up to n rows after a position (nil: from the
+// start) in the query's order. SQLite is told the index (without
+// statistics it may prefer the account's time index for a time window);
+// PostgreSQL picks it from the equality conditions and its statistics.
+func (p *historyPlan) selectSQL(d dialect, ascending bool, after *fleetmq.Position, n int) (string, []any) {
+	dir, cmp := "DESC", "<"
+	if ascending {
+		dir, cmp = "ASC", ">"
+	}
+	payload, args := p.payloadColumn()
+	args = append(args, p.args...)
+	where := p.where
+	if after != nil {
+		where = append(where[:len(where):len(where)], "(received_us, id) "+cmp+" (?, ?)")
+		args = append(args, after.Received.UnixMicro(), after.ID)
+	}
+	from := "history"
+	if d == sqliteDialect {
+		from += " INDEXED BY " + p.index
+	}
+	return "SELECT id, account_id, client_id, topic, class, qos, published_qos, retain, " + payload +
+		", content_type, payload_format, user_properties, station_controller_device_id, received_us FROM " + from + " WHERE " +
+		strings.Join(where, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), args
+}
+
+// QueryHistory implements fleetmq.HistoryStore. The account, the time
+// window, the keyset position and one of device, client or class run in
+// SQL on the index that has them (planHistory); the other filters, the
+// topic expression included (so both backends apply exactly Go's regexp
+// semantics), run here on the rows that index yields, at most
+// q.ScanBudget of them.
+func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn func(*fleetmq.Record) error) error {
+	p, err := planHistory(q)
+	if err != nil {
+		return err
+	}
+	after := q.After
+	size := maxChunk
+	if q.Limit > 0 {
+		size = min(q.Limit, maxChunk)
+	}
+	var (
+		r                 fleetmq.Record
+		matched, examined int
+		last              fleetmq.Position
+		stop              bool
+	)
+	for {
+		n := size
+		if q.Limit > 0 && !p.filtered() {
+			n = q.Limit - matched // every row matches: ask for exactly the rest
+		}
+		if q.ScanBudget > 0 {
+			n = min(n, q.ScanBudget-examined)
+		}
+		chunkSQL, chunkArgs := p.selectSQL(s.dialect, q.Ascending, after, n)
+		got := 0
+		err := s.scanHistory(ctx, s.rebind(chunkSQL), chunkArgs, &r, func(props sql.NullString) error {
+			got++
+			examined++
+			last = r.Position()
+			if !p.match(&r) {
+				return nil
+			}
+			r.UserProperties = r.UserProperties[:0]
+			if props.Valid {
+				if err := json.Unmarshal([]byte(props.String), &r.UserProperties); err != nil {
+					return fmt.Errorf("history record %d: user properties: %w", r.ID, err)
+				}
+			}
+			if len(r.UserProperties) == 0 {
+				r.UserProperties = nil
+			}
+			if err := fn(&r); err != nil {
+				return err
+			}
+			matched++
+			if q.Limit > 0 && matched >= q.Limit {
+				stop = true
+				return errStopScan
+			}
+			return nil
+		})
+		switch {
+		case stop:
+			return nil
+		case err != nil:
+			return err
+		case got < n:
+			return nil // the end of the query
+		case q.ScanBudget > 0 && examined >= q.ScanBudget:
+			return &fleetmq.ScanBudgetSpent{Last: last}
+		}
+		pos := last
+		after = &pos
+		size = min(size*2, maxChunk)
+	}
+}
+
+// errStopScan ends a scanHistory early.
+var errStopScan = errors.New("sqlstore: stop scan")
+
+// scanHistory runs a history SELECT and calls each with r set to each row
+// in turn (the payload is only valid during the call), but for the user
+// properties, which it passes as their JSON. An error from each ends the
+// scan; errStopScan ends it without one.
+func (s *Store) scanHistory(ctx context.Context, query string, args []any, r *fleetmq.Record, each func(props sql.NullString) error) error {
+	rows, err := s.reads.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var (
+		payload  sql.RawBytes
+		props    sql.NullString
+		received int64
+	)
+	for rows.Next() {
+		if err := rows.Scan(&r.ID, &r.AccountID, &r.ClientID, &r.Topic, &r.Class, &r.QoS, &r.PublishedQoS, &r.Retain,
+			&payload, &r.ContentType, &r.PayloadFormat, &props, &r.StationControllerDeviceID, &received); err != nil {
+			return err
+		}
+		r.Payload = payload
+		r.Received = time.UnixMicro(received).UTC()
+		if err := each(props); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// prefixUpperBound is the smallest string greater than every string with
+// the prefix (byte order), if there is one.
+func prefixUpperBound(prefix string) (string, bool) {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1]), true
+		}
+	}
+	return "", false
+}
