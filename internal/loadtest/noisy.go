@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/fleetmq/fleetmq/web/api"
 )
 
 // NoisyConfig is a noisy-neighbour run: fleetmq serve with a victim and an
@@ -176,27 +178,28 @@ func RunNoisy(ctx context.Context, cfg NoisyConfig) (*NoisyResult, error) {
 		return nil, fmt.Errorf("victim publisher: %w", err)
 	}
 	ack, rest, ready := newProbe(), newProbe(), newProbe()
-	var ackErr, restErr, readyErr firstErrors
 	restClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 	readyClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2}}
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		ack.run(vctx, time.Second/time.Duration(cfg.AckRate), 20, pub.publish, ackErr.set)
+		ack.run(vctx, time.Second/time.Duration(cfg.AckRate), 20, pub.publish)
 	}()
 	go func() {
 		defer wg.Done()
 		url := r.httpURL + "/api/v1/subscriber/history?limit=100&client_id=" + victim.historyClient
-		rest.run(vctx, time.Second/time.Duration(cfg.RESTRate), 10, func(ctx context.Context) error {
+		// As many at once as the API runs for one account: a 429 is then
+		// never the victim's own doing.
+		rest.run(vctx, time.Second/time.Duration(cfg.RESTRate), api.QueriesPerAccount, func(ctx context.Context) error {
 			return httpGet(ctx, restClient, url, victim.token)
-		}, restErr.set)
+		})
 	}()
 	go func() {
 		defer wg.Done()
 		ready.run(vctx, time.Second/time.Duration(cfg.ReadyRate), 10, func(ctx context.Context) error {
 			return httpGet(ctx, readyClient, r.readyURL, "")
-		}, readyErr.set)
+		})
 	}()
 	defer func() {
 		stopVictim()
@@ -248,7 +251,6 @@ func RunNoisy(ctx context.Context, cfg NoisyConfig) (*NoisyResult, error) {
 		ph.Ack = ack.window(from, to, drain)
 		ph.REST = rest.window(from, to, drain)
 		ph.Ready = ready.window(from, to, drain)
-		ph.Ack.FirstError, ph.REST.FirstError, ph.Ready.FirstError = ackErr.take(), restErr.take(), readyErr.take()
 		if base == nil {
 			base = ph
 		}

@@ -47,6 +47,7 @@ Flags:
 	fs.IntVar(&cfg.UserPropsRepeats, "user-props-repeats", 20, "user-properties: PUBLISHes (one connection each)")
 	fs.IntVar(&cfg.Signins, "signins", 150, "signin-burst: simultaneous wrong-password sign-ins")
 	fs.IntVar(&cfg.RESTRateLimit, "rest-rate-limit", 1_000_000, "serve's -rest-rate-limit (requests per token and hour; high, so the hourly quota is not what stops an attack)")
+	serveFlags := fs.String("serve-flags", "", "more flags for serve, space-separated, e.g. \"-http-max-conns 30000\"")
 	fs.StringVar(&cfg.ServerLog, "server-log", "", "also write serve's log (JSON lines) to this file")
 	fs.BoolVar(&cfg.KeepData, "keep-data", false, "keep serve's data directory")
 	quiet := fs.Bool("q", false, "no progress lines on stderr")
@@ -61,6 +62,7 @@ Flags:
 			cfg.Phases = append(cfg.Phases, p)
 		}
 	}
+	cfg.ServeArgs = strings.Fields(*serveFlags)
 	if !*quiet {
 		cfg.progress = stderr
 	}

@@ -21,7 +21,7 @@ type probe struct {
 type probeSample struct {
 	at  time.Time
 	d   time.Duration
-	err bool
+	err string // "" when it succeeded
 }
 
 // ProbeStats is what one probe measured over a phase's window.
@@ -41,8 +41,7 @@ type ProbeStats struct {
 func newProbe() *probe { return &probe{pending: map[uint64]time.Time{}} }
 
 // run calls fn every interval until ctx ends, at most inflight at once.
-// errText, when not nil, is told each failure's text.
-func (p *probe) run(ctx context.Context, interval time.Duration, inflight int, fn func(context.Context) error, errText func(string)) {
+func (p *probe) run(ctx context.Context, interval time.Duration, inflight int, fn func(context.Context) error) {
 	sem := make(chan struct{}, inflight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -71,13 +70,17 @@ func (p *probe) run(ctx context.Context, interval time.Duration, inflight int, f
 			defer func() { <-sem }()
 			err := fn(ctx)
 			d := time.Since(due)
+			if ctx.Err() != nil {
+				return // the run is over: not a failure of the server
+			}
+			s := probeSample{at: due, d: d}
+			if err != nil {
+				s.err = err.Error()
+			}
 			p.mu.Lock()
 			delete(p.pending, id)
-			p.samples = append(p.samples, probeSample{at: due, d: d, err: err != nil})
+			p.samples = append(p.samples, s)
 			p.mu.Unlock()
-			if err != nil && errText != nil && ctx.Err() == nil {
-				errText(err.Error())
-			}
 		}()
 	}
 }
@@ -111,8 +114,11 @@ func (p *probe) window(from, to time.Time, drain time.Duration) ProbeStats {
 			continue
 		}
 		st.N++
-		if s.err {
+		if s.err != "" {
 			st.Errors++
+			if st.FirstError == "" {
+				st.FirstError = s.err
+			}
 		} else {
 			st.OK++
 		}
@@ -139,26 +145,3 @@ func (p *probe) window(from, to time.Time, drain time.Duration) ProbeStats {
 }
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// firstErrors keeps the first error text of each phase.
-type firstErrors struct {
-	mu   sync.Mutex
-	text string
-}
-
-func (f *firstErrors) set(s string) {
-	f.mu.Lock()
-	if f.text == "" {
-		f.text = s
-	}
-	f.mu.Unlock()
-}
-
-// take returns the kept text and forgets it.
-func (f *firstErrors) take() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.text
-	f.text = ""
-	return s
-}
