@@ -247,7 +247,9 @@ func RunNoisy(ctx context.Context, cfg NoisyConfig) (*NoisyResult, error) {
 		ph.FDs = countFDs(srv.pid)
 		stop()
 		ph.Seconds = to.Sub(from).Seconds()
-		drain := max(2*time.Second, cfg.Duration/2)
+		// Requests of the phase still waiting are waited for (a healthy
+		// server answers them in milliseconds; a stuck one counts).
+		drain := max(10*time.Second, cfg.Duration)
 		ph.Ack = ack.window(from, to, drain)
 		ph.REST = rest.window(from, to, drain)
 		ph.Ready = ready.window(from, to, drain)

@@ -54,16 +54,18 @@ func (p *probe) run(ctx context.Context, interval time.Duration, inflight int, f
 			return
 		case due = <-tick.C:
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case sem <- struct{}{}:
-		}
+		// Pending from the tick on: a request that waits for a free slot
+		// waits as a victim would.
 		p.mu.Lock()
 		id := p.next
 		p.next++
 		p.pending[id] = due
 		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case sem <- struct{}{}:
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

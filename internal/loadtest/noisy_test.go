@@ -36,6 +36,12 @@ func TestNoisyNeighbourShort(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) { noisyShort(t, bin, pgtest.DSN(t)) })
 }
 
+// The abuse suite's bounds on the longest waits (see noisyShort).
+const (
+	noisyMaxAckWaitMs = 2000
+	noisyMaxReadyMs   = 1000
+)
+
 func noisyShort(t *testing.T, bin, database string) {
 	var progress bytes.Buffer
 	cfg := NoisyConfig{Bin: bin, Database: database, Duration: 2 * time.Second, AttackerRecords: 10_000,
@@ -50,19 +56,27 @@ func noisyShort(t *testing.T, bin, database string) {
 	if len(r.Phases) != len(noisyPhases)+2 {
 		t.Fatalf("%d phases ran, want %d", len(r.Phases), len(noisyPhases)+2)
 	}
+	// The longest waits allowed: 2 s for an acknowledgement and 1 s for
+	// /readyz, or 20 times the baseline's p99 on a machine so loaded
+	// that its baseline is already slow: "whatever the machine's speed".
+	base := r.Phases[0]
+	maxAck := max(noisyMaxAckWaitMs, 20*base.Ack.P99ms)
+	maxReady := max(noisyMaxReadyMs, 20*base.Ready.P99ms)
+	t.Logf("longest waits allowed: ack %.0f ms, /readyz %.0f ms", maxAck, maxReady)
 	for _, ph := range r.Phases {
 		if ph.Ack.OK == 0 || ph.Ack.PerSec <= 0 {
 			t.Errorf("%s: no victim acknowledgement in the phase", ph.Phase)
 		}
-		if ph.Ack.Errors+ph.Ack.Stuck > 0 || ph.Ack.MaxMs >= 2000 {
+		if ph.Ack.Errors+ph.Ack.Stuck > 0 || ph.Ack.MaxMs >= maxAck {
 			t.Errorf("%s: victim publishes: %d failed, %d unanswered, the longest wait %.0f ms (first error %q)",
 				ph.Phase, ph.Ack.Errors, ph.Ack.Stuck, ph.Ack.MaxMs, ph.Ack.FirstError)
 		}
 		if ph.REST.OK == 0 || ph.REST.Errors+ph.REST.Stuck > 0 {
-			t.Errorf("%s: victim REST pages: %d answered 200, %d failed (first error %q)", ph.Phase, ph.REST.OK, ph.REST.Errors+ph.REST.Stuck, ph.REST.FirstError)
+			t.Errorf("%s: victim REST pages: %d answered 200, %d failed or unanswered (first error %q)", ph.Phase, ph.REST.OK, ph.REST.Errors+ph.REST.Stuck, ph.REST.FirstError)
 		}
-		if ph.Ready.OK == 0 || ph.Ready.Errors+ph.Ready.Stuck > 0 || ph.Ready.MaxMs >= 1000 {
-			t.Errorf("%s: /readyz: %d answered 200, %d failed, the longest %.0f ms", ph.Phase, ph.Ready.OK, ph.Ready.Errors+ph.Ready.Stuck, ph.Ready.MaxMs)
+		if ph.Ready.OK == 0 || ph.Ready.Errors+ph.Ready.Stuck > 0 || ph.Ready.MaxMs >= maxReady {
+			t.Errorf("%s: /readyz: %d answered 200, %d failed or unanswered (first error %q), the longest %.0f ms",
+				ph.Phase, ph.Ready.OK, ph.Ready.Errors+ph.Ready.Stuck, ph.Ready.FirstError, ph.Ready.MaxMs)
 		}
 		if ph.ConnectMs < 0 {
 			t.Errorf("%s: a new victim device could not connect: %s", ph.Phase, ph.ConnectError)
@@ -74,12 +88,14 @@ func noisyShort(t *testing.T, bin, database string) {
 		switch ph.Phase {
 		case "big-connect":
 			// At most 8 KiB a held socket, with 4 MiB for the noise of
-			// everything else the process does meanwhile.
-			if a["held_at_most"] == 0 {
+			// everything else the process does meanwhile (the figure is
+			// the RSS's, or the Go runtime's when the RSS fell).
+			held := a["held_at_most"]
+			if held == 0 {
 				t.Errorf("big-connect: no socket was held: %s", ph.Figure)
 			}
-			if allowed := a["held_at_most"]*targetPreAuthKiB + 4096; a["rss_growth_kib"] > allowed {
-				t.Errorf("big-connect: RSS grew %.0f KiB for %.0f held sockets (allowed %.0f KiB)", a["rss_growth_kib"], a["held_at_most"], allowed)
+			if allowed := targetPreAuthKiB + 4096/max(held, 1); a["kib_per_socket"] > allowed {
+				t.Errorf("big-connect: %.2f KiB per held socket (allowed %.2f with the noise margin): %s", a["kib_per_socket"], allowed, ph.Figure)
 			}
 		case "http-idle":
 			if a["idle_answered"] == 0 {
