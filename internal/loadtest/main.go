@@ -87,6 +87,8 @@ Usage:
   fleetmq bench compare [flags]   run the standard loads against fleetmq and Mosquitto, alternating
   fleetmq bench history [flags]   fill a history store, time deep queries and an NDJSON export
   fleetmq bench soak [flags]      run a mixed fleet for a while; fail on loss, bad duplicates, unexplained closes, growth
+  fleetmq bench noisy-neighbour [flags]
+                                  attack one account, measure another's latencies against the targets
 
 Each prints a summary and a "RESULT {json}" line per run. Run with -h for flags.
 `
@@ -108,6 +110,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return mainHistory(ctx, args[1:], stdout, stderr)
 	case "soak":
 		return mainSoak(ctx, args[1:], stdout, stderr)
+	case "noisy-neighbour":
+		return mainNoisy(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -25,6 +25,7 @@ type soakTarget struct {
 	addr       string // MQTT over TCP
 	pid        int    // 0: no memory figures
 	metricsURL string // "": no goroutine figures
+	httpURL    string // the HTTP listener (portal and REST API) of serve, "" when none
 
 	// Identities and topic root of the fleet.
 	root             string
@@ -150,6 +151,8 @@ func (t *soakTarget) start(argv []string, logPath string) error {
 				t.addr = strings.TrimPrefix(f, "mqtt://")
 			case strings.HasPrefix(f, "http://") && strings.HasSuffix(f, "/metrics"):
 				t.metricsURL = f
+			case strings.HasPrefix(f, "http://"):
+				t.httpURL = f
 			}
 		}
 		if t.addr == "" {
