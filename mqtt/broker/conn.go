@@ -122,6 +122,7 @@ type conn struct {
 	// readPacket). A subscriber that stopped reading sets nothing: pausing
 	// cannot help it, and would slow the publisher a hundredfold.
 	congested bool
+	pausedAt  time.Time // the reader's last congestion pause
 }
 
 // congestionPause is how long a publisher's reader waits before reading
@@ -131,6 +132,11 @@ type conn struct {
 // acknowledgements would otherwise wait for the runtime's 10 ms background
 // poll, starving the very session that overflowed.
 const congestionPause = time.Millisecond
+
+// congestionEvery is the least time between two congestion pauses of one
+// reader: the pauses take at most a tenth of a publisher's time, however
+// slow the subscribers its messages overflow.
+const congestionEvery = 10 * congestionPause
 
 // highWater is how many encoded bytes a connection buffers before the pump
 // leaves messages in the session queue.
@@ -284,8 +290,14 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			c.flushPending()
 			if c.congested {
 				c.congested = false
-				c.srv.stats.publisherPauses.Add(1)
-				time.Sleep(congestionPause)
+				// At most one pause per congestionEvery: a subscriber
+				// that reads, but slower than its publishers send, costs
+				// them at most a tenth of their time.
+				if now := time.Now(); now.Sub(c.pausedAt) >= congestionEvery {
+					c.pausedAt = now
+					c.srv.stats.publisherPauses.Add(1)
+					time.Sleep(congestionPause)
+				}
 			}
 			if err := c.fill(); err != nil {
 				return nil, err

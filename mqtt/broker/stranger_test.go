@@ -171,3 +171,68 @@ func TestStuckSubscriberSlowsNobody(t *testing.T) {
 		t.Fatalf("the publisher paused %d times for a subscriber that does not read", st.PublisherPauses)
 	}
 }
+
+// TestSlowSubscriberCostsPublishersLittle: a QoS 1 subscriber that reads
+// everything it is sent but acknowledges slowly (one PUBACK a
+// millisecond: a long round trip) overflows its queue behind its inflight
+// window. Its publisher's reader then pauses (so the runtime polls the
+// network for the subscriber's acknowledgements) at most once per 10 ms: a
+// tenth of the publisher's time, not a pause per message.
+func TestSlowSubscriberCostsPublishersLittle(t *testing.T) {
+	b := startBroker(t, broker.Options{MaxQueued: 10})
+	slow, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "slow", CleanStart: true, KeepAlive: 600})
+	slow.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "flood/#", QoS: 1}}})
+	slow.expect(t, packet.SUBACK)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			slow.nc.SetReadDeadline(time.Now().Add(waitFor))
+			p, err := slow.read()
+			if err != nil {
+				return
+			}
+			pp, ok := p.(*packet.Publish)
+			if !ok || pp.QoS == 0 {
+				continue
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if slow.send(&packet.Ack{Kind: packet.PUBACK, PacketID: pp.PacketID}, true) != nil {
+				return
+			}
+		}
+	}()
+
+	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 600})
+	payload := make([]byte, 100)
+	start := time.Now()
+	const n = 20_000
+	for i := range n {
+		if err := pub.send(&packet.Publish{Topic: "flood/x", QoS: 1, PacketID: uint16(i%60000 + 1), Payload: payload}, i%50 == 49); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pub.flush(); err != nil {
+		t.Fatal(err)
+	}
+	for got := 0; got < n; { // the broker has handled every publish
+		if p := pub.next(t); p.Type() == packet.PUBACK {
+			got++
+		}
+	}
+	took := time.Since(start)
+	st := b.Stats()
+	if st.Drops[broker.DropQueueFull] == 0 {
+		t.Fatalf("the slow subscriber lost nothing: it kept up, the test proves nothing (%+v)", st.Drops)
+	}
+	if most := int64(took/(10*time.Millisecond)) + 2; st.PublisherPauses > most {
+		t.Fatalf("the publisher paused %d times in %v for a slow subscriber, want at most one per 10 ms (%d)", st.PublisherPauses, took, most)
+	}
+	t.Logf("%d publishes in %v, %d pauses, %d dropped for the slow subscriber", n, took, st.PublisherPauses, st.Drops[broker.DropQueueFull])
+}

@@ -178,8 +178,9 @@ func (p *Portal) dummy() string {
 	return p.dummyHash
 }
 
-// checkPassword runs an argon2id check, at most a few at a time (each
-// takes 64 MiB).
+// checkPassword runs an argon2id check, one at a time in the process
+// (each holds its memory and a core): a burst of sign-ins waits here
+// instead of taking the cores and memory the brokers need.
 func (p *Portal) checkPassword(ctx context.Context, hash, password string) (bool, error) {
 	select {
 	case p.checks <- struct{}{}:

@@ -40,9 +40,9 @@ import (
 const waitFor = 10 * time.Second
 
 // requestTimeout bounds one request of a test browser, only against a
-// hang: sign-in and password changes hash with argon2id (64 MiB, about
-// 0.6 s under -race), a few at a time, so with parallel tests on a busy
-// machine one request has waited over 10 s.
+// hang: sign-in and password changes hash with argon2id, one check at a
+// time in the process, so with parallel tests on a busy machine one
+// request has waited over 10 s.
 const requestTimeout = 2 * time.Minute
 
 // t0 is where the test clock starts: 2030-03-10 12:20:00 UTC.

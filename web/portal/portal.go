@@ -113,7 +113,7 @@ type Portal struct {
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
 	throttle *throttle
-	// checks bounds concurrent argon2id checks (64 MiB each).
+	// checks bounds concurrent argon2id checks to one.
 	checks chan struct{}
 
 	dummyOnce sync.Once
@@ -136,7 +136,7 @@ func New(d Deps, o Options) *Portal {
 	}
 	o.defaults()
 	p := &Portal{deps: d, opts: o, mux: http.NewServeMux(), throttle: newThrottle(o.LoginFailures, o.LoginWindow),
-		checks: make(chan struct{}, 2)}
+		checks: make(chan struct{}, 1)}
 	p.assetVersion = hashAssets()
 	p.pages = parsePages(p.funcs())
 	p.routes()
