@@ -3,6 +3,8 @@ package platform
 import (
 	"strings"
 	"time"
+
+	"github.com/fleetmq/fleetmq"
 )
 
 // Snapshot is the control-plane state the policy decides with: accounts,
@@ -32,6 +34,9 @@ type Account struct {
 	PublishBytesRate, AccountPublishBytesRate int64
 	QoS2AddOn                                 bool
 	Clients                                   map[string]*Client // by client id
+	// Record is the account as stored when the snapshot was read (nil in
+	// snapshots not read from a store). Shared: never modify it.
+	Record *fleetmq.Account
 }
 
 // The retained state an account may keep, per publisher client its plan

@@ -36,7 +36,7 @@ func (s StoreSource) Load(ctx context.Context) (*Snapshot, error) {
 	}
 	snap := &Snapshot{Version: v, Accounts: map[string]*Account{}, Creds: map[string]*Credential{}, Layouts: map[string][]*Layout{}}
 	for _, a := range accounts {
-		acc := &Account{ID: a.ID, Suspended: a.Suspended, QoS2AddOn: a.HasAddOn(fleetmq.AddOnQoS2), Clients: map[string]*Client{}}
+		acc := &Account{ID: a.ID, Suspended: a.Suspended, QoS2AddOn: a.HasAddOn(fleetmq.AddOnQoS2), Clients: map[string]*Client{}, Record: a}
 		if p, ok := byPlan[a.Plan]; ok {
 			acc.HasPlan, acc.PlanName = true, p.Name
 			acc.MaxPublisherClients, acc.QoS2DailyPool = p.MaxPublisherClients, p.QoS2DailyPool

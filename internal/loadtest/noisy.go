@@ -14,7 +14,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/fleetmq/fleetmq/web/api"
+	"github.com/fleetmq/fleetmq/history"
 )
 
 // NoisyConfig is a noisy-neighbour run: fleetmq serve with a victim and an
@@ -33,7 +33,12 @@ type NoisyConfig struct {
 	AckRate, RESTRate, ReadyRate int // per second
 
 	// The attacker's bounds.
-	AttackerClients  int // the attacker plan's max_publisher_clients (its retained bound is x100)
+	AttackerClients int // the attacker plan's max_publisher_clients (its retained bound is x100)
+	// AttackerRates names the catalog plan whose publish rates the
+	// attacker's plan gets ("scale", the most generous, by default), or
+	// "none" for no publish rates (what per-account fair ingest alone
+	// does against an unthrottled flood).
+	AttackerRates    string
 	AttackerRecords  int // stored history of the attacker account
 	Exports          int // export-stall: stalled NDJSON exports
 	FilterLoops      int // expensive-filter: concurrent GET /history loops
@@ -82,6 +87,9 @@ func (c *NoisyConfig) fill() error {
 	def(&c.RESTRate, 5)
 	def(&c.ReadyRate, 10)
 	def(&c.AttackerClients, 20)
+	if c.AttackerRates == "" {
+		c.AttackerRates = "scale"
+	}
 	def(&c.AttackerRecords, 100_000)
 	def(&c.Exports, 10)
 	def(&c.FilterLoops, 8)
@@ -191,7 +199,7 @@ func RunNoisy(ctx context.Context, cfg NoisyConfig) (*NoisyResult, error) {
 		url := r.httpURL + "/api/v1/subscriber/history?limit=100&client_id=" + victim.historyClient
 		// As many at once as the API runs for one account: a 429 is then
 		// never the victim's own doing.
-		rest.run(vctx, time.Second/time.Duration(cfg.RESTRate), api.QueriesPerAccount, func(ctx context.Context) error {
+		rest.run(vctx, time.Second/time.Duration(cfg.RESTRate), history.RequestsPerAccount, func(ctx context.Context) error {
 			return httpGet(ctx, restClient, url, victim.token)
 		})
 	}()

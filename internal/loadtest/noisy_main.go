@@ -35,6 +35,7 @@ Flags:
 	fs.IntVar(&cfg.RESTRate, "rest-rate", 5, "victim GET /history pages per second")
 	fs.IntVar(&cfg.ReadyRate, "readyz-rate", 10, "GET /readyz per second")
 	fs.IntVar(&cfg.AttackerClients, "attacker-clients", 20, "the attacker plan's max_publisher_clients (its retained bound is 100 times this)")
+	fs.StringVar(&cfg.AttackerRates, "attacker-rates", "scale", "the catalog plan whose publish rates the attacker's plan has, or \"none\" (no publish rates)")
 	fs.IntVar(&cfg.AttackerRecords, "attacker-records", 100_000, "attacker history records, stored through the store before serve starts")
 	fs.IntVar(&cfg.Exports, "exports", 10, "export-stall: unread NDJSON exports")
 	fs.IntVar(&cfg.FilterLoops, "filter-loops", 8, "expensive-filter: concurrent GET /history loops")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
@@ -59,7 +60,17 @@ func provisionNoisy(ctx context.Context, cfg *NoisyConfig, dir string) (victim, 
 	if err := st.PutPlan(ctx, fleetmq.Plan{Name: "noisy-victim", MaxPublisherClients: 100, QoS2DailyPool: 1_000_000, HistoryRetentionDays: 30}); err != nil {
 		return nil, nil, err
 	}
-	if err := st.PutPlan(ctx, fleetmq.Plan{Name: "noisy-attacker", MaxPublisherClients: cfg.AttackerClients, QoS2DailyPool: 1_000_000, HistoryRetentionDays: 30}); err != nil {
+	ap := fleetmq.Plan{Name: "noisy-attacker", MaxPublisherClients: cfg.AttackerClients, QoS2DailyPool: 1_000_000, HistoryRetentionDays: 30}
+	if cfg.AttackerRates != "none" {
+		i := slices.IndexFunc(fleetmq.DefaultPlans, func(p fleetmq.Plan) bool { return p.Name == cfg.AttackerRates })
+		if i < 0 {
+			return nil, nil, fmt.Errorf("-attacker-rates %q: not a catalog plan (or none)", cfg.AttackerRates)
+		}
+		c := fleetmq.DefaultPlans[i]
+		ap.MaxPublishRate, ap.MaxPublishBytesRate = c.MaxPublishRate, c.MaxPublishBytesRate
+		ap.MaxAccountPublishRate, ap.MaxAccountPublishBytesRate = c.MaxAccountPublishRate, c.MaxAccountPublishBytesRate
+	}
+	if err := st.PutPlan(ctx, ap); err != nil {
 		return nil, nil, err
 	}
 	run := randomHex(4)

@@ -73,8 +73,9 @@ func TestStrangersGetMemoryForWhatTheySend(t *testing.T) {
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
-	perSocket := (int64(after.HeapInuse) - int64(before.HeapInuse)) / socks
-	t.Logf("heap in use per silent stranger that declared %d bytes: %d bytes", declared, perSocket)
+	perSocket := (int64(after.HeapInuse+after.StackInuse) - int64(before.HeapInuse+before.StackInuse)) / socks
+	t.Logf("heap and stacks in use per silent stranger that declared %d bytes: %d bytes (stacks %d)", declared, perSocket,
+		(int64(after.StackInuse)-int64(before.StackInuse))/socks)
 	if perSocket > 8<<10 {
 		t.Fatalf("%d bytes of heap per stranger that sent %d bytes and declared %d; want at most 8 KiB", perSocket, len(connectHeader(declared))+7, declared)
 	}

@@ -54,22 +54,26 @@ func TestAddOnGating(t *testing.T) {
 		if err := e.Service.SetAddOn(e.ctx, tn.ID, x, true); err != nil {
 			t.Fatal(err)
 		}
+		e.Sync(e.ctx) // as the portal does after a change
 		check(t, x)
 		if err := e.Service.SetAddOn(e.ctx, tn.ID, x, false); err != nil {
 			t.Fatal(err)
 		}
+		e.Sync(e.ctx) // as the portal does after a change
 	}
 	check(t)
 	// The QoS 2 add-on opens no route.
 	if err := e.Service.SetAddOn(e.ctx, tn.ID, fleetmq.AddOnQoS2, true); err != nil {
 		t.Fatal(err)
 	}
+	e.Sync(e.ctx) // as the portal does after a change
 	check(t)
 	// All at once.
 	for _, x := range allAddOns {
 		if err := e.Service.SetAddOn(e.ctx, tn.ID, x, true); err != nil {
 			t.Fatal(err)
 		}
+		e.Sync(e.ctx) // as the portal does after a change
 	}
 	check(t, allAddOns...)
 	if t.Failed() {

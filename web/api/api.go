@@ -258,7 +258,7 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 		a.writeHuma(ctx, p)
 		return
 	}
-	acct, err := a.deps.Store.Account(ctx.Context(), tok.AccountID)
+	acct, err := a.account(ctx.Context(), tok.AccountID)
 	if err != nil {
 		if fleetmq.CodeOf(err) == fleetmq.CodeNotFound {
 			a.writeHuma(ctx, newProblem(http.StatusUnauthorized, fleetmq.CodeInvalidToken, "the token's account no longer exists"))
@@ -273,6 +273,24 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	next(huma.WithValue(ctx, principalKey{}, &principal{token: tok, account: acct}))
+}
+
+// account returns the caller's account: from the policy's in-memory
+// snapshot of the control plane, which every change made through this
+// process reaches before it returns and every change made elsewhere (the
+// CLI) reaches before the CLI returns; from the store when there is no
+// policy or the snapshot does not know the account yet. So a request,
+// even one refused a moment later, costs the store nothing here: a flood
+// of requests cannot load the database the history writer needs.
+func (a *API) account(ctx context.Context, id string) (*fleetmq.Account, error) {
+	if a.deps.Policy != nil {
+		if snap := a.deps.Policy.Snapshot(); snap != nil {
+			if acc := snap.Accounts[id]; acc != nil && acc.Record != nil {
+				return acc.Record, nil
+			}
+		}
+	}
+	return a.deps.Store.Account(ctx, id)
 }
 
 // writeHuma writes a problem from a middleware.

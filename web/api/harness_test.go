@@ -128,6 +128,7 @@ func (e *env) tenant(t testing.TB, name, plan string, addOns []fleetmq.AddOn, cl
 		if err := e.Service.SetAddOn(ctx, acc.ID, x, true); err != nil {
 			t.Fatal(err)
 		}
+		e.Sync(e.ctx) // as the portal does after a change
 		if x == fleetmq.AddOnQoS2 {
 			maxQoS = 2
 		}

@@ -118,6 +118,7 @@ func TestPublishersCRUD(t *testing.T) {
 	if err := e.Service.SetAddOn(e.ctx, A.ID, fleetmq.AddOnQoS2, true); err != nil {
 		t.Fatal(err)
 	}
+	e.Sync(e.ctx) // as the portal does after a change
 	e.req(t, A.Token, "PATCH", "/publishers/pump-2", map[string]any{"max_publish_qos": 2}).ok(t, http.StatusOK, &p)
 	if p.MaxPublishQoS != 2 || p.Label != "north" || !p.CreatedAt.Equal(t0) {
 		t.Fatalf("after QoS 2: %+v", p)
@@ -182,6 +183,7 @@ func TestPublisherChangesReachDevices(t *testing.T) {
 	if err := e.Service.SetAddOn(e.ctx, A.ID, fleetmq.AddOnHistoryDownload, true); err != nil {
 		t.Fatal(err)
 	}
+	e.Sync(e.ctx) // as the portal does after a change
 	e.get(t, A.Token, "/history?client_id=dev2").ok(t, http.StatusOK, &page)
 	if len(page.Records) != 1 || page.Records[0].Topic != A.topic("dev2", "event/e") {
 		t.Fatalf("dev2's history after the DELETE: %+v", page.Records)

@@ -151,6 +151,7 @@ func TestUsage(t *testing.T) {
 	if err := e.Service.SetAddOn(e.ctx, A.ID, fleetmq.AddOnQoS2, false); err != nil {
 		t.Fatal(err)
 	}
+	e.Sync(e.ctx) // as the portal does after a change
 	e.get(t, A.Token, "/usage").ok(t, http.StatusOK, &u)
 	if u.Pool.AddOnActive || u.Pool.Demoted {
 		t.Fatalf("pool without the add-on: %+v", u.Pool)
