@@ -264,7 +264,9 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 			a.writeHuma(ctx, newProblem(http.StatusUnauthorized, fleetmq.CodeInvalidToken, "the token's account no longer exists"))
 			return
 		}
-		a.deps.Logger.Error("api: load account", "account", tok.AccountID, "error", err)
+		if ctx.Context().Err() == nil { // else the client went away
+			a.deps.Logger.Error("api: load account", "account", tok.AccountID, "error", err)
+		}
 		a.writeHuma(ctx, newProblem(http.StatusInternalServerError, fleetmq.CodeInternal, "internal error"))
 		return
 	}

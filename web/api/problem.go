@@ -217,6 +217,11 @@ func (a *API) fail(ctx context.Context, err error, where string) *Problem {
 		if c := caller(ctx); c != nil {
 			acc = c.account.ID
 		}
+		if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+			// The client went away: nothing failed on our side.
+			a.deps.Logger.Debug("api: request abandoned by the client", "account", acc, "where", where)
+			return p
+		}
 		a.deps.Logger.Error("api: internal error", "account", acc, "error", err)
 	}
 	return p
