@@ -269,16 +269,7 @@ func TestPersistPeriodicSave(t *testing.T) {
 
 	// A second server on a copy of the files (the first never closed, as
 	// after a crash).
-	crash := filepath.Join(dir, "crash.json")
-	for _, suffix := range []string{"", ".retained"} {
-		data, err := os.ReadFile(path + suffix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(crash+suffix, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	crash := copyStateFiles(t, path, filepath.Join(dir, "crash.json"))
 	b2 := startBroker(t, broker.Options{StatePath: crash, SaveInterval: -1})
 	sub, _ := hcConnect(t, b2.Addr, "ps-sub", true, 0, 0)
 	hcSubscribe(t, sub, "ps/#", 1, 0)
@@ -402,4 +393,20 @@ func TestPersistCloseDisconnectsClients(t *testing.T) {
 	if err := b.Close(context.Background()); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+}
+
+// copyStateFiles copies the state file at path and its retained log to
+// dst (and dst's log), as they are now, and returns dst.
+func copyStateFiles(t *testing.T, path, dst string) string {
+	t.Helper()
+	for _, suffix := range []string{"", ".retained"} {
+		data, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst+suffix, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dst
 }

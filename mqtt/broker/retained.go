@@ -185,17 +185,8 @@ func (rs *retainedStore) under(topic string) (count int, bytes int64, current in
 		return 0, 0, -1
 	}
 	current = -1
-	n := &sh.root
-	for rest := topic; n != nil; {
-		level, more := cut(rest)
-		n = n.children[level]
-		if !more {
-			break
-		}
-		rest = rest[len(level)+1:]
-	}
-	if n != nil && n.msg != nil {
-		current = len(n.msg.Payload)
+	if m := lookup(&sh.root, topic); m != nil {
+		current = len(m.Payload)
 	}
 	return top.under, top.underBytes, current
 }

@@ -186,16 +186,7 @@ func TestRetainedLogIncremental(t *testing.T) {
 	rlSameContents(t, "before restart", rlContents(t, s), want)
 
 	// The files as the last save left them, without Close.
-	crash := filepath.Join(dir, "crash.json")
-	for _, suffix := range []string{"", ".retained"} {
-		data, err := os.ReadFile(path + suffix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(crash+suffix, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	crash := copyStateFiles(t, path, filepath.Join(dir, "crash.json"))
 	rlSameContents(t, "from the last save", rlContents(t, rlOpen(t, crash, broker.Options{Now: clk.now})), want)
 
 	rlSet(s, "inc/after-save", []byte("A"))
