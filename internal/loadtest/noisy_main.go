@@ -41,7 +41,7 @@ Flags:
 	fs.IntVar(&cfg.FilterLoops, "filter-loops", 8, "expensive-filter: concurrent GET /history loops")
 	fs.IntVar(&cfg.BigConnects, "big-connects", 2000, "big-connect: unauthenticated sockets")
 	fs.IntVar(&cfg.BigConnectSize, "big-connect-size", 1<<20, "big-connect: remaining length every other CONNECT header declares (the others 65,000)")
-	fs.IntVar(&cfg.HTTPIdle, "http-idle", 2000, "http-idle: idle keep-alive connections (the acceptance figure is 20,000: raise the file limit first, see docs/benchmarks.md)")
+	fs.IntVar(&cfg.HTTPIdle, "http-idle", 2000, "http-idle: idle keep-alive connections (the target is 20,000: raise the file limit first, see docs/benchmarks.md)")
 	fs.IntVar(&cfg.HTTPSlow, "http-slow", 0, "http-idle: slow-body connections (default -http-idle/10)")
 	fs.IntVar(&cfg.RetainedTopics, "retained-topics", 20_000, "retained-flood: retained messages on distinct topics")
 	fs.IntVar(&cfg.UserProps, "user-props", 120_000, "user-properties: User Properties per PUBLISH")
