@@ -1,11 +1,11 @@
 package broker
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -364,23 +364,38 @@ func (c *conn) readPacket() (packet.Packet, error) {
 
 // readGrowing returns a body of remaining bytes whose header (n bytes) is
 // at c.r, reading what is not buffered yet into a buffer that grows as
-// bytes arrive.
+// bytes arrive (from 512 bytes, doubling). It reads the socket itself,
+// with no reader layers between: a stranger's goroutine parks here, and a
+// shallow stack stays small.
 func (c *conn) readGrowing(n, remaining int) ([]byte, error) {
-	var b bytes.Buffer
-	got, _ := b.Write(c.buf[c.r+n : min(c.w, c.r+n+remaining)])
-	c.r += n + got
-	if got < remaining {
-		read, err := io.CopyN(&b, c.nc, int64(remaining-got))
-		if read > 0 {
-			c.srv.stats.bytesIn.Add(read)
-			c.received()
-			c.lastN = int(read)
+	have := c.buf[c.r+n : min(c.w, c.r+n+remaining)]
+	c.r += n + len(have)
+	if len(have) == remaining {
+		return slices.Clone(have), nil
+	}
+	body := make([]byte, len(have), min(remaining, max(2*len(have), 512)))
+	copy(body, have)
+	var err error
+	for len(body) < remaining && err == nil {
+		if len(body) == cap(body) {
+			body = slices.Grow(body, min(remaining, 2*cap(body))-len(body))
 		}
-		if err != nil {
-			return nil, err
+		var k int
+		k, err = c.nc.Read(body[len(body):min(cap(body), remaining)])
+		if k > 0 { // counted as it arrives
+			body = body[:len(body)+k]
+			c.srv.stats.bytesIn.Add(int64(k))
+			c.received()
+			c.lastN = k
 		}
 	}
-	return b.Bytes(), nil
+	if len(body) < remaining {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return body, nil
 }
 
 // connectLevel peeks at the protocol level of a CONNECT body.

@@ -1,10 +1,12 @@
 package broker_test
 
 import (
+	"bufio"
 	"crypto/tls"
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -236,4 +238,37 @@ func TestSlowSubscriberCostsPublishersLittle(t *testing.T) {
 		t.Fatalf("the publisher paused %d times in %v for a slow subscriber, want at most one per 10 ms (%d)", st.PublisherPauses, took, most)
 	}
 	t.Logf("%d publishes in %v, %d pauses, %d dropped for the slow subscriber", n, took, st.PublisherPauses, st.Drops[broker.DropQueueFull])
+}
+
+// TestConnectInPieces: a CONNECT that arrives in pieces (a slow link, a
+// large will) is put together as its bytes come and answered like any
+// other.
+func TestConnectInPieces(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	payload := strings.Repeat("w", 3000) // a will larger than one read's worth
+	msg, err := packet.Encode(nil, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version5, ClientID: "pieces",
+		CleanStart: true, KeepAlive: 60, Will: &packet.Will{Topic: "will/t", Payload: []byte(payload)}}, packet.Version5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.Dial("tcp", b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	in0 := b.Stats().BytesIn
+	for off := 0; off < len(msg); off += 700 {
+		part := msg[off:min(off+700, len(msg))]
+		if _, err := nc.Write(part); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(off + len(part))
+		eventually(t, "the broker to read the piece", func() bool { return b.Stats().BytesIn-in0 >= want })
+	}
+	nc.SetReadDeadline(time.Now().Add(waitFor))
+	r := bufio.NewReader(nc)
+	h, err := r.ReadByte()
+	if err != nil || packet.Type(h>>4) != packet.CONNACK {
+		t.Fatalf("after a CONNECT in pieces: first byte %#x, %v; want a CONNACK", h, err)
+	}
 }
