@@ -10,7 +10,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -137,4 +139,35 @@ func flagHelp(t *testing.T, cmd, flag string) string {
 	}
 	t.Fatalf("fleetmq %s -h does not list %s:\n%s", cmd, flag, errOut.String())
 	return ""
+}
+
+// TestMaxKeepAliveFlag: "broker -max-keepalive 30" refuses a 3.1.1 client
+// asking for a 60 s keep alive (mosquitto_pub says why) and takes one
+// asking for 30 s; a value over 65535 is refused at start.
+func TestMaxKeepAliveFlag(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_pub"); err != nil {
+		t.Skip("mosquitto_pub is not installed (scripts/test.sh installs it)")
+	}
+	if err := refused(t, "broker", "-listen", "127.0.0.1:0", "-max-keepalive", "70000"); !strings.Contains(err.Error(), "-max-keepalive") {
+		t.Fatalf("-max-keepalive 70000: %v, want an error naming the flag", err)
+	}
+	_, _, out := startBrokerOut(t, "-max-keepalive", "30")
+	m := regexp.MustCompile(`mqtt://(127\.0\.0\.1:\d+)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no address in %q", out.String())
+	}
+	host, port, _ := net.SplitHostPort(m[1])
+	pub := func(ka string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		b, err := exec.CommandContext(ctx, "mosquitto_pub", "-h", host, "-p", port, "-V", "mqttv311", "-k", ka,
+			"-i", "ka-"+ka, "-t", "ka/t", "-m", "x").CombinedOutput()
+		return string(b), err
+	}
+	if msg, err := pub("60"); err == nil || !strings.Contains(strings.ToLower(msg), "identifier rejected") {
+		t.Fatalf("3.1.1 keep alive 60 under -max-keepalive 30: %v %q, want refused (identifier rejected)", err, msg)
+	}
+	if msg, err := pub("30"); err != nil {
+		t.Fatalf("3.1.1 keep alive 30 under -max-keepalive 30: %v %q", err, msg)
+	}
 }

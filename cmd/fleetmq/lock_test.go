@@ -86,6 +86,14 @@ func TestServeLocksDataDir(t *testing.T) {
 // waits for its "listening" line.
 func startBroker(t *testing.T, extra ...string) (done chan error, stop context.CancelFunc) {
 	t.Helper()
+	done, stop, _ = startBrokerOut(t, extra...)
+	return done, stop
+}
+
+// startBrokerOut is startBroker that also returns the broker's standard
+// output.
+func startBrokerOut(t *testing.T, extra ...string) (done chan error, stop context.CancelFunc, out *lockedBuffer) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr lockedBuffer
 	done = make(chan error, 1)
@@ -111,7 +119,7 @@ func startBroker(t *testing.T, extra ...string) (done chan error, stop context.C
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return done, cancel
+	return done, cancel, &stdout
 }
 
 // TestBrokerLocksStateFile: two bare brokers saving one state file are

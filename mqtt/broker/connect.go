@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -44,6 +45,12 @@ func (c *conn) connect(cp *packet.Connect) error {
 		}
 		assigned = "auto-" + strconv.FormatUint(c.srv.nextID.Add(1), 36) + "-" + strconv.FormatInt(c.srv.now().UnixNano()%1e9, 36)
 		cp.ClientID = assigned
+	}
+	if max := c.srv.opts.MaxKeepAlive; max > 0 && !v5 && (cp.KeepAlive == 0 || cp.KeepAlive > max) {
+		// 3.1.1 cannot tell the client to use another keep alive; as
+		// Mosquitto does with max_keepalive, the connection is refused
+		// (0x02, identifier rejected).
+		return refuse(packet.ClientIdentifierNotValid, fmt.Sprintf("keep alive %d s: this server allows 1 to %d s", cp.KeepAlive, max), nil)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.srv.opts.ConnectTimeout)
 	id, err := c.srv.policy.Authenticate(ctx, &ConnectRequest{Connect: cp, RemoteAddr: c.nc.RemoteAddr(), TLS: c.kind.tls, WebSocket: c.kind.websocket})

@@ -281,6 +281,32 @@ func TestServerKeepAlive(t *testing.T) {
 	}
 }
 
+// TestMaxKeepAliveRefusesV3: a 3.1.1 client cannot be told another keep
+// alive, so one asking for more than Options.MaxKeepAlive, or for none, is
+// refused with CONNACK 0x02 (identifier rejected), as Mosquitto's
+// max_keepalive does; one within the cap connects.
+func TestMaxKeepAliveRefusesV3(t *testing.T) {
+	b := startBroker(t, broker.Options{MaxKeepAlive: 30})
+	for _, tc := range []struct {
+		ka      time.Duration
+		refused bool
+	}{{60 * time.Second, true}, {0, true}, {10 * time.Second, false}, {30 * time.Second, false}} {
+		c, err := tryV3(t, b.Addr, fmt.Sprintf("ka3-%d", int(tc.ka.Seconds())), func(o *mqtt3.ClientOptions) { o.SetKeepAlive(tc.ka) })
+		switch {
+		case tc.refused && !errors.Is(err, mqtt3packets.ErrorRefusedIDRejected):
+			t.Errorf("3.1.1 keep alive %v under a cap of 30 s: %v, want refused with identifier rejected", tc.ka, err)
+		case !tc.refused && err != nil:
+			t.Errorf("3.1.1 keep alive %v under a cap of 30 s: %v, want connected", tc.ka, err)
+		}
+		if err == nil {
+			c.Disconnect(0)
+		}
+	}
+	if n := b.Stats().ConnectsRefusedBy[packet.ClientIdentifierNotValid]; n != 2 {
+		t.Errorf("refusals counted: %d, want 2", n)
+	}
+}
+
 // TestMaxPacketSizeInbound: the broker advertises Options.MaxPacketSize,
 // accepts a packet of exactly that size and disconnects a v5 client whose
 // packet is one byte larger with DISCONNECT 0x95 (3.1.1: just closed).

@@ -55,8 +55,11 @@ type Options struct {
 	// MaxTopicLevels bounds the levels of a topic name or filter; deeper
 	// ones are refused (TopicNameInvalid / TopicFilterInvalid). Default 128.
 	MaxTopicLevels int
-	// MaxKeepAlive caps the client's keep alive in seconds (v5 clients are
-	// told with Server Keep Alive). 0 means no cap. Default 0.
+	// MaxKeepAlive caps the client's keep alive in seconds: a v5 client
+	// asking for more, or for none (0), gets this value as Server Keep
+	// Alive in its CONNACK; a 3.1.1 client, which cannot be told, is
+	// refused (CONNACK 0x02), as Mosquitto's max_keepalive does. 0 means no
+	// cap. Default 0.
 	MaxKeepAlive uint16
 	// MaxSessionExpiry caps the session expiry interval in seconds; 3.1.1
 	// persistent sessions use it as their expiry. Default 7 days.
