@@ -126,8 +126,26 @@ func TestQueryFilters(t *testing.T) {
 		} {
 			equal(t, "topic "+tc.filter, query(t, st, accA, history.Params{Topic: tc.filter, Order: "asc"}), tc.want...)
 		}
-		equal(t, "anchored expression", query(t, st, accA, history.Params{TopicRegex: "^" + accA + "/pump-[12]/state/", Order: "asc"}),
-			"pump-1/state/summary a0", "pump-2/state/summary a2")
+		// Topic expressions: any RE2 expression, applied within the
+		// caller's account only. The examples of docs/history.md and the
+		// service's form (the account id's pattern) included.
+		uuid := `^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/`
+		for _, tc := range []struct {
+			expr string
+			want []string
+		}{
+			{"^" + accA + "/pump-[12]/state/", []string{"pump-1/state/summary a0", "pump-2/state/summary a2"}},
+			{"^" + accA + "/pump-[0-9]+/state/", []string{"pump-1/state/summary a0", "pump-2/state/summary a2"}},
+			{"^" + accA + "/pump-1/(state|event)/", []string{"pump-1/state/summary a0", "pump-1/event/alarm/high a1"}},
+			{uuid + "pump-2/", []string{"pump-2/state/summary a2", "pump-2/sample/a/b/c a4"}},
+			{"/sample/", []string{"pump-2/sample/a/b/c a4"}}, // unanchored: anywhere in the topic
+			{"^" + accB + "/", nil},                      // another account's: nothing of it
+			{"^" + accB + "/pump-1/state/summary$", nil}, // ... whatever its literal levels name
+			{"^" + accA + "/pump-1/event/|^" + accB + "/", []string{"pump-1/event/alarm/high a1"}},
+			{".*", []string{"pump-1/state/summary a0", "pump-1/event/alarm/high a1", "pump-2/state/summary a2", "pump-1/" + flow, "pump-2/sample/a/b/c a4"}},
+		} {
+			equal(t, "expression "+tc.expr, query(t, st, accA, history.Params{TopicRegex: tc.expr, Order: "asc"}), tc.want...)
+		}
 		equal(t, "topic filter and client agree", query(t, st, accA, history.Params{Topic: accA + "/pump-1/state/#", ClientID: "pump-1"}),
 			"pump-1/state/summary a0")
 	})
@@ -140,12 +158,9 @@ func TestBuildRefuses(t *testing.T) {
 		p     history.Params
 		field string
 	}{
-		{history.Params{Topic: accB + "/#"}, "topic"},                 // another account's filter
-		{history.Params{TopicRegex: "^" + accB + "/"}, "topic_regex"}, // another account's expression
-		{history.Params{TopicRegex: ".*"}, "topic_regex"},             // not anchored
+		{history.Params{Topic: accB + "/#"}, "topic"}, // another account's filter
 		{history.Params{TopicRegex: "^" + accA + "/("}, "topic_regex"},
-		{history.Params{TopicRegex: "^" + accA + "/x|^" + accB + "/"}, "topic_regex"}, // a branch outside the account
-		{history.Params{TopicRegex: "^" + accA + "/x|.*"}, "topic_regex"},
+		{history.Params{TopicRegex: strings.Repeat("x", fleetmq.MaxTopicRegexLen+1)}, "topic_regex"},
 		{history.Params{Topic: "$share/g/#"}, "topic"},
 		{history.Params{Topic: accA + "/a/#/b"}, "topic"},
 		{history.Params{Topic: accA + "/#", TopicRegex: "^" + accA + "/"}, "topic"},

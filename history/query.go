@@ -90,7 +90,10 @@ func Build(accountID string, p Params, unlimited bool) (*fleetmq.HistoryQuery, e
 			q.Class = class
 		}
 	case p.TopicRegex != "":
-		if err := checkAnchored(accountID, p.TopicRegex); err != nil {
+		// Any expression: it runs within the account only (the store's
+		// account condition), so one naming another account matches
+		// nothing.
+		if err := fleetmq.CheckTopicRegex(p.TopicRegex); err != nil {
 			fields["topic_regex"] = err.Error()
 			break
 		}
@@ -236,12 +239,7 @@ func filterClass(filter string) string {
 // expression names in its literal prefix ("" for a level the prefix does
 // not hold whole, i.e. followed by "/").
 func prefixLevels(expr string) (client, class string) {
-	re, err := regexp.Compile(expr)
-	if err != nil {
-		return "", ""
-	}
-	prefix, _ := re.LiteralPrefix()
-	levels := strings.Split(prefix, "/")
+	levels := strings.Split(fleetmq.TopicRegexPrefix(expr), "/")
 	// levels[0] is the account; a level is whole when another follows it.
 	if len(levels) > 2 && fleetmq.ValidClientID(levels[1]) {
 		client = levels[1]
@@ -250,27 +248,6 @@ func prefixLevels(expr string) (client, class string) {
 		class = levels[2]
 	}
 	return client, class
-}
-
-// checkAnchored accepts a topic expression that starts with
-// "^{account_id}/", compiles, and matches nothing outside the account.
-func checkAnchored(accountID, expr string) error {
-	if !strings.HasPrefix(expr, "^"+accountID+"/") {
-		return fmt.Errorf("must start with ^%s/", accountID)
-	}
-	if len(expr) > 1024 {
-		return fmt.Errorf("longer than 1024 characters")
-	}
-	re, err := regexp.Compile(expr)
-	if err != nil {
-		return fmt.Errorf("not a valid regular expression: %v", err)
-	}
-	// Every match must begin with the account: "^A/x|^B/y" starts right
-	// but has a second branch outside it.
-	if prefix, _ := re.LiteralPrefix(); !strings.HasPrefix(prefix, accountID+"/") {
-		return fmt.Errorf("every alternative must stay under ^%s/: put alternatives in a group after it, e.g. ^%s/(a|b)", accountID, accountID)
-	}
-	return nil
 }
 
 // Cursors are opaque to users: base64url of "v1.{a|d}.{received_us}.{id}".

@@ -50,7 +50,7 @@ func planHistory(q *fleetmq.HistoryQuery) (*historyPlan, error) {
 		if p.re, err = regexp.Compile(q.TopicRegex); err != nil {
 			return nil, &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "topic expression: " + err.Error()}
 		}
-		if prefix, _ := p.re.LiteralPrefix(); strings.HasPrefix(q.TopicRegex, "^") {
+		if prefix := fleetmq.TopicRegexPrefix(q.TopicRegex); prefix != "" {
 			p.prefix = prefix
 			p.upper, _ = prefixUpperBound(prefix)
 		}

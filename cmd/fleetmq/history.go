@@ -26,7 +26,7 @@ func historyCmds() map[string]*adminCmd {
 	filters := func(fs *flag.FlagSet) {
 		fs.StringVar(&p.ClientID, "client", "", "only this client id")
 		fs.StringVar(&p.Topic, "topic", "", "MQTT topic filter within the account, e.g. ACCOUNT/+/state/#")
-		fs.StringVar(&p.TopicRegex, "regex", "", "topic expression anchored with ^ACCOUNT/")
+		fs.StringVar(&p.TopicRegex, "regex", "", "topic regular expression (RE2), over this account's messages only, e.g. ^ACCOUNT/pump-[0-9]+/state/")
 		fs.StringVar(&p.Class, "class", "", "state, event, telemetry or sample")
 		fs.StringVar(&p.StationControllerDeviceID, "device", "", "station_controller_device_id")
 		fs.StringVar(&p.From, "from", "", "from this time (RFC 3339, inclusive)")

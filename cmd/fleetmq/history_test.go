@@ -84,7 +84,10 @@ func TestCLIHistory(t *testing.T) {
 	}
 
 	cliErr(t, dir, "must start with the account id", "history", "query", a, "-topic", b+"/#")
-	cliErr(t, dir, "must start with ^"+a+"/", "history", "export", a, "-regex", "^"+b+"/")
+	cliErr(t, dir, "not a valid regular expression", "history", "export", a, "-regex", "^"+a+"/(")
+	if out := mustCLI(t, dir, "history", "export", a, "-regex", "^"+b+"/"); strings.TrimSpace(out) != "" {
+		t.Errorf("an expression naming account B, run for A, exported:\n%s", out)
+	}
 	cliErr(t, dir, "cursor", "history", "query", a, "-cursor", "garbage")
 	cliErr(t, dir, "want ndjson, json or csv", "history", "export", a, "-format", "xml")
 	cliErr(t, dir, "needs from and to", "history", "chart", a, "-field", "temp")

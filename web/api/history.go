@@ -27,7 +27,7 @@ type HistoryPage struct {
 type historyInput struct {
 	ClientID   string `query:"client_id" maxLength:"128" doc:"Only this client."`
 	Topic      string `query:"topic" maxLength:"1024" doc:"An MQTT topic filter within the account, e.g. {account_id}/+/state/#. A first level of + or # stands for the account." example:"2c9654d9-9c8e-437b-a391-699d4fb8c874/+/telemetry/#"`
-	TopicRegex string `query:"topic_regex" maxLength:"1024" doc:"A regular expression (RE2) over the topic that starts with ^{account_id}/ (the spec's anchored form)." example:"^2c9654d9-9c8e-437b-a391-699d4fb8c874/pump-[0-9]+/state/"`
+	TopicRegex string `query:"topic_regex" maxLength:"1024" doc:"A regular expression (RE2, at most 1,024 characters) matched against the stored topic {account_id}/{client_id}/..., over this account's messages only (an expression naming another account matches nothing). A leading ^ and literal text narrow what is read." example:"^2c9654d9-9c8e-437b-a391-699d4fb8c874/pump-[0-9]+/state/"`
 	Class      string `query:"class" enum:"state,event,telemetry,sample" doc:"Only this topic class."`
 	Device     string `query:"station_controller_device_id" maxLength:"200" doc:"Only records whose payload carries this station_controller_device_id."`
 	From       string `query:"from" format:"date-time" doc:"Received at or after (RFC 3339)."`
