@@ -414,3 +414,40 @@ func TestV3SubscribeBehaviours(t *testing.T) {
 	s1.expect(t, "v3/a/b", "gone", 1, false)
 	s2.expect(t, "v3/a/b", "gone", 1, false)
 }
+
+// TestEmptyTopicFilterEndsTheConnection: a topic filter must have at least
+// one character [MQTT-4.7.3-1]; a SUBSCRIBE or UNSUBSCRIBE with an empty
+// one is a protocol violation that ends the connection (3.1.1: closed
+// [MQTT-4.8.0-1]; 5: DISCONNECT 0x82 Protocol Error, then closed), with
+// nothing answered to it.
+func TestEmptyTopicFilterEndsTheConnection(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	for _, version := range []byte{packet.Version311, packet.Version5} {
+		for _, p := range []packet.Packet{
+			&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "ok/#"}, {Filter: ""}}},
+			&packet.Unsubscribe{PacketID: 2, Filters: []string{""}},
+		} {
+			name := fmt.Sprintf("v%d %v", version, p.Type())
+			rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "empty-filter", CleanStart: true, KeepAlive: 60, ProtocolLevel: version})
+			rc.must(t, p)
+			pkts, err := hAUntilClosed(rc, waitFor)
+			if err != nil {
+				t.Fatalf("%s: the connection was not closed: %v (got %+v)", name, err, pkts)
+			}
+			switch {
+			case version == packet.Version311 && len(pkts) != 0:
+				t.Errorf("%s: got %+v before the close, want nothing", name, pkts)
+			case version == packet.Version5:
+				if len(pkts) != 1 {
+					t.Fatalf("%s: got %+v before the close, want one DISCONNECT", name, pkts)
+				}
+				if d, ok := pkts[0].(*packet.Disconnect); !ok || d.ReasonCode != packet.ProtocolError {
+					t.Errorf("%s: got %+v, want DISCONNECT 0x82", name, pkts[0])
+				}
+			}
+		}
+	}
+	if n := b.Stats().Closes[broker.CloseProtocolError]; n != 4 {
+		t.Errorf("protocol_error closes: %d, want 4", n)
+	}
+}

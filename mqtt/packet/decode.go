@@ -292,6 +292,11 @@ func decodeSubscribe(body []byte, v5 bool) (*Subscribe, error) {
 		if err != nil {
 			return nil, err
 		}
+		if filter == "" {
+			// MQTT-4.7.3-1: at least one character; 3.1.1 (4.8.0-1) and 5
+			// (4.13) both end the connection.
+			return nil, protocolErr("empty topic filter in SUBSCRIBE")
+		}
 		opts, err := r.byte("subscription options")
 		if err != nil {
 			return nil, err
@@ -369,6 +374,9 @@ func decodeUnsubscribe(body []byte, v5 bool) (*Unsubscribe, error) {
 		filter, err := r.string("topic filter")
 		if err != nil {
 			return nil, err
+		}
+		if filter == "" {
+			return nil, protocolErr("empty topic filter in UNSUBSCRIBE") // MQTT-4.7.3-1
 		}
 		u.Filters = append(u.Filters, filter)
 	}
