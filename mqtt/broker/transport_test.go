@@ -272,11 +272,11 @@ func hdDialWS(tb testing.TB, url, sp string) net.Conn {
 	return websocket.NetConn(nctx, ws, websocket.MessageBinary)
 }
 
-// TestWebSocketSubprotocolRequired: the upgrade succeeds without the "mqtt"
+// TestWebSocketSubprotocolRequired: the upgrade succeeds without an MQTT
 // subprotocol (the handshake cannot refuse it), but the broker closes the
-// WebSocket at once with 1008 Policy Violation before any MQTT is served;
-// this includes the "mqttv3.1" name of some older clients. A request that is
-// not a WebSocket upgrade gets 426 Upgrade Required.
+// WebSocket at once with 1008 Policy Violation before any MQTT is served. A
+// request that is not a WebSocket upgrade gets 426 Upgrade Required. Both
+// names clients send, "mqtt" and the older "mqttv3.1", are served.
 func TestWebSocketSubprotocolRequired(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	ln, err := b.ListenWebSocket("127.0.0.1:0")
@@ -285,7 +285,7 @@ func TestWebSocketSubprotocolRequired(t *testing.T) {
 	}
 	url := wsURL(ln.Addr().String())
 	before := b.Stats().ConnectionsTotal
-	for _, offered := range [][]string{nil, {"mqttv3.1"}, {"chat"}} {
+	for _, offered := range [][]string{nil, {"chat"}, {"mqttv5"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: offered})
 		if err != nil {
@@ -315,11 +315,13 @@ func TestWebSocketSubprotocolRequired(t *testing.T) {
 		t.Fatalf("plain GET: status %d, want 426", resp.StatusCode)
 	}
 
-	// The listener still serves MQTT afterwards.
-	v5 := hdV5Over(t, hdDialWS(t, url, "mqtt"), "ws-after")
-	v5.subscribe(t, paho.SubscribeOptions{Topic: "after", QoS: 1})
-	v5.publish(t, &paho.Publish{Topic: "after", QoS: 1, Payload: []byte("ok")})
-	hdExpectV5(t, v5, "after", "ok", 1)
+	// The listener still serves MQTT afterwards, under either name.
+	for _, sp := range []string{"mqtt", "mqttv3.1"} {
+		v5 := hdV5Over(t, hdDialWS(t, url, sp), "ws-after-"+sp)
+		v5.subscribe(t, paho.SubscribeOptions{Topic: "after/" + sp, QoS: 1})
+		v5.publish(t, &paho.Publish{Topic: "after/" + sp, QoS: 1, Payload: []byte("ok")})
+		hdExpectV5(t, v5, "after/"+sp, "ok", 1)
+	}
 }
 
 // TestWebSocketHandlerMounted mounts Server.WebSocketHandler on a path of

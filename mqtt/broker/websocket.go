@@ -11,18 +11,24 @@ import (
 	"github.com/coder/websocket"
 )
 
+// wsSubprotocols are the WebSocket subprotocol names MQTT clients send:
+// "mqtt" (the specifications' name) and "mqttv3.1" (older JavaScript and
+// embedded clients). Either carries any MQTT version the broker speaks.
+var wsSubprotocols = []string{"mqtt", "mqttv3.1"}
+
 // WebSocketHandler returns an http.Handler that upgrades requests to MQTT
-// over WebSocket (binary frames, subprotocol "mqtt") and serves them.
+// over WebSocket (binary frames, subprotocol "mqtt" or "mqttv3.1") and
+// serves them.
 func (s *Server) WebSocketHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{
-			Subprotocols:       []string{"mqtt"},
+			Subprotocols:       wsSubprotocols,
 			InsecureSkipVerify: true, // MQTT clients send no Origin a browser policy could check
 		})
 		if err != nil {
 			return // Accept wrote the HTTP error
 		}
-		if ws.Subprotocol() != "mqtt" {
+		if ws.Subprotocol() == "" { // the client offered none of ours
 			ws.Close(websocket.StatusPolicyViolation, `subprotocol "mqtt" required`)
 			return
 		}
