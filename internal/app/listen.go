@@ -28,6 +28,8 @@ type Listeners struct {
 	// MaxKeepAlive caps clients' keep alive, in seconds (0: no cap; see
 	// broker.Options.MaxKeepAlive).
 	MaxKeepAlive uint16
+	// AllowControlChars is broker.Options.AllowControlChars.
+	AllowControlChars bool
 }
 
 // Limit puts the listeners' connection bounds into broker options. With
@@ -36,7 +38,7 @@ type Listeners struct {
 // listeners may hold) and a reserve for the store and the state file.
 func (l *Listeners) Limit(o *broker.Options, otherConns int) {
 	o.MaxConns, o.MaxConnsPerAddr, o.MaxConnRatePerAddr = l.MaxConns, l.MaxConnsPerAddr, l.MaxConnRatePerAddr
-	o.MaxKeepAlive = l.MaxKeepAlive
+	o.MaxKeepAlive, o.AllowControlChars = l.MaxKeepAlive, l.AllowControlChars
 	if o.MaxConns == 0 {
 		n := 0
 		for _, addr := range []string{l.Listen, l.TLSListen, l.WSListen} {
@@ -57,6 +59,7 @@ func (l *Listeners) Flags(fs *flag.FlagSet, defaultListen string) {
 	fs.StringVar(&l.WSListen, "ws-listen", "", "MQTT over WebSocket listen address (path /mqtt), e.g. :8083 [FLEETMQ_MQTT_WS_LISTEN]")
 	fs.IntVar(&l.MaxConns, "mqtt-max-conns", 0, "most connections each MQTT listener keeps open; more are closed at accept (0: a share of the process's file limit, less what HTTP may hold and a reserve) [FLEETMQ_MQTT_MAX_CONNS]")
 	fs.Float64Var(&l.MaxConnRatePerAddr, "mqtt-max-conn-rate-per-addr", 0, "most new MQTT connections per second from one IP address per listener, in bursts of twice as many (0: no bound) [FLEETMQ_MQTT_MAX_CONN_RATE_PER_ADDR]")
+	fs.BoolVar(&l.AllowControlChars, "allow-control-chars", false, "accept the control characters U+0001-U+001F and U+007F-U+009F in client ids, user names and topics (refused by default, as the MQTT specifications allow) [FLEETMQ_ALLOW_CONTROL_CHARS]")
 	fs.Var((*keepAliveFlag)(&l.MaxKeepAlive), "max-keepalive", "most seconds of keep alive a client may use (1-65535; 0: no cap): MQTT 5 clients asking for more, or for none, are told this value (Server Keep Alive), MQTT 3.1.1 clients are refused (CONNACK 0x02) [FLEETMQ_MAX_KEEPALIVE]")
 	fs.IntVar(&l.MaxConnsPerAddr, "mqtt-max-conns-per-addr", 0, "most MQTT connections open from one IP address per listener (0: no bound; devices behind one NAT share an address) [FLEETMQ_MQTT_MAX_CONNS_PER_ADDR]")
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
 // errNormalDisconnect ends a connection after a client's DISCONNECT.
@@ -45,6 +46,19 @@ func (c *conn) connect(cp *packet.Connect) error {
 		}
 		assigned = "auto-" + strconv.FormatUint(c.srv.nextID.Add(1), 36) + "-" + strconv.FormatInt(c.srv.now().UnixNano()%1e9, 36)
 		cp.ClientID = assigned
+	}
+	if !c.srv.opts.AllowControlChars {
+		if r, ok := topic.ControlChar(cp.ClientID); ok {
+			return refuse(packet.ClientIdentifierNotValid, fmt.Sprintf("client id with the control character %U", r), nil)
+		}
+		if r, ok := topic.ControlChar(cp.Username); ok {
+			return refuse(packet.BadUserNameOrPassword, fmt.Sprintf("user name with the control character %U", r), nil)
+		}
+		if cp.Will != nil {
+			if r, ok := topic.ControlChar(cp.Will.Topic); ok {
+				return refuse(packet.TopicNameInvalid, fmt.Sprintf("will topic with the control character %U", r), nil)
+			}
+		}
 	}
 	if max := c.srv.opts.MaxKeepAlive; max > 0 && !v5 && (cp.KeepAlive == 0 || cp.KeepAlive > max) {
 		// 3.1.1 cannot tell the client to use another keep alive; as

@@ -55,6 +55,14 @@ type Options struct {
 	// MaxTopicLevels bounds the levels of a topic name or filter; deeper
 	// ones are refused (TopicNameInvalid / TopicFilterInvalid). Default 128.
 	MaxTopicLevels int
+	// AllowControlChars accepts the control characters U+0001..U+001F and
+	// U+007F..U+009F in client identifiers, user names, will topics and
+	// topic names and filters. By default they are refused, as the
+	// specifications let a server do: a CONNECT with one is refused
+	// (client id: 0x85, user name: 0x86, will topic: 0x90), a PUBLISH
+	// ends the connection (v5: DISCONNECT 0x90), a SUBSCRIBE filter is
+	// refused in SUBACK (0x8F), and an UNSUBSCRIBE filter answered 0x8F.
+	AllowControlChars bool
 	// MaxKeepAlive caps the client's keep alive in seconds: a v5 client
 	// asking for more, or for none (0), gets this value as Server Keep
 	// Alive in its CONNACK; a 3.1.1 client, which cannot be told, is

@@ -31,6 +31,9 @@ func (c *conn) publish(p *packet.Publish) error {
 	if err := topic.ValidateName(p.Topic); err != nil {
 		return c.protocolError(packet.TopicNameInvalid, fmt.Sprintf("topic name %q: %v", p.Topic, err))
 	}
+	if r, ok := topic.ControlChar(p.Topic); ok && !c.srv.opts.AllowControlChars {
+		return c.protocolError(packet.TopicNameInvalid, fmt.Sprintf("topic name %q has the control character %U", p.Topic, r))
+	}
 	if levels(p.Topic) > c.srv.opts.MaxTopicLevels {
 		return c.protocolError(packet.TopicNameInvalid, fmt.Sprintf("topic name %q has more than %d levels", p.Topic, c.srv.opts.MaxTopicLevels))
 	}

@@ -42,6 +42,9 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 		if err == nil && levels(req.Filter) > c.srv.opts.MaxTopicLevels {
 			err = fmt.Errorf("more than %d levels", c.srv.opts.MaxTopicLevels)
 		}
+		if r, ok := topic.ControlChar(req.Filter); err == nil && ok && !c.srv.opts.AllowControlChars {
+			err = fmt.Errorf("the control character %U", r)
+		}
 		if err != nil {
 			codes[i] = c.refuseFilter(req, packet.TopicFilterInvalid, "invalid topic filter: "+err.Error())
 			continue
@@ -119,6 +122,10 @@ func (c *conn) unsubscribe(p *packet.Unsubscribe) error {
 	ss := c.sess
 	codes := make([]packet.ReasonCode, len(p.Filters))
 	for i, f := range p.Filters {
+		if _, ok := topic.ControlChar(f); ok && !c.srv.opts.AllowControlChars {
+			codes[i] = packet.TopicFilterInvalid // it could never have been subscribed
+			continue
+		}
 		ss.mu.Lock()
 		sub := ss.subs[f]
 		if sub != nil {

@@ -451,3 +451,79 @@ func TestEmptyTopicFilterEndsTheConnection(t *testing.T) {
 		t.Errorf("protocol_error closes: %d, want 4", n)
 	}
 }
+
+// TestControlCharactersRefused: the control characters U+0001..U+001F and
+// U+007F..U+009F are refused by default, as the specifications allow, in
+// the client id and user name and will topic of a CONNECT, the topic of a
+// PUBLISH (the connection ends: v5 DISCONNECT 0x90, 3.1.1 closed), and the
+// filters of SUBSCRIBE and UNSUBSCRIBE (0x8F for the filter; the rest of the
+// packet is served); Options.AllowControlChars takes them.
+func TestControlCharactersRefused(t *testing.T) {
+	strict := startBroker(t, broker.Options{})
+	lax := startBroker(t, broker.Options{AllowControlChars: true})
+	for _, bad := range []string{"\x01", "\x1f", "\x7f", "\u0085", "\u009f"} {
+		name := fmt.Sprintf("%U", []rune(bad)[0])
+		for _, version := range []byte{packet.Version311, packet.Version5} {
+			for _, tc := range []struct {
+				what string
+				c    packet.Connect
+				want packet.ReasonCode // 3.1.1: 0x02 and 0x04, read back as these
+			}{
+				{"client id", packet.Connect{ClientID: "dev" + bad}, packet.ClientIdentifierNotValid},
+				{"user name", packet.Connect{ClientID: "dev", HasUsername: true, Username: "u" + bad, HasPassword: true, Password: []byte("p")}, packet.BadUserNameOrPassword},
+				{"will topic", packet.Connect{ClientID: "dev", Will: &packet.Will{Topic: "w" + bad, Payload: []byte("x")}}, packet.TopicNameInvalid},
+			} {
+				cp := tc.c
+				cp.ProtocolName, cp.ProtocolLevel, cp.CleanStart, cp.KeepAlive = "MQTT", version, true, 60
+				rc := dialRaw(t, strict.Addr, version)
+				rc.must(t, &cp)
+				ack := rc.expect(t, packet.CONNACK).(*packet.Connack)
+				want := tc.want
+				if version == packet.Version311 && want == packet.TopicNameInvalid {
+					want = packet.ServerUnavailable // 3.1.1 has no code for it: 0x03
+				}
+				if ack.ReasonCode != want {
+					t.Errorf("%s in the %s, v%d: CONNACK %v, want %v", name, tc.what, version, ack.ReasonCode, want)
+				}
+				cp2 := tc.c
+				cp2.ProtocolName, cp2.ProtocolLevel, cp2.CleanStart, cp2.KeepAlive = "MQTT", version, true, 60
+				connectRaw(t, lax.Addr, &cp2) // fails the test if refused
+			}
+		}
+		// v5 SUBSCRIBE and UNSUBSCRIBE: the filter refused, the others served.
+		rc, _ := connectRaw(t, strict.Addr, &packet.Connect{ClientID: "subber", CleanStart: true, KeepAlive: 60})
+		rc.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "a" + bad + "/#"}, {Filter: "ok/#"}}})
+		if sa := rc.expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != packet.TopicFilterInvalid || sa.ReasonCodes[1] != packet.Success {
+			t.Errorf("%s in a SUBSCRIBE filter: SUBACK %v, want [0x8F 0x00]", name, sa.ReasonCodes)
+		}
+		rc.must(t, &packet.Unsubscribe{PacketID: 2, Filters: []string{"a" + bad + "/#", "ok/#"}})
+		if ua := rc.expect(t, packet.UNSUBACK).(*packet.Unsuback); ua.ReasonCodes[0] != packet.TopicFilterInvalid || ua.ReasonCodes[1] != packet.Success {
+			t.Errorf("%s in an UNSUBSCRIBE filter: UNSUBACK %v, want [0x8F 0x00]", name, ua.ReasonCodes)
+		}
+		// PUBLISH: the connection ends, v5 with DISCONNECT 0x90.
+		for _, version := range []byte{packet.Version311, packet.Version5} {
+			pub, _ := connectRaw(t, strict.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 60, ProtocolLevel: version})
+			pub.must(t, &packet.Publish{Topic: "t" + bad, Payload: []byte("x")})
+			pkts, err := hAUntilClosed(pub, waitFor)
+			if err != nil {
+				t.Fatalf("%s in a PUBLISH topic, v%d: not closed: %v", name, version, err)
+			}
+			if version == packet.Version5 {
+				if len(pkts) != 1 || pkts[0].(*packet.Disconnect).ReasonCode != packet.TopicNameInvalid {
+					t.Errorf("%s in a PUBLISH topic, v5: got %+v, want DISCONNECT 0x90", name, pkts)
+				}
+			} else if len(pkts) != 0 {
+				t.Errorf("%s in a PUBLISH topic, 3.1.1: got %+v before the close", name, pkts)
+			}
+		}
+		// Allowed: a subscriber on the lax broker receives the message.
+		sub, _ := connectRaw(t, lax.Addr, &packet.Connect{ClientID: "lax-sub", CleanStart: true, KeepAlive: 60})
+		sub.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "t" + bad}}})
+		sub.expect(t, packet.SUBACK)
+		pub, _ := connectRaw(t, lax.Addr, &packet.Connect{ClientID: "lax-pub", CleanStart: true, KeepAlive: 60})
+		pub.must(t, &packet.Publish{Topic: "t" + bad, Payload: []byte("x")})
+		if p := sub.expect(t, packet.PUBLISH).(*packet.Publish); p.Topic != "t"+bad {
+			t.Errorf("allowed: got %q", p.Topic)
+		}
+	}
+}

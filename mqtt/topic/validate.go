@@ -130,3 +130,16 @@ func level(s string, i int) (lvl string, next int) {
 	}
 	return s[i : i+j], i + j + 1
 }
+
+// ControlChar returns the first control character in s that the MQTT
+// specifications let a server refuse in a topic, client identifier or user
+// name: U+0001..U+001F and U+007F..U+009F (MQTT 5 §1.5.4, 3.1.1 §1.5.3;
+// U+0000 is never valid). ok is false when s has none.
+func ControlChar(s string) (r rune, ok bool) {
+	for _, r := range s {
+		if (r >= 0x01 && r <= 0x1f) || (r >= 0x7f && r <= 0x9f) {
+			return r, true
+		}
+	}
+	return 0, false
+}
