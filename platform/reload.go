@@ -48,7 +48,9 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 		var now time.Time
 		select {
 		case <-ctx.Done():
-			p.flush(context.Background(), sink, log)
+			fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+			p.flush(fctx, sink, log)
+			cancel()
 			return
 		case now = <-t.C:
 		}
@@ -76,7 +78,13 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 			p.opts.Applied(ctx, p.Snapshot().Version)
 		}
 		if full {
-			p.flush(ctx, sink, log)
+			// Not cancelled by shutdown: a commit interrupted by the
+			// cancellation may have gone through while reporting an
+			// error, and its increments, put back for the final flush,
+			// would then be counted twice.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
+			p.flush(fctx, sink, log)
+			cancel()
 			lastFull = now
 		}
 	}
@@ -130,6 +138,9 @@ func (p *Policy) ApplyClientRates(srv *broker.Server) int {
 		return float64(acc.PublishRate), float64(acc.PublishBytesRate), true
 	})
 }
+
+// flushTimeout bounds one flush of usage and problems.
+const flushTimeout = 10 * time.Second
 
 func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 	if sink == nil {
