@@ -59,6 +59,12 @@ const (
 	MaxPublishBytesRateLimit = 1 << 40    // bytes per second
 )
 
+// CatchUpBurst is the catch-up bound of an account whose plan allows
+// maxPublisherClients: the retained messages one SUBSCRIBE delivers, and
+// the messages a session queues behind its inflight window, at most
+// (three per publisher client).
+func CatchUpBurst(maxPublisherClients int) int { return maxPublisherClients * 3 }
+
 // Validate checks a plan's fields.
 func (p *Plan) Validate() error {
 	f := map[string]string{}

@@ -40,6 +40,9 @@ type queue struct {
 // queue is full.
 const quietReserve = 32
 
+// keptLaneCap is the most records' room an empty lane keeps.
+const keptLaneCap = 256
+
 // lane is one account's queued records, oldest first from head.
 type lane struct {
 	account string
@@ -112,8 +115,12 @@ func (q *queue) take(b *batch, max int) int {
 			q.ready = append(q.ready, l) // its next turn comes after the others'
 			continue
 		}
-		// Empty: the lane goes; a busy account gets a new one next time.
-		delete(q.lanes, l.account)
+		// Empty: the lane stays for the account's next record (a steady
+		// trickle allocates nothing), its memory only while small.
+		l.items, l.head = l.items[:0], 0
+		if cap(l.items) > keptLaneCap {
+			l.items = nil
+		}
 	}
 	if q.head == len(q.ready) {
 		q.ready, q.head = q.ready[:0], 0

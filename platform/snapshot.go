@@ -58,7 +58,7 @@ func (a *Account) MaxQueued() int {
 	if a.MaxPublisherClients <= 0 {
 		return 3
 	}
-	return a.MaxPublisherClients * 3
+	return fleetmq.CatchUpBurst(a.MaxPublisherClients)
 }
 
 // Client is a registered MQTT client (publisher device).

@@ -274,19 +274,7 @@ func bigConnect(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), error
 		if i%2 == 1 {
 			size = 65_000
 		}
-		hdr := []byte{0x10}
-		for {
-			b := byte(size & 0x7f)
-			size >>= 7
-			if size > 0 {
-				b |= 0x80
-			}
-			hdr = append(hdr, b)
-			if size == 0 {
-				break
-			}
-		}
-		c.Write(hdr)
+		c.Write(packet.AppendVarint([]byte{0x10}, size))
 		h.hold(c)
 		return nil
 	})
@@ -773,26 +761,13 @@ func userPropsPublish(topic string, n int) []byte {
 	for range n {
 		props = append(props, byte(packet.PropUser), 0, 1, 'k', 0, 1, 'v')
 	}
-	varint := func(b []byte, v int) []byte {
-		for {
-			c := byte(v & 0x7f)
-			v >>= 7
-			if v > 0 {
-				c |= 0x80
-			}
-			b = append(b, c)
-			if v == 0 {
-				return b
-			}
-		}
-	}
 	var body []byte
 	body = append(body, byte(len(topic)>>8), byte(len(topic)))
 	body = append(body, topic...)
-	body = varint(body, len(props))
+	body = packet.AppendVarint(body, len(props))
 	body = append(body, props...)
 	body = append(body, `{"v":1}`...)
-	out := varint([]byte{0x30}, len(body))
+	out := packet.AppendVarint([]byte{0x30}, len(body))
 	return append(out, body...)
 }
 

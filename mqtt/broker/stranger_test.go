@@ -17,18 +17,7 @@ import (
 
 // connectHeader is a CONNECT fixed header declaring remaining bytes.
 func connectHeader(remaining int) []byte {
-	b := []byte{byte(packet.CONNECT) << 4}
-	for {
-		d := byte(remaining % 128)
-		remaining /= 128
-		if remaining > 0 {
-			d |= 0x80
-		}
-		b = append(b, d)
-		if remaining == 0 {
-			return b
-		}
-	}
+	return packet.AppendVarint([]byte{byte(packet.CONNECT) << 4}, remaining)
 }
 
 // TestStrangersGetMemoryForWhatTheySend: before a connection has
