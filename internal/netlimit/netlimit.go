@@ -6,9 +6,11 @@
 package netlimit
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -141,6 +143,19 @@ type limitedConn struct {
 	addr string
 	once sync.Once
 }
+
+// SyscallConn gives the accepted socket's raw connection (the broker
+// writes to plain TCP sockets without blocking, and waits for a stranger's
+// first bytes without a goroutine), when the accepted connection has one.
+func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
+// NetConn returns the accepted connection underneath.
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()

@@ -150,6 +150,9 @@ func (c *conn) end(d Disconnection) bool {
 		return false
 	}
 	close(c.endc)
+	if c.prc != nil && c.srv.parker != nil {
+		c.srv.parker.unpark(c) // a parked stranger's reader sees the end
+	}
 	return true
 }
 

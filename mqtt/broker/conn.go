@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -111,8 +112,18 @@ type conn struct {
 	qos0   int
 	sockMu sync.Mutex
 	// raw is the socket of a plain TCP connection, for non-blocking direct
-	// writes (nil for TLS and WebSocket).
+	// writes and reads (nil for TLS and WebSocket).
 	raw syscall.RawConn
+	// prc is the TCP socket under a plain or TLS connection, which the
+	// parker waits on while the connection is a stranger (nil: never
+	// parked, as WebSocket connections). parking (reader-owned) says
+	// reads must not wait: the CONNECT has not fully arrived. parkedFD is
+	// the socket's descriptor while parked, else -1 (guarded by the
+	// parker's mu). pend is a CONNECT body in the making across parks.
+	prc      syscall.RawConn
+	parking  bool
+	parkedFD int32
+	pend     *pendingConnect
 	// flushes lists the connections this reader wrote routed messages to
 	// and owes a flush (reader-owned; see endWrite).
 	flushes []*conn
@@ -147,21 +158,50 @@ func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
 	c.accepted = time.Now().UnixNano()
 	c.lastRead.Store(c.accepted)
 	c.buf = c.small[:]
-	if tc, ok := nc.(*net.TCPConn); ok {
-		c.raw, _ = tc.SyscallConn()
+	c.parkedFD = -1
+	if !kind.websocket {
+		under := nc
+		if tc, ok := nc.(*tls.Conn); ok {
+			under = tc.NetConn()
+		}
+		if sc, ok := under.(syscall.Conn); ok {
+			c.prc, _ = sc.SyscallConn()
+		}
+		if !kind.tls {
+			c.raw = c.prc
+		}
 	}
+	c.parking = c.prc != nil && s.parker != nil
 	return c
 }
 
-// run serves the connection until it ends.
+// run serves the connection until it ends, or until it parks: a stranger
+// whose CONNECT has not fully arrived waits in the parker, which runs it
+// again when more bytes come (or when it ends).
 func (c *conn) run() {
 	err := c.serve()
+	if err == errParked {
+		if c.ending.Load() == nil && c.srv.parker.park(c) {
+			return
+		}
+		err = net.ErrClosed // ending, or the socket is closed
+	}
 	c.flushPending() // flushes this reader still owes others
 	c.finish(err)
+	c.srv.release(c)
 }
+
+// errParked is the reads' answer, while the connection is a stranger, when
+// nothing is there to read: its reader gives the connection to the parker
+// and ends.
+var errParked = errors.New("nothing to read yet: parked")
 
 func (c *conn) serve() error {
 	first, err := c.readPacket()
+	if err == errParked {
+		return err
+	}
+	c.parking = false
 	if err != nil {
 		c.failConnect(err)
 		return err
@@ -255,7 +295,7 @@ func (c *conn) fill() error {
 			c.r, c.w = 0, n
 		}
 	}
-	n, err := c.nc.Read(c.buf[c.w:])
+	n, err := c.readSome(c.buf[c.w:])
 	c.lastN = n
 	c.w += n
 	if n > 0 {
@@ -281,6 +321,9 @@ func (c *conn) received() {
 // kept (PUBLISH, CONNECT, SUBSCRIBE, UNSUBSCRIBE) are copied out of the read
 // buffer; the others are decoded in place.
 func (c *conn) readPacket() (packet.Packet, error) {
+	if c.pend != nil {
+		return c.readConnectBody() // went on where it parked
+	}
 	for {
 		header, remaining, n, err := packet.ParseHeader(c.buf[c.r:c.w])
 		if err == packet.ErrIncomplete {
@@ -328,10 +371,15 @@ func (c *conn) readPacket() (packet.Packet, error) {
 		} else if c.version == 0 {
 			// The CONNECT body, in memory that grows with the bytes that
 			// arrive, not with what the header declares.
-			var err error
-			if body, err = c.readGrowing(n, remaining); err != nil {
-				return nil, err
+			have := c.buf[c.r+n : min(c.w, c.r+n+remaining)]
+			c.r += n + len(have)
+			if len(have) < remaining {
+				body = make([]byte, len(have), min(remaining, max(2*len(have), 512)))
+				copy(body, have)
+				c.pend = &pendingConnect{header: header, remaining: remaining, body: body}
+				return c.readConnectBody()
 			}
+			body = slices.Clone(have)
 		} else {
 			body = make([]byte, remaining)
 			got := copy(body, c.buf[c.r+n:c.w])
@@ -362,43 +410,53 @@ func (c *conn) readPacket() (packet.Packet, error) {
 	}
 }
 
-// readGrowing returns a body of remaining bytes whose header (n bytes) is
-// at c.r, reading what is not buffered yet into a buffer that grows as
-// bytes arrive (from 512 bytes, doubling). It reads the socket itself,
-// with no reader layers between: a stranger's goroutine parks here, and a
-// shallow stack stays small.
-func (c *conn) readGrowing(n, remaining int) ([]byte, error) {
-	have := c.buf[c.r+n : min(c.w, c.r+n+remaining)]
-	c.r += n + len(have)
-	if len(have) == remaining {
-		return slices.Clone(have), nil
-	}
-	body := make([]byte, len(have), min(remaining, max(2*len(have), 512)))
-	copy(body, have)
+// pendingConnect is a stranger's CONNECT whose body is still arriving.
+type pendingConnect struct {
+	header    byte
+	remaining int
+	body      []byte // what arrived, in memory that grows with it
+}
+
+// readConnectBody reads the rest of c.pend's body into a buffer that grows
+// as bytes arrive (from 512 bytes, doubling), then decodes the CONNECT.
+// It reads the socket itself, with no reader layers between; a stranger
+// that falls silent parks (errParked) with what it sent kept in c.pend.
+func (c *conn) readConnectBody() (packet.Packet, error) {
+	p := c.pend
 	var err error
-	for len(body) < remaining && err == nil {
-		if len(body) == cap(body) {
-			body = slices.Grow(body, min(remaining, 2*cap(body))-len(body))
+	for len(p.body) < p.remaining && err == nil {
+		if len(p.body) == cap(p.body) {
+			p.body = slices.Grow(p.body, min(p.remaining, 2*cap(p.body))-len(p.body))
 		}
 		var k int
-		k, err = c.nc.Read(body[len(body):min(cap(body), remaining)])
+		k, err = c.readSome(p.body[len(p.body):min(cap(p.body), p.remaining)])
 		if k > 0 { // counted as it arrives
-			body = body[:len(body)+k]
+			p.body = p.body[:len(p.body)+k]
 			c.srv.stats.bytesIn.Add(int64(k))
 			c.received()
 			c.lastN = k
 		}
 	}
-	if len(body) < remaining {
+	if len(p.body) < p.remaining {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		return nil, err
 	}
-	return body, nil
+	c.pend = nil
+	c.version = connectLevel(p.body)
+	return packet.Decode(p.header, p.body, c.version)
 }
 
-// connectLevel peeks at the protocol level of a CONNECT body.
+// readSome reads from the socket; while the connection is a stranger, it
+// does not wait (errParked: nothing there).
+func (c *conn) readSome(b []byte) (int, error) {
+	if c.parking {
+		return c.readNoWait(b)
+	}
+	return c.nc.Read(b)
+}
+
 func connectLevel(body []byte) byte {
 	if len(body) < 2 {
 		return 0

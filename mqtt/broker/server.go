@@ -40,6 +40,7 @@ type Server struct {
 	sessions  map[string]*session
 	listeners []net.Listener
 	limits    []*netlimit.Listener // the bounds of the listeners the server opened
+	parker    *parker              // strangers waiting without a goroutine (nil: not on this OS)
 	conns     map[*conn]struct{}
 	closed    bool
 	wills     map[string]*time.Timer // delayed wills by session key
@@ -73,6 +74,7 @@ func New(opts Options) (*Server, error) {
 		done:      make(chan struct{}),
 		stopWatch: make(chan struct{}),
 	}
+	s.parker = newParker(s.done, s.log)
 	s.observer, _ = opts.Policy.(ConnectObserver)
 	s.refusals, _ = opts.Policy.(RefusalObserver)
 	if opts.StatePath != "" {
@@ -204,15 +206,20 @@ func (s *Server) startConn(nc net.Conn, kind listenerKind) {
 	s.stats.connectionsTotal.Add(1)
 	s.stats.connections.Add(1)
 	s.stats.connectionsBy[kind.index()].Add(1)
-	go func() {
-		defer s.wg.Done()
-		c.run()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-		s.stats.connections.Add(-1)
-		s.stats.connectionsBy[kind.index()].Add(-1)
-	}()
+	if c.parking && s.parker.park(c) {
+		return // no goroutine until the stranger sends something
+	}
+	go c.run()
+}
+
+// release forgets a connection whose reader ended.
+func (s *Server) release(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.stats.connections.Add(-1)
+	s.stats.connectionsBy[c.kind.index()].Add(-1)
+	s.wg.Done()
 }
 
 // Close stops the listeners, disconnects every client (v5 clients get

@@ -42,6 +42,9 @@ type Stats struct {
 	// they came through (ListenerNames).
 	ConnectionsBy    [numListeners]int64
 	ConnectionsTotal int64
+	// StrangersWaiting counts the open connections whose CONNECT has not
+	// fully arrived that wait with no goroutine (Linux; see the parker).
+	StrangersWaiting int64
 	// ConnsRefusedAtAccept counts connections closed as soon as they were
 	// accepted: a listener had Options.MaxConns open ([0]), their address
 	// had its MaxConnsPerAddr ([1]) or came faster than MaxConnRatePerAddr
@@ -126,6 +129,7 @@ func (s *Server) Stats() Stats {
 		WillsPublished:   c.willsPublished.Load(),
 		LogSuppressed:    s.events.suppressed.Load(),
 		PublisherPauses:  c.publisherPauses.Load(),
+		StrangersWaiting: int64(s.parker.parked()),
 
 		PublishThrottled:     c.publishThrottled.Load(),
 		PublishThrottledTime: time.Duration(c.publishThrottledNanos.Load()),

@@ -1,0 +1,200 @@
+package broker
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// parker holds strangers (connections whose CONNECT has not fully arrived)
+// without a goroutine each: their sockets wait in one epoll set, and a
+// reader goroutine runs only while bytes are there to read. A plain TCP
+// stranger that sends part of a CONNECT and falls silent keeps its
+// connection struct and the bytes it sent, not a goroutine's stack; a TLS
+// stranger waits here for its first byte (the handshake then runs in its
+// reader). The watchdog's connect timeout still ends them: ending a parked
+// connection starts its reader, which sees the end and cleans up.
+type parker struct {
+	epfd int
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	conns  map[int32]*conn // by socket descriptor
+	closed bool            // epfd is closed: park refuses
+}
+
+// newParker starts the epoll loop, which stops once done is closed; nil
+// when epoll is unavailable (connections then wait in their goroutines).
+func newParker(done <-chan struct{}, log *slog.Logger) *parker {
+	fd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		log.Warn("no epoll: strangers wait in their own goroutines", "error", err)
+		return nil
+	}
+	p := &parker{epfd: fd, log: log, conns: make(map[int32]*conn)}
+	go p.loop(done)
+	return p
+}
+
+// loop starts the reader of every parked connection with bytes (or an end)
+// to read, until done.
+func (p *parker) loop(done <-chan struct{}) {
+	events := make([]syscall.EpollEvent, 64)
+	for {
+		// A timeout, to see done: a parked connection's own end wakes
+		// it through unpark, not through epoll.
+		n, err := syscall.EpollWait(p.epfd, events, 250)
+		if err != nil && err != syscall.EINTR {
+			p.log.Error("epoll wait failed: strangers wait in their own goroutines from now on", "error", err)
+			p.close()
+			return
+		}
+		for _, ev := range events[:max(n, 0)] {
+			p.wake(ev.Fd)
+		}
+		select {
+		case <-done:
+			p.close()
+			return
+		default:
+		}
+	}
+}
+
+// close closes the epoll set. Connections still parked stay in conns: the
+// server's shutdown ends each, and unpark starts its reader.
+func (p *parker) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.closed {
+		p.closed = true
+		syscall.Close(p.epfd)
+	}
+}
+
+// park puts c's socket in the epoll set instead of a goroutine; false when
+// it cannot (the socket is closed, or the parker is), and the caller goes
+// on with c. After park returns true, c belongs to the parker: only a
+// wake or unpark starts its reader again.
+func (p *parker) park(c *conn) bool {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	fd, addErr := int32(-1), error(nil)
+	// Control keeps the descriptor open (and its number ours) meanwhile.
+	err := c.prc.Control(func(f uintptr) {
+		// One-shot: an event disables the socket's entry until it is
+		// parked again, so each wake starts one reader.
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(f)}
+		if addErr = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(f), &ev); addErr == nil {
+			fd = int32(f)
+		}
+	})
+	if err != nil || addErr != nil {
+		p.mu.Unlock()
+		return false
+	}
+	p.conns[fd] = c
+	c.parkedFD = fd
+	p.mu.Unlock()
+	if c.ending.Load() != nil {
+		p.unpark(c) // ended while it was being parked: end's unpark missed it
+	}
+	return true
+}
+
+// wake starts the reader of the connection parked on fd, if one still is
+// (an event read before the connection was unparked finds none, or a newer
+// connection on the same descriptor, whose reader then finds nothing to
+// read and parks again).
+func (p *parker) wake(fd int32) {
+	p.mu.Lock()
+	c := p.conns[fd]
+	if c == nil {
+		p.mu.Unlock()
+		return
+	}
+	p.removeLocked(c)
+	p.mu.Unlock()
+	go c.run()
+}
+
+// unpark starts c's reader if c is parked (c is ending: its reader sees
+// that and cleans up).
+func (p *parker) unpark(c *conn) {
+	p.mu.Lock()
+	if c.parkedFD < 0 || p.conns[c.parkedFD] != c {
+		p.mu.Unlock()
+		return
+	}
+	p.removeLocked(c)
+	p.mu.Unlock()
+	go c.run()
+}
+
+func (p *parker) removeLocked(c *conn) {
+	delete(p.conns, c.parkedFD)
+	c.parkedFD = -1
+	if p.closed {
+		return
+	}
+	// A closed socket has left the epoll set already (Control fails).
+	c.prc.Control(func(f uintptr) {
+		syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, int(f), nil)
+	})
+}
+
+// parked reports how many connections are parked.
+func (p *parker) parked() int {
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// readNoWait reads what a stranger has sent without waiting: errParked
+// when nothing is there. A TLS stranger is only peeked at: once its first
+// byte is there, it reads (and handshakes) like any connection.
+func (c *conn) readNoWait(b []byte) (int, error) {
+	if c.raw == nil {
+		var one [1]byte
+		var err error
+		if rerr := c.prc.Read(func(fd uintptr) bool {
+			for {
+				if _, _, err = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT); err != syscall.EINTR {
+					return true // one look: never wait here
+				}
+			}
+		}); rerr == nil && err == syscall.EAGAIN {
+			return 0, errParked
+		}
+		c.parking = false
+		return c.nc.Read(b)
+	}
+	var n int
+	var err error
+	if rerr := c.raw.Read(func(fd uintptr) bool {
+		for {
+			if n, err = syscall.Read(int(fd), b); err != syscall.EINTR {
+				return true // one attempt: never wait here
+			}
+		}
+	}); rerr != nil {
+		return 0, rerr
+	}
+	switch {
+	case err == syscall.EAGAIN:
+		return 0, errParked
+	case err != nil:
+		return 0, os.NewSyscallError("read", err)
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
