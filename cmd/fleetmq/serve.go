@@ -21,6 +21,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.Listeners.Flags(fs, ":1883")
 	fs.StringVar(&cfg.HTTPListen, "http-listen", ":8080", "HTTP address for the portal, the REST API, /metrics, /livez and /readyz (empty to disable) [FLEETMQ_HTTP_LISTEN]")
 	fs.StringVar(&cfg.MetricsListen, "metrics-listen", "", "serve /metrics, /livez and /readyz on this address instead of -http-listen, e.g. 127.0.0.1:9100 (empty: on -http-listen) [FLEETMQ_METRICS_LISTEN]")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's runtime profiles (/debug/pprof/) on -metrics-listen, which must be set [FLEETMQ_PPROF]")
 	fs.IntVar(&cfg.HTTPLimits.MaxConns, "http-max-conns", app.DefaultHTTPMaxConns, "most HTTP connections open at once; more are closed at accept, so HTTP never takes the file descriptors MQTT needs [FLEETMQ_HTTP_MAX_CONNS]")
 	fs.IntVar(&cfg.HTTPLimits.MaxConnsPerAddr, "http-max-conns-per-addr", app.DefaultHTTPMaxConnsPerAddr, "most HTTP connections open at once from one IP address [FLEETMQ_HTTP_MAX_CONNS_PER_ADDR]")
 	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "optional topic_prefix: devices publish under PREFIX/{account_id}/... [FLEETMQ_TOPIC_PREFIX]")

@@ -44,6 +44,9 @@ type Config struct {
 	// its own listener instead of HTTPListen, so it can stay private while
 	// the portal and the REST API are public.
 	MetricsListen string
+	// Pprof serves Go's runtime profiles (/debug/pprof/) on MetricsListen,
+	// which must be set: never on the public listener.
+	Pprof bool
 	// HistoryQueryTimeout stops a REST history page's query (default
 	// api.QueryTimeout).
 	HistoryQueryTimeout time.Duration
@@ -165,6 +168,9 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 	if err := cfg.Listeners.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Pprof && cfg.MetricsListen == "" {
+		return nil, errors.New("-pprof (FLEETMQ_PPROF) needs -metrics-listen (FLEETMQ_METRICS_LISTEN): profiles are served only on the private metrics listener")
+	}
 	if err := cfg.Ingest.Validate(); err != nil {
 		return nil, err
 	}
@@ -262,7 +268,11 @@ func (a *App) start(ctx context.Context) error {
 	ready := func() error { return a.ready(ctx) }
 	metricsHandler := metrics.Handler(a.Metrics, cfg.Logger)
 	if cfg.MetricsListen != "" {
-		a.metricsHTTP, err = StartHTTP(cfg.MetricsListen, HealthMux(metricsHandler, ready), HTTPLimits{}, cfg.Logger)
+		mux := HealthMux(metricsHandler, ready)
+		if cfg.Pprof {
+			handlePprof(mux)
+		}
+		a.metricsHTTP, err = StartHTTP(cfg.MetricsListen, mux, HTTPLimits{}, cfg.Logger)
 		if err != nil {
 			return ListenError("-metrics-listen", cfg.MetricsListen, err)
 		}

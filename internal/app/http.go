@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/fleetmq/fleetmq/internal/netlimit"
@@ -96,4 +97,14 @@ func StartHTTP(addr string, h http.Handler, lim HTTPLimits, log *slog.Logger) (*
 		}
 	}()
 	return &HTTPListener{Server: hs, Addr: ln.Addr().String(), ln: ln}, nil
+}
+
+// handlePprof serves Go's runtime profiles under /debug/pprof/ (CPU,
+// heap, goroutines, mutex and block contention, execution traces).
+func handlePprof(mux *http.ServeMux) {
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 }

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,12 +10,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/apptest"
 )
 
 // scrape reads url's Prometheus exposition into its families by name.
@@ -264,4 +267,33 @@ func checkDashboard(t *testing.T, path string, fams map[string]*dto.MetricFamily
 		t.Fatalf("%s has %d expressions; the dashboard lost its panels", path, exprs)
 	}
 	t.Logf("%s: %d panels, %d expressions checked", dash.Title, len(dash.Panels), exprs)
+}
+
+// TestPprofOnlyOnTheMetricsListener: -pprof serves Go's runtime profiles
+// on the private metrics listener, never on the public one, and is refused
+// without a metrics listener.
+func TestPprofOnlyOnTheMetricsListener(t *testing.T) {
+	p := startPlatform(t, func(c *app.Config) {
+		c.HTTPListen = "127.0.0.1:0"
+		c.MetricsListen = "127.0.0.1:0"
+		c.Pprof = true
+	})
+	resp, err := http.Get("http://" + p.MetricsAddr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
+		t.Fatalf("goroutine profile on the metrics listener: %d %.80q", resp.StatusCode, body)
+	}
+	if resp, err := http.Get("http://" + p.HTTPAddr + "/debug/pprof/"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/ on the public listener: %v %v, want 404", resp, err)
+	}
+
+	cfg := apptest.Config(t, time.Now)
+	cfg.Pprof = true
+	if _, err := app.Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "-metrics-listen") {
+		t.Fatalf("-pprof without -metrics-listen: %v, want an error naming -metrics-listen", err)
+	}
 }
