@@ -156,6 +156,12 @@ type item struct {
 	at  time.Time
 }
 
+// upkeeper is a history store with upkeep to do between two commits, after
+// the first is acknowledged (sqlstore restarts SQLite's WAL there).
+type upkeeper interface {
+	AfterCommit(ctx context.Context)
+}
+
 // Writer is the ingest pipeline: a platform.Sink over a history store.
 type Writer struct {
 	opts  Options
@@ -286,6 +292,9 @@ func (w *Writer) run() {
 		}
 		lastCommit = time.Now()
 		b.reset()
+		if u, ok := w.store.(upkeeper); ok {
+			u.AfterCommit(w.abortCtx)
+		}
 		w.reportDrops(lastCommit)
 	}
 }

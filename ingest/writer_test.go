@@ -650,3 +650,53 @@ func b2i(b bool) int32 {
 	}
 	return 0
 }
+
+// upkeepStore is a store with upkeep between commits; at each
+// AfterCommit it records how many records had been committed and how many
+// acknowledged.
+type upkeepStore struct {
+	fleetmq.HistoryStore
+	acks      []*ack
+	committed atomic.Int64
+	calls     chan [2]int
+}
+
+func (s *upkeepStore) AppendHistory(ctx context.Context, recs []*fleetmq.Record) error {
+	err := s.HistoryStore.AppendHistory(ctx, recs)
+	if err == nil {
+		s.committed.Add(int64(len(recs)))
+	}
+	return err
+}
+
+func (s *upkeepStore) AfterCommit(context.Context) {
+	acked := 0
+	for _, a := range s.acks {
+		acked += int(a.n.Load())
+	}
+	s.calls <- [2]int{int(s.committed.Load()), acked}
+}
+
+// TestUpkeepAfterAcknowledgements: a store's upkeep between commits (SQLite
+// finishing a WAL checkpoint) runs after the commit's acknowledgements,
+// so it delays no publisher of the group just stored.
+func TestUpkeepAfterAcknowledgements(t *testing.T) {
+	db := openDB(t)
+	s := &upkeepStore{HistoryStore: db.Store, acks: make([]*ack, 20), calls: make(chan [2]int, 20)}
+	w := newWriter(t, s, ingest.Options{MaxBatch: 4, MaxDelay: -1})
+	for i := range s.acks {
+		s.acks[i] = &ack{}
+		w.Accept(rec(acctA, 1), s.acks[i])
+	}
+	for seen := 0; seen < len(s.acks); {
+		select {
+		case c := <-s.calls:
+			if c[0] != c[1] {
+				t.Fatalf("upkeep ran with %d records committed and %d acknowledged", c[0], c[1])
+			}
+			seen = c[0]
+		case <-time.After(waitFor):
+			t.Fatal("no upkeep after a commit")
+		}
+	}
+}

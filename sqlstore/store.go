@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,13 @@ type Store struct {
 	dialect dialect
 	// maxPages is SetMaxPages's limit: 0 never set, -1 lifted.
 	maxPages atomic.Int64
+	// SQLite: the checkpointer's connection, and its stop.
+	ckpt     *sql.DB
+	stopCkpt chan struct{}
+	ckptDone chan struct{}
+	ckptOnce sync.Once
+	// walFrames is the WAL's length at the checkpointer's last pass.
+	walFrames atomic.Int64
 }
 
 var (
@@ -131,13 +139,67 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 		db:      open("&_cache_size=-65536", SQLitePool.Control),
 		ingest:  open("&_cache_size=-65536", SQLitePool.Ingest),
 		reads:   open("&_cache_size=-16384&_query_only=true", SQLitePool.Reads),
+		ckpt:    open("&_cache_size=-2048", 1),
 		dialect: sqliteDialect,
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
+	s.stopCkpt, s.ckptDone = make(chan struct{}), make(chan struct{})
+	go s.checkpoint(CheckpointInterval)
 	return s, nil
+}
+
+// CheckpointInterval is how often a SQLite store copies what its WAL
+// holds into the database file, from a connection of its own.
+var CheckpointInterval = 250 * time.Millisecond
+
+// restartFrames is the WAL length (frames, a page each) past which the
+// history writer finishes a checkpoint itself after a commit, so that the
+// WAL starts over.
+const restartFrames = 4096
+
+// checkpoint runs SQLite's WAL checkpoints off the commit path, every
+// interval until Close: no connection checkpoints when it commits
+// (wal_autocheckpoint is off, see sqliteDriver), so a history commit,
+// and the acknowledgements waiting for it, never carries the copy of the
+// WAL into the database file and its sync. A passive checkpoint waits for
+// no reader or writer and copies each page's newest frame once.
+//
+// The WAL starts over only at a write that begins when everything in it
+// has been copied, which a steady writer's back-to-back commits leave no
+// time for; so when the WAL has grown past restartFrames, the history
+// writer copies the little the background pass left, between two commits
+// and after acknowledging the first (AfterCommit).
+func (s *Store) checkpoint(interval time.Duration) {
+	defer close(s.ckptDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopCkpt:
+			return
+		case <-t.C:
+			// A failure (the disk) is the next commit's to report.
+			var busy, frames, copied int
+			if s.ckpt.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied) == nil {
+				s.walFrames.Store(int64(frames))
+			}
+		}
+	}
+}
+
+// AfterCommit is the history writer's turn for upkeep between two commits,
+// after the first's acknowledgements: on SQLite, when the WAL has grown
+// past restartFrames, a checkpoint of what the background pass left, so
+// the next commit starts the WAL over.
+func (s *Store) AfterCommit(ctx context.Context) {
+	if s.dialect != sqliteDialect || s.walFrames.Load() < restartFrames {
+		return
+	}
+	s.walFrames.Store(0)
+	s.ingest.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
 }
 
 // Pools are the sizes of a store's connection pools.
@@ -244,7 +306,17 @@ func (s *Store) rebind(q string) string {
 
 // Close closes the database's pools.
 func (s *Store) Close() error {
-	return errors.Join(s.reads.Close(), s.ingest.Close(), s.db.Close())
+	var ckptErr error
+	if s.ckpt != nil {
+		s.ckptOnce.Do(func() {
+			if s.stopCkpt != nil {
+				close(s.stopCkpt)
+				<-s.ckptDone
+			}
+		})
+		ckptErr = s.ckpt.Close()
+	}
+	return errors.Join(s.reads.Close(), s.ingest.Close(), s.db.Close(), ckptErr)
 }
 
 // DB exposes the database for stores built on the same connection.
@@ -406,15 +478,15 @@ func (s *Store) RecordError(err error) bool {
 
 // sqliteDriver is go-sqlite3 with fleetmq's per-connection settings:
 // history reads are random accesses over a large file, which mmap serves
-// from the page cache without a read system call each, and checkpoints run
-// every 16k WAL pages instead of 1k, so the hot index pages that every
-// ingest batch rewrites are copied to the database file once per
-// checkpoint rather than once per few batches.
+// from the page cache without a read system call each; no connection
+// checkpoints the WAL when it commits (the store's checkpointer does, in
+// the background: see Store.checkpoint); and a WAL file that grew past
+// 64 MiB is cut back to that when it starts over.
 const sqliteDriver = "sqlite3_fleetmq"
 
 func init() {
 	sql.Register(sqliteDriver, &sqlite3.SQLiteDriver{ConnectHook: func(c *sqlite3.SQLiteConn) error {
-		_, err := c.Exec("PRAGMA mmap_size = 17179869184; PRAGMA wal_autocheckpoint = 16384", nil)
+		_, err := c.Exec("PRAGMA mmap_size = 17179869184; PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864", nil)
 		return err
 	}})
 }
