@@ -133,3 +133,30 @@ func publisherAcks(c *rawClient, window chan struct{}) {
 		}
 	}
 }
+
+// BenchmarkConnect measures a whole connection's life as a device sees it:
+// TCP connect, CONNECT, CONNACK, DISCONNECT, for MQTT 3.1.1 (a stranger's
+// CONNECT goes through the parker on Linux). Run:
+// go test ./mqtt/broker -run '^$' -bench Connect -benchmem
+func BenchmarkConnect(b *testing.B) {
+	srv, err := broker.New(broker.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close(context.Background())
+	ln, err := srv.ListenTCP("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c, ack := connectRaw(b, addr, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version311, CleanStart: true, ClientID: "bench-connect"})
+		if ack.ReasonCode != 0 {
+			b.Fatalf("CONNACK 0x%02x", byte(ack.ReasonCode))
+		}
+		c.send(&packet.Disconnect{}, true)
+		c.nc.Close()
+	}
+}
