@@ -72,9 +72,10 @@ func (g *gateStore) next(t *testing.T) {
 
 // TestOneAccountsFloodDoesNotQueueAheadOfAnother: with thousands of one
 // account's records queued, a record of another account goes into the
-// very next commit, after at most AccountTurn of the first account's: its
-// publisher's acknowledgement waits for one commit more, not for the
-// flood. Each account's records keep their order.
+// very next commit, after at most AccountTurn of the first account's, and
+// that commit is one round of turns: its publisher's acknowledgement waits
+// for one short commit more, not for the flood. Each account's records
+// keep their order.
 func TestOneAccountsFloodDoesNotQueueAheadOfAnother(t *testing.T) {
 	g := newGate()
 	w := newWriter(t, g, ingest.Options{QueueSize: 10_000, AccountQueueSize: 5_000, MaxBatch: 100, AccountTurn: 10, MaxDelay: -1})
@@ -109,6 +110,10 @@ func TestOneAccountsFloodDoesNotQueueAheadOfAnother(t *testing.T) {
 	}
 	if pos < 0 || pos > 10 {
 		t.Fatalf("the quiet account's record at %d of the second commit, want within the first account's turn of 10", pos)
+	}
+	// That commit is one round of turns, short: not MaxBatch of the flood.
+	if len(second) > 11 {
+		t.Fatalf("the commit with the quiet account's record holds %d records, want at most one turn of each account (11)", len(second))
 	}
 	// The rest of the flood, in order.
 	for g.committed() < len(flood)+1 {

@@ -95,12 +95,20 @@ func (q *queue) push(it item) (ok bool, room <-chan struct{}) {
 }
 
 // take moves up to max records into b, up to turn of an account at a
-// time, lanes in turns. It returns how many it took.
+// time, lanes in turns. When several accounts have records waiting, the
+// batch is one round of turns: a quiet account's record then waits for a
+// commit of at most turn records of each other account, not for max of a
+// flood's. It returns how many it took.
 func (q *queue) take(b *batch, max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	took := 0
-	for took < max && q.head < len(q.ready) {
+	turns := -1 // one account waiting: as many turns as max allows
+	if waiting := len(q.ready) - q.head; waiting > 1 {
+		turns = waiting
+	}
+	for took < max && q.head < len(q.ready) && turns != 0 {
+		turns--
 		l := q.ready[q.head]
 		q.ready[q.head] = nil
 		q.head++
