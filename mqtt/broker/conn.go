@@ -530,17 +530,25 @@ func (c *conn) closeWith(d Disconnection) {
 	c.closeAfter(p)
 }
 
-// handleAck processes PUBACK/PUBREC/PUBREL/PUBCOMP.
+// handleAck processes PUBACK/PUBREC/PUBREL/PUBCOMP: an acknowledgement of
+// the wrong kind for the packet id ends the connection, one for an id the
+// server is not using is answered where the protocol has an answer (PUBREL,
+// PUBCOMP) and otherwise ignored (docs/broker.md, "Acknowledgements of the
+// wrong kind").
 func (c *conn) handleAck(a *packet.Ack) error {
-	switch a.Kind {
-	case packet.PUBREL:
+	if a.Kind == packet.PUBREL {
 		return c.pubrel(a.PacketID)
-	case packet.PUBREC:
-		if !c.sess.ack(a.Kind, a.PacketID, a.ReasonCode) {
+	}
+	switch r, why := c.sess.ack(c, a.Kind, a.PacketID, a.ReasonCode); r {
+	case ackWrong:
+		return c.protocolError(packet.ProtocolError, why)
+	case ackUnknown:
+		if a.Kind == packet.PUBREC {
+			// The sender answers every PUBREC with PUBREL ([MQTT-4.3.3-1],
+			// v5 [MQTT-4.3.3-4]); v5 says the id is unknown (3.1.1 has no
+			// reason codes). An unknown PUBACK or PUBCOMP has no answer.
 			c.writeAck(packet.PUBREL, a.PacketID, packet.PacketIdentifierNotFound, true)
 		}
-	default:
-		c.sess.ack(a.Kind, a.PacketID, a.ReasonCode)
 	}
 	return nil
 }

@@ -295,6 +295,11 @@ func (s *Server) detach(c *conn, d Disconnection) {
 		ss.live.Store(nil)
 		ss.disconnectedAt = s.now()
 	}
+	for _, e := range ss.inbound2 {
+		if e.c == c {
+			e.c = nil // gone: a PUBREC deferred for it goes nowhere
+		}
+	}
 	expiry := ss.expiry
 	ss.mu.Unlock()
 	if !current {

@@ -56,9 +56,28 @@ func (m *Message) Ack() { m.ack.send(false) }
 // taken after all (a policy that could not store it): an MQTT 5 client
 // gets PUBACK (QoS 1) or PUBREC (QoS 2, which ends the flow) with code and
 // the reason; a 3.1.1 client, which cannot be told, has its connection
-// closed (CloseNotStored) so that it sends the message again. Like Ack it
-// acts once, and only on a pending acknowledgement.
+// closed (CloseNotStored) so that it sends the message again (a QoS 2
+// message's next copy is then offered to Policy.Accepted again, without
+// being routed again). Like Ack it acts once, and only on a pending
+// acknowledgement.
 func (m *Message) Refuse(code packet.ReasonCode, reason string) { m.ack.refuse(code, reason) }
+
+// rearm makes a refused QoS 2 message's acknowledgement pending again, for
+// the client's next copy on c (called with the session's mu held).
+func (a *ackState) rearm(c *conn) {
+	a.c = c
+	a.once.Store(false)
+}
+
+// qos2Locked finds the session's receiver state for the QoS 2 message
+// whose acknowledgement a is; nil when the id no longer holds it (the
+// session ended).
+func (a *ackState) qos2Locked(ss *session) *inbound2 {
+	if e := ss.inbound2[a.pid]; e != nil && e.m != nil && &e.m.ack == a {
+		return e
+	}
+	return nil
+}
 
 func (a *ackState) refuse(code packet.ReasonCode, reason string) {
 	c := a.c
@@ -66,20 +85,43 @@ func (a *ackState) refuse(code packet.ReasonCode, reason string) {
 		return
 	}
 	a.c = nil
-	if c.version != packet.Version5 {
-		c.closeWith(Disconnection{Reason: CloseNotStored, Detail: reason})
-		return
-	}
+	to := c
 	kind := packet.PUBACK
 	if a.qos == 2 {
+		// The connection that last received the message, which may be a
+		// newer one of the session than c.
 		kind = packet.PUBREC
 		ss := c.sess
 		ss.mu.Lock()
-		delete(ss.inbound2, a.pid)
+		to = nil
+		if e := a.qos2Locked(ss); e != nil {
+			to = e.c
+			live := to != nil && ss.c == to && to.ending.Load() == nil
+			switch {
+			case live && to.version == packet.Version5:
+				// Told with PUBREC: the client forgets the message and
+				// the id carries a new one next [MQTT-4.3.3-9].
+				delete(ss.inbound2, a.pid)
+			case live:
+				e.retry = true // the 3.1.1 connection closes below
+			default:
+				// Its connection is gone: the client sends the message
+				// again, whatever its version, and that copy is the retry.
+				e.retry = true
+				to = nil
+			}
+		}
 		ss.mu.Unlock()
+		if to == nil {
+			return
+		}
 	}
-	c.writeAckReason(kind, a.pid, code, reason)
-	c.release(1)
+	if to.version != packet.Version5 {
+		to.closeWith(Disconnection{Reason: CloseNotStored, Detail: reason})
+		return
+	}
+	to.writeAckReason(kind, a.pid, code, reason)
+	to.release(1)
 }
 
 func (a *ackState) send(own bool) {
@@ -93,13 +135,21 @@ func (a *ackState) send(own bool) {
 		c.writeAck(packet.PUBACK, a.pid, packet.Success, own)
 		c.release(1)
 	case 2:
+		// PUBREC goes to the connection that last received the message:
+		// a client that reconnected and sent it again while the policy
+		// was storing it is answered there. The id is marked first, so
+		// that a PUBREL answering this PUBREC finds it acknowledged.
 		ss := c.sess
 		ss.mu.Lock()
-		if _, ok := ss.inbound2[a.pid]; ok {
-			ss.inbound2[a.pid] = true
+		var to *conn
+		if e := a.qos2Locked(ss); e != nil {
+			e.rec, e.m = true, nil
+			to = e.c
 		}
 		ss.mu.Unlock()
-		c.writeAck(packet.PUBREC, a.pid, packet.Success, own)
+		if to != nil {
+			to.writeAck(packet.PUBREC, a.pid, packet.Success, own && to == c)
+		}
 	}
 }
 

@@ -176,8 +176,13 @@ func (s *Server) saveState(path string) error {
 		for _, d := range ss.queue[ss.qhead:] {
 			sv.Queue = append(sv.Queue, saveDelivery(d))
 		}
-		for pid := range ss.inbound2 {
-			sv.Inbound2 = append(sv.Inbound2, pid)
+		for pid, e := range ss.inbound2 {
+			// Not a refused message awaiting the client's retry: after a
+			// restart that copy is taken as new, and stored, rather than
+			// answered as if it had been.
+			if !e.retry {
+				sv.Inbound2 = append(sv.Inbound2, pid)
+			}
 		}
 		ss.mu.Unlock()
 		st.Sessions = append(st.Sessions, sv)
@@ -294,9 +299,9 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 			ss.push(&delivery{msg: x.Message.message(), qos: x.QoS, retain: x.Retain, subID: x.SubID})
 		}
 		if len(sv.Inbound2) > 0 {
-			ss.inbound2 = make(map[uint16]bool, len(sv.Inbound2))
+			ss.inbound2 = make(map[uint16]*inbound2, len(sv.Inbound2))
 			for _, pid := range sv.Inbound2 {
-				ss.inbound2[pid] = true
+				ss.inbound2[pid] = &inbound2{rec: true}
 			}
 		}
 		s.sessions[ss.key] = ss

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,31 @@ const (
 	stateReleased
 )
 
+// inbound2 is the server's receiver state of one inbound QoS 2 packet
+// identifier, kept in the session from the first PUBLISH with it until the
+// PUBREL ([MQTT-4.3.3-2]; v5 [MQTT-4.3.3-8] to [MQTT-4.3.3-12]): every
+// copy of the PUBLISH in between, on this connection or a later one of the
+// session, is answered PUBREC and routed no more.
+type inbound2 struct {
+	// c is the connection that last received a PUBLISH with this id: its
+	// Receive Maximum counts the message, and a PUBREC the policy defers
+	// goes to it (a client that reconnected and sent the PUBLISH again is
+	// answered on its new connection). nil once that connection has ended,
+	// and for an id restored from the state file.
+	c *conn
+	// m is the message while its acknowledgement is pending (the policy
+	// deferred it: "acked means stored"), and while retry is set.
+	m *Message
+	// rec: PUBREC was sent (the message accepted); PUBREL is awaited.
+	rec bool
+	// retry: the policy could not keep the message after all
+	// (Message.Refuse) and the client could not be told: a 3.1.1 client,
+	// whose connection was closed for it, or a client that was away. Its
+	// next copy of the PUBLISH is offered to Policy.Accepted again (m), not
+	// routed again.
+	retry bool
+}
+
 // session is the server side of an MQTT session. It outlives connections
 // when persistent. All fields below mu are guarded by it.
 type session struct {
@@ -63,8 +89,8 @@ type session struct {
 	inflight []*delivery // sent, unacknowledged, in send order
 	ninfl    int         // non-nil entries of inflight
 	nextPID  uint16
-	inbound2 map[uint16]bool // inbound QoS 2 ids awaiting PUBREL; true once PUBREC was sent
-	window   int             // effective inflight window of the current connection
+	inbound2 map[uint16]*inbound2 // inbound QoS 2 ids, from the PUBLISH to the PUBREL
+	window   int                  // effective inflight window of the current connection
 	limits   Limits
 
 	expiry         uint32 // session expiry interval, seconds
@@ -261,25 +287,45 @@ func (ss *session) removeInflight(pid uint16) *delivery {
 	return d
 }
 
-// ack handles PUBACK, PUBREC and PUBCOMP from the client. It reports false
-// for an unknown packet identifier.
-func (ss *session) ack(kind packet.Type, pid uint16, code packet.ReasonCode) bool {
+// ackResult is what session.ack made of an acknowledgement.
+type ackResult uint8
+
+const (
+	ackDone    ackResult = iota // applied (or a repeated PUBREC answered again)
+	ackUnknown                  // no delivery in flight with that packet id
+	ackWrong                    // the wrong kind for the delivery's QoS or state: a protocol error
+)
+
+// ack handles PUBACK, PUBREC and PUBCOMP from the client, on the reader of
+// from. The deliveries in flight belong to the session, so an
+// acknowledgement on a resumed session's new connection completes what the
+// previous one sent. For ackWrong it also says what was wrong. See
+// docs/broker.md, "Acknowledgements of the wrong kind".
+func (ss *session) ack(from *conn, kind packet.Type, pid uint16, code packet.ReasonCode) (ackResult, string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	i := ss.findInflight(pid)
 	if i < 0 {
-		return false
+		return ackUnknown, ""
 	}
 	d := ss.inflight[i]
 	switch kind {
 	case packet.PUBACK:
 		if d.qos != 1 {
-			return false
+			return ackWrong, fmt.Sprintf("PUBACK for packet id %d, a QoS 2 PUBLISH (awaiting %s)", pid, awaiting(d))
 		}
 		ss.removeInflight(pid)
 	case packet.PUBREC:
-		if d.qos != 2 || d.state != stateSent {
-			return d.state == stateReleased // a repeated PUBREC: answer PUBREL again
+		if d.qos != 2 {
+			return ackWrong, fmt.Sprintf("PUBREC for packet id %d, a QoS 1 PUBLISH (awaiting PUBACK)", pid)
+		}
+		if d.state == stateReleased {
+			// A repeated PUBREC (the client answered a PUBLISH and its
+			// retransmission, or a PUBREC crossed our PUBREL): the PUBLISH
+			// was accepted already, so whatever its code the PUBREL is
+			// sent again, which lets the client release the id.
+			ss.writeRel(from, pid)
+			return ackDone, ""
 		}
 		if code >= 0x80 {
 			// The client refused the message: the flow ends here.
@@ -287,18 +333,35 @@ func (ss *session) ack(kind packet.Type, pid uint16, code packet.ReasonCode) boo
 			break
 		}
 		d.state = stateReleased
-		if ss.c != nil {
-			ss.c.writeAck(packet.PUBREL, pid, packet.Success, true)
-		}
-		return true
+		ss.writeRel(from, pid)
+		return ackDone, ""
 	case packet.PUBCOMP:
+		if d.qos != 2 {
+			return ackWrong, fmt.Sprintf("PUBCOMP for packet id %d, a QoS 1 PUBLISH (awaiting PUBACK)", pid)
+		}
 		if d.state != stateReleased {
-			return false
+			return ackWrong, fmt.Sprintf("PUBCOMP for packet id %d before PUBREC (no PUBREL was sent for it)", pid)
 		}
 		ss.removeInflight(pid)
 	}
-	ss.pumpLocked(ss.c)
-	return true
+	ss.pumpLocked(from)
+	return ackDone, ""
+}
+
+// awaiting names the acknowledgement a QoS 2 delivery in flight waits for.
+func awaiting(d *delivery) string {
+	if d.state == stateReleased {
+		return "PUBCOMP"
+	}
+	return "PUBREC"
+}
+
+// writeRel sends PUBREL for pid on the session's connection (flushed by
+// the reader of from when it is that connection's).
+func (ss *session) writeRel(from *conn, pid uint16) {
+	if c := ss.c; c != nil {
+		c.writeAck(packet.PUBREL, pid, packet.Success, c == from)
+	}
 }
 
 // pump moves queued messages when the connection can take more (called by
