@@ -142,6 +142,10 @@ type limitedConn struct {
 	once sync.Once
 }
 
+// NetConn returns the connection it wraps (a *net.TCPConn from a TCP
+// listener), for what the wrapper does not pass on, such as CloseWrite.
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { c.l.release(c.addr) })
