@@ -41,8 +41,8 @@ type PublisherLive struct {
 	// packets that arrived together), or when its last connection ended;
 	// zero if it has not connected since the process started.
 	LastSeen time.Time
-	// Protocol is "MQTT 3.1.1" or "MQTT 5.0" of the current or last
-	// connection, "" if never seen.
+	// Protocol is "MQTT 3.1", "MQTT 3.1.1" or "MQTT 5.0" of the current or
+	// last connection, "" if never seen.
 	Protocol string
 	// Transport is TransportTCP, TransportTLS or TransportWebSocket of the
 	// current or last connection, "" if never seen.
@@ -136,6 +136,8 @@ func protocolName(level byte) string {
 		return "MQTT 5.0"
 	case packet.Version311:
 		return "MQTT 3.1.1"
+	case packet.Version31:
+		return "MQTT 3.1"
 	}
 	return ""
 }

@@ -154,7 +154,8 @@ func (c *limitedConn) SyscallConn() (syscall.RawConn, error) {
 	return nil, errors.ErrUnsupported
 }
 
-// NetConn returns the accepted connection underneath.
+// NetConn returns the connection it wraps (a *net.TCPConn from a TCP
+// listener), for what the wrapper does not pass on, such as CloseWrite.
 func (c *limitedConn) NetConn() net.Conn { return c.Conn }
 
 func (c *limitedConn) Close() error {

@@ -107,6 +107,16 @@ type conn struct {
 	closed bool
 	final  bool
 	full   bool // the pump stopped because wbuf was over the high mark
+	// How the socket closes (hangup.go): linger, set with final, says the
+	// server ended the connection and it is half-closed and drained;
+	// writeShut, that its last write is done; inDrain and drained, that
+	// the reader is draining and has finished; drainUntil, when the drain
+	// ends (zero until its clock starts).
+	linger     bool
+	writeShut  bool
+	inDrain    bool
+	drained    bool
+	drainUntil time.Time
 	// qos0 counts the QoS 0 PUBLISHes in wbuf: if the connection ends
 	// before they are written they are lost, and counted as dropped.
 	qos0   int
@@ -203,7 +213,7 @@ func (c *conn) serve() error {
 	}
 	c.parking = false
 	if err != nil {
-		c.failConnect(err)
+		c.failConnect(first, err)
 		return err
 	}
 	cp, ok := first.(*packet.Connect)
@@ -239,24 +249,29 @@ func (c *conn) serve() error {
 var errEnded = errors.New("connection ended by the server")
 
 // failConnect answers a CONNECT that could not be decoded where the
-// protocol allows it, and records why the connection ends.
-func (c *conn) failConnect(err error) {
+// protocol allows it, and records why the connection ends. first is what
+// Decode returned with the error: for a CONNECT past its protocol name and
+// level, the partial *packet.Connect.
+func (c *conn) failConnect(first packet.Packet, err error) {
 	var pe *packet.Error
 	if !errors.As(err, &pe) {
 		return // the network: endedWith says so
 	}
 	d := protocolClose(pe.Code, pe.Reason)
-	if c.version == 0 {
+	cp, _ := first.(*packet.Connect)
+	if c.version == 0 && (cp == nil || pe.Code != packet.UnsupportedProtocolVersion) {
 		c.closeWith(d)
 		return
 	}
 	var ack packet.Packet
-	if pe.Code == packet.UnsupportedProtocolVersion {
-		// Answer in the form the client can read.
-		if c.version != packet.Version5 {
-			c.version = packet.Version311
-		}
+	if cp != nil && pe.Code == packet.UnsupportedProtocolVersion {
+		// A protocol level this server does not speak: refused, in the
+		// form the client can read (unsupportedForm).
 		d = Disconnection{Reason: CloseConnectRefused, Code: pe.Code, Detail: pe.Reason}
+		c.srv.stats.connectsRefused[pe.Code].Add(1)
+		c.logRefusedConnect(cp, pe.Code, pe.Reason, nil)
+		c.srv.refused(nil, Refusal{What: RefusedConnect, Code: pe.Code, Detail: pe.Reason})
+		c.version = unsupportedForm(cp)
 		ack = &packet.Connack{ReasonCode: pe.Code}
 	} else if c.version == packet.Version5 {
 		ack = &packet.Connack{ReasonCode: pe.Code}
@@ -264,6 +279,20 @@ func (c *conn) failConnect(err error) {
 	if c.end(d) {
 		c.closeAfter(ack)
 	}
+}
+
+// unsupportedForm is the protocol level whose CONNACK form answers a
+// CONNECT of a level this server does not speak: a client naming the
+// protocol "MQTT" with level 5 or more (a later version) reads MQTT 5's
+// CONNACK, with reason code 0x84 Unsupported Protocol Version ([MQTT-3.1.2-2]
+// of MQTT 5); any other (levels 0-3 under "MQTT", "MQIsdp" with a level
+// other than 3) reads 3.1.1's, return code 0x01 unacceptable protocol
+// version, which is also 3.1's.
+func unsupportedForm(cp *packet.Connect) byte {
+	if cp.ProtocolName == "MQTT" && cp.ProtocolLevel >= packet.Version5 {
+		return packet.Version5
+	}
+	return packet.Version311
 }
 
 // fill reads more bytes into the read buffer. It releases the large buffer
@@ -555,6 +584,9 @@ func (c *conn) handleAck(a *packet.Ack) error {
 
 // finish cleans up after the reader ends: the reason is counted, logged
 // and reported to the policy, and the session detached.
+//
+// A connection the server ended with linger set is closed last, after its
+// drain (hangup.go): the bookkeeping does not wait for it.
 func (c *conn) finish(err error) {
 	d := c.endedWith(err)
 	c.end(d)
@@ -566,13 +598,16 @@ func (c *conn) finish(err error) {
 		c.wbuf, c.qos0 = nil, 0
 	}
 	c.closed = true
+	linger := c.linger
 	c.wmu.Unlock()
-	if closeNow {
-		c.nc.Close()
-	}
-	if c.large != nil {
-		readPool.Put(c.large)
-		c.large = nil
+	if linger {
+		defer c.releaseRead()
+		defer c.drain()
+	} else {
+		if closeNow {
+			c.nc.Close()
+		}
+		c.releaseRead()
 	}
 	c.srv.stats.closes[d.Reason].Add(1)
 	switch d.Reason {
@@ -591,6 +626,14 @@ func (c *conn) finish(err error) {
 	}
 	c.srv.detach(c, d)
 	c.srv.policy.Disconnected(c.id, d)
+}
+
+// releaseRead gives the large read buffer back to the pool.
+func (c *conn) releaseRead() {
+	if c.large != nil {
+		readPool.Put(c.large)
+		c.large = nil
+	}
 }
 
 // shutdown ends the connection because the server stops.

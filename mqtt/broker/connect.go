@@ -7,10 +7,14 @@ import (
 	"log/slog"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
+
+// maxClientID31 is the longest client id MQTT 3.1 allows, in characters.
+const maxClientID31 = 23
 
 // errNormalDisconnect ends a connection after a client's DISCONNECT.
 var errNormalDisconnect = errors.New("normal disconnect")
@@ -20,6 +24,7 @@ var errNormalDisconnect = errors.New("normal disconnect")
 func (c *conn) connect(cp *packet.Connect) error {
 	c.version = cp.ProtocolLevel
 	v5 := c.version == packet.Version5
+	v31 := c.version == packet.Version31
 	refuse := func(code packet.ReasonCode, reason string, known *Identity) error {
 		c.srv.stats.connectsRefused[code].Add(1)
 		var attrs []slog.Attr
@@ -38,6 +43,13 @@ func (c *conn) connect(cp *packet.Connect) error {
 	}
 	if v5 && cp.Properties.Has(packet.PropAuthMethod) {
 		return refuse(packet.BadAuthenticationMethod, "enhanced authentication is not supported", nil)
+	}
+	if v31 {
+		// MQTT 3.1: the client id is 1 to 23 characters; anything else
+		// is answered 0x02 identifier rejected (3.1 has no empty id).
+		if n := utf8.RuneCountInString(cp.ClientID); n == 0 || n > maxClientID31 {
+			return refuse(packet.ClientIdentifierNotValid, fmt.Sprintf("MQTT 3.1 client id of %d characters: 1 to %d are allowed", n, maxClientID31), nil)
+		}
 	}
 	assigned := ""
 	if cp.ClientID == "" {
@@ -121,7 +133,8 @@ func (c *conn) connect(cp *packet.Connect) error {
 	c.sess = ss
 	c.logConnected(cp, present)
 
-	ack := &packet.Connack{SessionPresent: present, ReasonCode: packet.Success}
+	// MQTT 3.1's CONNACK has no Session Present flag: the byte is 0.
+	ack := &packet.Connack{SessionPresent: present && !v31, ReasonCode: packet.Success}
 	if v5 {
 		pr := &ack.Properties
 		if assigned != "" {

@@ -15,6 +15,7 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	mqtt3packets "github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -55,6 +56,7 @@ func hARefusalBytes(tb testing.TB, addr string, cp *packet.Connect) []byte {
 	if err != nil {
 		tb.Fatalf("connection not closed after refusal: %v (got % x)", err, got)
 	}
+	rc.nc.Close() // the server's drain ends with it
 	return got
 }
 
@@ -91,11 +93,15 @@ func hAExpectDisconnect(tb testing.TB, rc *rawClient, code packet.ReasonCode) {
 	}
 }
 
-// TestConnectProtocolLevels: 3.1.1 (level 4) and 5 clients connect; MQTT
-// 3.1 (level 3) and an unknown level 6 get the 3.1.1 CONNACK "unacceptable
-// protocol version" (0x01) and are disconnected.
+// TestConnectProtocolLevels: 3.1.1 (level 4), 5 and 3.1 ("MQIsdp", level
+// 3) clients connect; any other level is refused with the CONNACK
+// "unsupported protocol version" and the connection closed, in the form
+// the client can read: MQTT 5's (reason code 0x84, no properties) for
+// "MQTT" with a level of 5 or more, 3.1.1's (return code 0x01) for lower
+// levels and for "MQIsdp".
 func TestConnectProtocolLevels(t *testing.T) {
-	b := startBroker(t, broker.Options{})
+	log, sink := testkit.NewLog()
+	b := startBroker(t, broker.Options{Logger: log})
 	c3 := dialV3(t, b.Addr, "level4")
 	if !c3.IsConnected() {
 		t.Fatal("3.1.1 client not connected")
@@ -104,15 +110,30 @@ func TestConnectProtocolLevels(t *testing.T) {
 	if c5.Props.ReasonCode != 0 {
 		t.Fatalf("v5 CONNACK reason 0x%02x", c5.Props.ReasonCode)
 	}
+	if c31 := dialV3(t, b.Addr, "level3", func(o *mqtt3.ClientOptions) { o.SetProtocolVersion(3) }); !c31.IsConnected() {
+		t.Fatal("3.1 client not connected")
+	}
 
+	v311 := []byte{0x20, 0x02, 0x00, 0x01}
+	v5 := []byte{0x20, 0x03, 0x00, 0x84, 0x00}
 	for _, tc := range []struct {
 		name  string
 		level byte
-	}{{"MQIsdp", 3}, {"MQTT", 3}, {"MQTT", 6}} {
+		want  []byte
+	}{
+		{"MQTT", 0, v311}, {"MQTT", 2, v311}, {"MQTT", 3, v311},
+		{"MQTT", 6, v5}, {"MQTT", 255, v5},
+		{"MQIsdp", 4, v311}, {"MQIsdp", 5, v311}, {"MQIsdp", 6, v311},
+	} {
 		got := hARefusalBytes(t, b.Addr, &packet.Connect{ProtocolName: tc.name, ProtocolLevel: tc.level, CleanStart: true, ClientID: "old", KeepAlive: 30})
-		if want := []byte{0x20, 0x02, 0x00, 0x01}; !bytes.Equal(got, want) {
-			t.Errorf("%s level %d: server sent % x, want CONNACK % x", tc.name, tc.level, got, want)
+		if !bytes.Equal(got, tc.want) {
+			t.Errorf("%s level %d: server sent % x, want CONNACK % x", tc.name, tc.level, got, tc.want)
 		}
+	}
+	// Refusals like any other: counted, logged with what was asked for.
+	eventually(t, "the refusals counted", func() bool { return b.Stats().ConnectsRefused == 8 })
+	if n := len(sink.Lines("connect refused", "protocol", "MQTT level 6", "code", "0x84 Unsupported Protocol Version")); n != 1 {
+		t.Errorf("%d refusals of MQTT level 6 logged", n)
 	}
 	// The refused connections did not disturb the accepted ones.
 	c5.subscribe(t, paho.SubscribeOptions{Topic: "lv", QoS: 1})

@@ -1,5 +1,6 @@
-// Package broker is fleetmq's MQTT 3.1.1 and 5 broker core: listeners (TCP,
-// TLS, WebSocket), connections, sessions, QoS 0/1/2 flows in both directions,
+// Package broker is fleetmq's MQTT 3.1.1 and 5 broker core (MQTT 3.1 is
+// served as 3.1.1 with 3.1's CONNECT rules): listeners (TCP, TLS,
+// WebSocket), connections, sessions, QoS 0/1/2 flows in both directions,
 // the per-session inflight window and bounded queue, retained messages with a
 // maximum age, wills, keep alive, topic aliases and shared subscriptions.
 //

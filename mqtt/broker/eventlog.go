@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -157,16 +158,28 @@ func (k listenerKind) transport() string {
 	return "tcp"
 }
 
+// connectProtocol names the protocol a CONNECT asked for, as protocolName
+// does for the ones this server speaks ("MQTT level 6", "MQIsdp level 4"
+// for the others).
+func connectProtocol(cp *packet.Connect) string {
+	switch {
+	case cp.ProtocolName == "MQTT" && (cp.ProtocolLevel == packet.Version311 || cp.ProtocolLevel == packet.Version5),
+		cp.ProtocolName == "MQIsdp" && cp.ProtocolLevel == packet.Version31:
+		return protocolName(cp.ProtocolLevel)
+	}
+	return cp.ProtocolName + " level " + strconv.Itoa(int(cp.ProtocolLevel))
+}
+
 func protocolName(v byte) string {
 	switch v {
 	case packet.Version5:
 		return "5"
 	case packet.Version311:
 		return "3.1.1"
-	case 3:
+	case packet.Version31:
 		return "3.1"
 	}
-	return "unknown"
+	return "level " + strconv.Itoa(int(v))
 }
 
 // remoteIP is the key that rate-limits lines about a connection that has
@@ -230,7 +243,7 @@ func (c *conn) logRefusedConnect(cp *packet.Connect, code packet.ReasonCode, det
 	attrs = append(attrs, known...)
 	attrs = append(attrs, slog.String("username", cp.Username),
 		slog.String("remote", addrString(c.info.RemoteAddr)), slog.String("transport", c.kind.transport()),
-		slog.String("protocol", protocolName(c.version)), slog.String("by", "server"),
+		slog.String("protocol", connectProtocol(cp)), slog.String("by", "server"),
 		slog.String("reason", CloseConnectRefused.String()), codeAttr(code), slog.String("detail", detail))
 	c.srv.events.emit(slog.LevelWarn, "connect refused", sup, attrs...)
 }

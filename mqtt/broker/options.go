@@ -86,6 +86,18 @@ type Options struct {
 	// takes nothing for this long is disconnected (write_timeout). Default
 	// 30 seconds.
 	WriteTimeout time.Duration
+	// CloseDrainTimeout and CloseDrainBytes bound the drain of a
+	// connection the server ends: once its last packet (DISCONNECT,
+	// refusing CONNACK) is written, the write side is half-closed (TCP
+	// FIN, TLS close_notify, WebSocket close frame) and what the client
+	// still sends is read and discarded until it closes its side, for at
+	// most CloseDrainTimeout or CloseDrainBytes, whichever comes first;
+	// then the socket is closed. Closing at once instead would make the
+	// kernel answer the client's unread bytes with a reset, which can
+	// destroy the last packet before the client reads it. Defaults 2
+	// seconds and 1 MiB; a negative CloseDrainTimeout closes at once.
+	CloseDrainTimeout time.Duration
+	CloseDrainBytes   int
 	// LogBurst and LogInterval rate-limit the event log per client: a
 	// burst of LogBurst lines, then one per LogInterval; the rest are
 	// counted in Stats.LogSuppressed. Defaults 20 and 3 seconds.
@@ -110,6 +122,8 @@ const (
 	DefaultTopicAliasMaximum = 64
 	DefaultMaxSessionExpiry  = 7 * 24 * 3600
 	DefaultMaxTopicLevels    = 128
+	DefaultCloseDrainTimeout = 2 * time.Second
+	DefaultCloseDrainBytes   = 1 << 20
 )
 
 func (o *Options) fill() {
@@ -155,6 +169,12 @@ func (o *Options) fill() {
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = 30 * time.Second
 	}
+	if o.CloseDrainTimeout == 0 {
+		o.CloseDrainTimeout = DefaultCloseDrainTimeout
+	}
+	if o.CloseDrainBytes == 0 {
+		o.CloseDrainBytes = DefaultCloseDrainBytes
+	}
 	if o.SaveInterval == 0 {
 		o.SaveInterval = 30 * time.Second
 	}
@@ -192,6 +212,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ConnectTimeout < 0 || o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("connect and write timeouts must not be negative"))
+	}
+	if o.CloseDrainBytes < 0 {
+		errs = append(errs, fmt.Errorf("close drain bytes %d: must not be negative", o.CloseDrainBytes))
 	}
 	if o.LogBurst < 1 || o.LogInterval < 0 {
 		errs = append(errs, fmt.Errorf("log burst %d, interval %v: want at least 1 line and a non-negative interval", o.LogBurst, o.LogInterval))

@@ -234,7 +234,8 @@ type Connection struct {
 	// sessions: of two connections of the same session key, the one with
 	// the higher Seq took the session over from the other.
 	Seq uint64
-	// ProtocolLevel is packet.Version311 or packet.Version5.
+	// ProtocolLevel is packet.Version311, packet.Version5 or
+	// packet.Version31 (MQTT 3.1, served as 3.1.1).
 	ProtocolLevel byte
 	RemoteAddr    net.Addr
 	TLS           bool // through a TLS listener (or WebSocket over TLS)

@@ -183,7 +183,11 @@ func TestParkedStrangers(t *testing.T) {
 	})
 
 	// The server's shutdown ends parked strangers and does not wait for
-	// them.
+	// them (the connected clients leave first: the shutdown would drain
+	// theirs for a while).
+	nc.Close()
+	tc.Close()
+	eventually(t, "the connected clients gone", func() bool { return b.Stats().Connections == 0 })
 	for range 3 {
 		s, err := net.Dial("tcp", b.Addr)
 		if err != nil {

@@ -14,7 +14,9 @@ import (
 // not completed). Sockets carry no deadlines at all, so a deadline set for
 // one write can never fail a later one, and reads and writes cost no timer
 // operations. A connection over a limit is ended with its reason (v5
-// clients get DISCONNECT 0x8D for the keep alive).
+// clients get DISCONNECT 0x8D for the keep alive). The one exception is the
+// drain of a connection the server ended (hangup.go): a read deadline, set
+// once the connection is ending, when no write can follow it.
 
 // finalWriteTimeout bounds the last write of a connection the server is
 // closing (the DISCONNECT or refusing CONNACK after what was buffered).

@@ -34,9 +34,15 @@ func (s *Server) WebSocketHandler() http.Handler {
 		}
 		ws.SetReadLimit(int64(s.opts.MaxPacketSize) + 8)
 		nc := websocket.NetConn(context.Background(), ws, websocket.MessageBinary)
-		s.startConn(&wsConn{Conn: nc, remote: remoteAddr(r)}, listenerKind{websocket: true, tls: r.TLS != nil})
+		raw, _ := r.Context().Value(rawConnKey{}).(net.Conn)
+		s.startConn(&wsConn{Conn: nc, ws: ws, raw: raw, remote: remoteAddr(r)}, listenerKind{websocket: true, tls: r.TLS != nil})
 	})
 }
+
+// rawConnKey is the request context key of the network connection under
+// a WebSocket (set by ListenWebSocket's HTTP server), which wsConn.Close
+// closes at once.
+type rawConnKey struct{}
 
 // ListenWebSocket serves MQTT over WebSocket on addr at path /mqtt (and /).
 func (s *Server) ListenWebSocket(addr string) (net.Listener, error) {
@@ -51,7 +57,10 @@ func (s *Server) ListenWebSocket(addr string) (net.Listener, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/mqtt", s.WebSocketHandler())
 	mux.Handle("/", s.WebSocketHandler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, rawConnKey{}, c)
+		}}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -62,13 +71,38 @@ func (s *Server) ListenWebSocket(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// wsConn reports the HTTP peer as the remote address.
+// wsConn is an MQTT connection over a WebSocket: it reports the HTTP peer
+// as the remote address, half-closes with the close frame and closes at
+// once.
 type wsConn struct {
-	net.Conn
-	remote net.Addr
+	net.Conn // websocket.NetConn of ws
+	ws       *websocket.Conn
+	raw      net.Conn // the connection under ws; nil if unknown
+	remote   net.Addr
 }
 
 func (c *wsConn) RemoteAddr() net.Addr { return c.remote }
+
+// CloseWrite sends the close frame (status 1000) and lets the WebSocket
+// library wait for the client's: what the client sends meanwhile is still
+// read (and drained) by the connection's reader, and a client that
+// answers the close frame ends the stream (io.EOF). The drain's deadline
+// or Close ends the wait.
+func (c *wsConn) CloseWrite() error {
+	go c.ws.Close(websocket.StatusNormalClosure, "")
+	return nil
+}
+
+// Close closes the connection under the WebSocket first, when known, so
+// that it does not wait for a close handshake (the library's waits up to
+// 5 seconds per step): a close by the server is a close now, bounded by
+// the watchdog and the drain, not by the client.
+func (c *wsConn) Close() error {
+	if c.raw != nil {
+		c.raw.Close()
+	}
+	return c.Conn.Close()
+}
 
 func remoteAddr(r *http.Request) net.Addr {
 	if a, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {

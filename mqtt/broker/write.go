@@ -84,9 +84,11 @@ func (c *conn) writePacket(p packet.Packet) {
 }
 
 // closeAfter ends the write side: p (when not nil) is appended after what
-// is buffered, nothing more is accepted, and the socket is closed once the
-// buffer is written (by the writer running now, or a new one). The
-// watchdog bounds that last write (finalWriteTimeout).
+// is buffered, nothing more is accepted, and once the buffer is written
+// (by the writer running now, or a new one) the socket is closed, or, when
+// the server ended the connection, half-closed and drained first
+// (closeWriteSide, hangup.go). The watchdog bounds that last write
+// (finalWriteTimeout).
 func (c *conn) closeAfter(p packet.Packet) {
 	c.wmu.Lock()
 	if c.closed {
@@ -104,13 +106,14 @@ func (c *conn) closeAfter(p packet.Packet) {
 		}
 	}
 	c.closed, c.final = true, true
+	c.linger = c.lingers(p != nil)
 	if c.writing {
 		c.wmu.Unlock() // the running writer closes after the buffer
 		return
 	}
 	if len(c.wbuf) == 0 {
 		c.wmu.Unlock()
-		c.nc.Close()
+		c.closeWriteSide()
 		return
 	}
 	c.writing = true
@@ -159,15 +162,15 @@ func (c *conn) writeFailed(err error, qos0 int) {
 }
 
 // doneWriting gives up the writer's role when the buffer is empty or
-// discarded (with wmu and sockMu held, which it releases), closing the
-// socket when the connection was ending after its last write.
+// discarded (with wmu and sockMu held, which it releases), ending the
+// write side when the connection was ending after its last write.
 func (c *conn) doneWriting() {
 	c.writing = false
 	final := c.final
 	c.wmu.Unlock()
 	c.sockMu.Unlock()
 	if final {
-		c.nc.Close()
+		c.closeWriteSide()
 	}
 }
 

@@ -39,15 +39,18 @@ func decodeConnect(body []byte) (*Connect, error) {
 		c.ProtocolName = string(name)
 		return c, protocolErr("unknown protocol name %q", c.ProtocolName)
 	}
-	if c.ProtocolName != "MQTT" || (level != Version311 && level != Version5) {
+	switch {
+	case c.ProtocolName == "MQTT" && (level == Version311 || level == Version5):
+	case c.ProtocolName == "MQIsdp" && level == Version31:
+	default:
 		return c, Errorf(UnsupportedProtocolVersion, "protocol %s level %d", c.ProtocolName, level)
 	}
-	v5 := level == Version5
+	v5, v31 := level == Version5, level == Version31
 	flags, err := r.byte("connect flags")
 	if err != nil {
 		return c, err
 	}
-	if flags&connReserved != 0 {
+	if flags&connReserved != 0 && !v31 { // 3.1: "not used"
 		return c, malformed("CONNECT reserved flag set") // MQTT-3.1.2-3
 	}
 	c.CleanStart = flags&connCleanStart != 0
@@ -56,13 +59,15 @@ func decodeConnect(body []byte) (*Connect, error) {
 	willQoS := flags & connWillQoS >> 3
 	willRetain := flags&connWillRetain != 0
 	if flags&connWill == 0 {
-		if willQoS != 0 || willRetain { // MQTT-3.1.2-11, -13
+		if v31 { // 3.1 has no rule for them: ignored
+			willQoS, willRetain = 0, false
+		} else if willQoS != 0 || willRetain { // MQTT-3.1.2-11, -13
 			return c, malformed("will QoS or retain set without the will flag")
 		}
 	} else if willQoS == 3 { // MQTT-3.1.2-12; "a Malformed Packet" in v5
 		return c, malformed("will QoS 3")
 	}
-	if !v5 && c.HasPassword && !c.HasUsername {
+	if !v5 && !v31 && c.HasPassword && !c.HasUsername {
 		return c, malformed("password flag without user name flag") // 3.1.1: MQTT-3.1.2-22
 	}
 	if c.KeepAlive, err = r.uint16("keep alive"); err != nil {

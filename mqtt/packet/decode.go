@@ -23,8 +23,9 @@ var fixedFlags = [16]byte{PUBREL: 0b0010, SUBSCRIBE: 0b0010, UNSUBSCRIBE: 0b0010
 
 // Decode decodes one packet given the first byte of its fixed header and its
 // complete body (exactly Remaining Length bytes). version is the protocol
-// level of the connection: Version5 decodes MQTT 5, anything else MQTT 3.1.1.
-// For CONNECT version is ignored: the level comes from the packet.
+// level of the connection: Version5 decodes MQTT 5, anything else MQTT 3.1.1
+// (Version31 with 3.1's leniencies, see Version31). For CONNECT version is
+// ignored: the level comes from the packet.
 //
 // Decode takes ownership of body: byte slices in the result alias it in
 // every packet type (payloads, passwords, Correlation Data, and the
@@ -47,9 +48,10 @@ var fixedFlags = [16]byte{PUBREL: 0b0010, SUBSCRIBE: 0b0010, UNSUBSCRIBE: 0b0010
 // CONNECT is special: once the protocol name and level are read, a failing
 // Decode still returns the partly filled *Connect (at least ProtocolName and
 // ProtocolLevel set) with the error, so that the broker can answer in the
-// right CONNACK form. For an unknown protocol level, or MQTT 3.1 ("MQIsdp",
-// level 3), the error Code is UnsupportedProtocolVersion: answer CONNACK 0x01
-// (3.1.1 form) or 0x84 (v5 form) and close.
+// right CONNACK form. For a protocol level the name does not go with ("MQTT"
+// with anything but 4 or 5, "MQIsdp" with anything but 3), the error Code is
+// UnsupportedProtocolVersion: answer CONNACK 0x01 (3.1.1 form) or 0x84 (v5
+// form) and close.
 //
 // Decode checks what a single packet can show. Rules that need connection
 // state are the broker's: Topic Alias against Topic Alias Maximum, Receive
@@ -68,8 +70,8 @@ func Decode(header byte, body []byte, version byte) (Packet, error) {
 	if t == AUTH && !v5 {
 		return nil, malformed("AUTH is not an MQTT 3.1.1 packet")
 	}
-	if flags != fixedFlags[t] {
-		return nil, malformed("%s fixed header flags are 0x%X, must be 0x%X", t, flags, fixedFlags[t])
+	if err := checkFlags(t, flags, version); err != nil {
+		return nil, err
 	}
 	switch t {
 	case CONNECT:
@@ -103,6 +105,16 @@ func Decode(header byte, body []byte, version byte) (Packet, error) {
 	default: // AUTH
 		return result(decodeAuth(body))
 	}
+}
+
+// checkFlags checks the fixed header flags of a packet other than PUBLISH.
+// MQTT 3.1 sets DUP (bit 3) on a PUBREL, SUBSCRIBE or UNSUBSCRIBE it sends
+// again, so Version31 takes it there.
+func checkFlags(t Type, flags, version byte) error {
+	if flags == fixedFlags[t] || version == Version31 && fixedFlags[t] != 0 && flags == fixedFlags[t]|0b1000 {
+		return nil
+	}
+	return malformed("%s fixed header flags are 0x%X, must be 0x%X", t, flags, fixedFlags[t])
 }
 
 // result converts a decoder's typed result, so that an error never comes
@@ -207,8 +219,8 @@ func DecodeAck(header byte, body []byte, version byte, a *Ack) error {
 	if t < PUBACK || t > PUBCOMP {
 		return malformed("%s is not an acknowledgement", t)
 	}
-	if flags := header & 0x0F; flags != fixedFlags[t] {
-		return malformed("%s fixed header flags are 0x%X, must be 0x%X", t, flags, fixedFlags[t])
+	if err := checkFlags(t, header&0x0F, version); err != nil {
+		return err
 	}
 	*a = Ack{}
 	return decodeAckInto(a, t, body, version == Version5)

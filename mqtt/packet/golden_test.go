@@ -476,11 +476,72 @@ var goldenV5 = []golden{
 	},
 }
 
-// goldenAll returns both tables with the version filled in.
+// goldenV31 is MQTT 3.1 ("MQIsdp", level 3): 3.1.1's forms, and the
+// leniencies 3.1 needs (see Version31).
+var goldenV31 = []golden{
+	{
+		name: "CONNECT minimal",
+		raw:  raw(0x10, 16, 0, 6, "MQIsdp", 3, 0x02, 0, 60, 0, 2, "c1"),
+		packet: &Connect{ProtocolName: "MQIsdp", ProtocolLevel: Version31, CleanStart: true,
+			KeepAlive: 60, ClientID: "c1"},
+	},
+	{
+		name: "CONNECT will username password",
+		raw: raw(0x10, 34, 0, 6, "MQIsdp", 3, 0xEC, 0, 30,
+			0, 3, "dev",
+			0, 3, "w/t", 0, 3, "bye",
+			0, 1, "u", 0, 2, "pw"),
+		packet: &Connect{ProtocolName: "MQIsdp", ProtocolLevel: Version31, KeepAlive: 30,
+			ClientID: "dev", HasUsername: true, Username: "u", HasPassword: true, Password: []byte("pw"),
+			Will: &Will{Topic: "w/t", Payload: []byte("bye"), QoS: 1, Retain: true}},
+	},
+	{
+		name: "CONNECT password without user name",
+		raw:  raw(0x10, 20, 0, 6, "MQIsdp", 3, 0x42, 0, 60, 0, 2, "c1", 0, 2, "pw"),
+		packet: &Connect{ProtocolName: "MQIsdp", ProtocolLevel: Version31, CleanStart: true,
+			KeepAlive: 60, ClientID: "c1", HasPassword: true, Password: []byte("pw")},
+	},
+	{
+		// Reserved flag, Will QoS 3 and Will Retain without the Will Flag:
+		// 3.1 says nothing of them, so they are ignored.
+		name: "CONNECT stray flags",
+		raw:  raw(0x10, 16, 0, 6, "MQIsdp", 3, 0x3B, 0, 60, 0, 2, "c1"),
+		packet: &Connect{ProtocolName: "MQIsdp", ProtocolLevel: Version31, CleanStart: true,
+			KeepAlive: 60, ClientID: "c1"},
+		decodeOnly: true,
+	},
+	{name: "CONNACK accepted", raw: raw(0x20, 2, 0, 0), packet: &Connack{}},
+	{name: "CONNACK identifier rejected", raw: raw(0x20, 2, 0, 2), packet: &Connack{ReasonCode: ClientIdentifierNotValid}},
+	{
+		name:   "SUBSCRIBE",
+		raw:    raw(0x82, 6, 0, 1, 0, 1, "a", 1),
+		packet: &Subscribe{PacketID: 1, Subscriptions: []Subscription{{Filter: "a", QoS: 1}}},
+	},
+	{
+		name:       "SUBSCRIBE sent again (DUP)",
+		raw:        raw(0x8A, 6, 0, 1, 0, 1, "a", 1),
+		packet:     &Subscribe{PacketID: 1, Subscriptions: []Subscription{{Filter: "a", QoS: 1}}},
+		decodeOnly: true,
+	},
+	{
+		name:       "UNSUBSCRIBE sent again (DUP)",
+		raw:        raw(0xAA, 5, 0, 1, 0, 1, "a"),
+		packet:     &Unsubscribe{PacketID: 1, Filters: []string{"a"}},
+		decodeOnly: true,
+	},
+	{name: "PUBREL sent again (DUP)", raw: raw(0x6A, 2, 0, 1), packet: &Ack{Kind: PUBREL, PacketID: 1}, decodeOnly: true},
+	{name: "PUBREL", raw: raw(0x62, 2, 0, 1), packet: &Ack{Kind: PUBREL, PacketID: 1}},
+}
+
+// goldenAll returns the tables with the version filled in.
 func goldenAll() []golden {
 	var all []golden
 	for _, g := range goldenV3 {
 		g.version, g.name = Version311, "v3/"+g.name
+		all = append(all, g)
+	}
+	for _, g := range goldenV31 {
+		g.version, g.name = Version31, "v31/"+g.name
 		all = append(all, g)
 	}
 	for _, g := range goldenV5 {
@@ -562,7 +623,7 @@ func TestGoldenEncode(t *testing.T) {
 
 // The tables cover every packet type of each version and every property.
 func TestGoldenCoverage(t *testing.T) {
-	types := map[byte]map[Type]bool{Version311: {}, Version5: {}}
+	types := map[byte]map[Type]bool{Version31: {}, Version311: {}, Version5: {}}
 	var propsSeen uint64
 	seeProps := func(p *Properties) { propsSeen |= propBits(p, ^uint64(0)) }
 	for _, g := range goldenAll() {

@@ -20,8 +20,9 @@ func connectBody(level, flags byte, rest ...any) []byte {
 }
 
 const (
-	v3 = Version311
-	v5 = Version5
+	v31 = Version31
+	v3  = Version311
+	v5  = Version5
 )
 
 var badPackets = []badPacket{
@@ -97,7 +98,12 @@ var badPackets = []badPacket{
 	{"CONNECT name only", v3, 0x10, raw(0, 4, "MQTT"), MalformedPacket},
 	{"CONNECT name invalid UTF-8", v3, 0x10, raw(0, 2, 0xFF, 0xFE, 4), MalformedPacket},
 	{"CONNECT unknown protocol", v5, 0x10, raw(0, 4, "HTTP", 4, 2, 0, 60, 0, 0), ProtocolError},
-	{"CONNECT MQTT 3.1", v3, 0x10, raw(0, 6, "MQIsdp", 3, 2, 0, 60, 0, 1, "c"), UnsupportedProtocolVersion},
+	{"CONNECT MQIsdp level 5", v3, 0x10, raw(0, 6, "MQIsdp", 5, 2, 0, 60, 0, 0, 0, 1, "c"), UnsupportedProtocolVersion},
+	{"CONNECT MQTT 3.1 will QoS 3", v3, 0x10, raw(0, 6, "MQIsdp", 3, 0x1E, 0, 60, 0, 1, "c", 0, 1, "t", 0, 0), MalformedPacket},
+	{"CONNECT MQTT 3.1 cut", v3, 0x10, raw(0, 6, "MQIsdp", 3, 0x82, 0, 60, 0, 1, "c"), MalformedPacket},
+	{"SUBSCRIBE MQTT 3.1 flags 0x3", v31, 0x83, raw(0, 1, 0, 1, "a", 0), MalformedPacket},
+	{"SUBSCRIBE 3.1.1 DUP", v3, 0x8A, raw(0, 1, 0, 1, "a", 0), MalformedPacket},
+	{"PINGREQ MQTT 3.1 DUP", v31, 0xC8, nil, MalformedPacket},
 	{"CONNECT level 6", v3, 0x10, raw(0, 4, "MQTT", 6, 2, 0, 60, 0, 0), UnsupportedProtocolVersion},
 	{"CONNECT MQTT level 3", v3, 0x10, raw(0, 4, "MQTT", 3, 2, 0, 60, 0, 0), UnsupportedProtocolVersion},
 	{"CONNECT MQIsdp level 4", v3, 0x10, raw(0, 6, "MQIsdp", 4, 2, 0, 60, 0, 0), UnsupportedProtocolVersion},
@@ -224,7 +230,8 @@ func TestDecodeConnectPartial(t *testing.T) {
 		pname string
 		level byte
 	}{
-		{"MQTT 3.1", raw(0, 6, "MQIsdp", 3, 2, 0, 60, 0, 1, "c"), UnsupportedProtocolVersion, "MQIsdp", 3},
+		{"MQIsdp level 4", raw(0, 6, "MQIsdp", 4, 2, 0, 60, 0, 1, "c"), UnsupportedProtocolVersion, "MQIsdp", 4},
+		{"MQTT level 3", raw(0, 4, "MQTT", 3, 2, 0, 60, 0, 1, "c"), UnsupportedProtocolVersion, "MQTT", 3},
 		{"level 6", raw(0, 4, "MQTT", 6, 2, 0, 60), UnsupportedProtocolVersion, "MQTT", 6},
 		{"unknown name", raw(0, 3, "FOO", 9), ProtocolError, "FOO", 9},
 		{"v5 bad property", connectBody(5, 0x02, 3, 0x21, 0, 0, 0, 0), ProtocolError, "MQTT", 5},

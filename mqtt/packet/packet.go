@@ -1,6 +1,8 @@
 // Package packet is fleetmq's codec for MQTT 3.1.1 (protocol level 4) and MQTT 5
 // (protocol level 5): every control packet, every v5 property and reason code,
-// variable byte integers and UTF-8 validation.
+// variable byte integers and UTF-8 validation. MQTT 3.1 (protocol name
+// "MQIsdp", level 3) is decoded and encoded as 3.1.1, with the few rules 3.1
+// does not have left out (see Version31).
 //
 // Decoding never panics on hostile input: a malformed packet yields an *Error
 // whose Code is the reason code the broker should answer with (v5 DISCONNECT)
@@ -35,8 +37,16 @@ const (
 )
 
 // Protocol levels carried in CONNECT.
+//
+// Version31 is MQTT 3.1 (protocol name "MQIsdp"), which is 3.1.1 with fewer
+// rules: passed as the version, Decode and DecodeAck accept the DUP flag on
+// PUBREL, SUBSCRIBE and UNSUBSCRIBE (3.1 sets it on their retransmission),
+// and a 3.1 CONNECT may have its reserved flag set, Will QoS or Will Retain
+// without the Will Flag (both ignored) and a password without a user name.
+// Anything else, Encode included, is 3.1.1; a 3.1 CONNACK has no Session
+// Present flag, so a server leaves it false.
 const (
-	Version31  byte = 3 // MQTT 3.1: refused by fleetmq with CONNACK 0x01.
+	Version31  byte = 3
 	Version311 byte = 4
 	Version5   byte = 5
 )
@@ -258,8 +268,8 @@ type Will struct {
 
 // Connect is the CONNECT packet.
 type Connect struct {
-	ProtocolName  string // "MQTT" (or "MQIsdp" for 3.1, which is refused)
-	ProtocolLevel byte   // Version311 or Version5
+	ProtocolName  string // "MQTT" ("MQIsdp" for 3.1)
+	ProtocolLevel byte   // Version311 or Version5 (Version31 with "MQIsdp")
 	CleanStart    bool   // Clean Session in 3.1.1
 	KeepAlive     uint16 // seconds
 	ClientID      string

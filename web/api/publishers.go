@@ -54,7 +54,7 @@ type LivePublisher struct {
 	Connected      bool              `json:"connected"`
 	ConnectedSince *time.Time        `json:"connected_since,omitempty"`
 	LastSeen       *time.Time        `json:"last_seen,omitempty" doc:"When the broker last read from the device, or when its last connection ended. Absent if it has not connected since the server started."`
-	Protocol       string            `json:"protocol,omitempty" enum:"MQTT 3.1.1,MQTT 5.0"`
+	Protocol       string            `json:"protocol,omitempty" enum:"MQTT 3.1,MQTT 3.1.1,MQTT 5.0"`
 	Transport      string            `json:"transport,omitempty" enum:"tcp,tls,websocket"`
 	RemoteAddr     string            `json:"remote_addr,omitempty"`
 	LastPublish    *time.Time        `json:"last_publish,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -300,5 +301,50 @@ func TestLivePublishers(t *testing.T) {
 	p = e.live(t, A.Token)["dev1"]
 	if p.ConnectedSince != nil || p.RemoteAddr != "" || at(p.LastSeen) != at(&left) || p.Protocol != "MQTT 5.0" || at(p.LastPublish) != at(&published) || p.QoSMixToday.Total != 5 {
 		t.Fatalf("dev1 after leaving: %+v (last seen %s, want %v)", p, at(p.LastSeen), left)
+	}
+}
+
+// TestLivePublisherMQTT31: a device on legacy MQTT 3.1 firmware ("MQIsdp",
+// level 3) connects with its account's publisher credential, publishes
+// into its account like a 3.1.1 device (a subscriber of the account gets
+// the message, today's QoS mix counts it), shows as "MQTT 3.1" in the live
+// view, and is refused a client id over 3.1's 23 characters (0x02).
+func TestLivePublisherMQTT31(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	A := e.tenant(t, "A", "starter", allAddOns, "old1", "legacy-device-0123456789")
+	e.synced(t)
+	sub := e.dial(t, "watcher", A.SubUser, A.SubPass)
+	if code := sub.subCode(t, A.topic("old1", "#"), 1); code > 2 {
+		t.Fatalf("subscribe: 0x%02x", code)
+	}
+
+	v31 := func(id string) (mqtt3.Client, error) {
+		o := mqtt3.NewClientOptions().AddBroker("tcp://" + e.MQTTAddr).SetClientID(id).SetUsername(A.PubUser).SetPassword(A.PubPass).
+			SetProtocolVersion(3).SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(waitFor)
+		c := mqtt3.NewClient(o)
+		tok := c.Connect()
+		if !tok.WaitTimeout(waitFor) {
+			return c, fmt.Errorf("connect %s timed out", id)
+		}
+		return c, tok.Error()
+	}
+	old, err := v31("old1")
+	if err != nil {
+		t.Fatalf("connect old1 over 3.1: %v", err)
+	}
+	t.Cleanup(func() { old.Disconnect(0) })
+	if tok := old.Publish(A.topic("old1", "telemetry/t"), 1, false, "from 3.1"); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
+		t.Fatalf("publish over 3.1: %v", tok.Error())
+	}
+	if m := sub.next(t); m.Topic != A.topic("old1", "telemetry/t") || string(m.Payload) != "from 3.1" {
+		t.Fatalf("subscriber got %s %q", m.Topic, m.Payload)
+	}
+	if q := e.live(t, A.Token)["old1"]; !q.Connected || q.Protocol != "MQTT 3.1" || q.QoSMixToday.Q1 != 1 {
+		t.Fatalf("old1 over 3.1: %+v", q)
+	}
+	// 24 characters: registered, but over what 3.1 allows.
+	if _, err := v31("legacy-device-0123456789"); err == nil || !strings.Contains(err.Error(), "identifier rejected") {
+		t.Fatalf("3.1 client id of 24 characters: %v, want identifier rejected", err)
 	}
 }
