@@ -23,60 +23,94 @@ func dialBench(tb testing.TB, addr, id string) *rawClient {
 // acknowledging. Run: go test ./mqtt/broker -run '^$' -bench FanIn -benchmem
 func BenchmarkFanIn(b *testing.B) {
 	for _, qos := range []byte{0, 1, 2} {
-		b.Run("qos"+strconv.Itoa(int(qos)), func(b *testing.B) {
-			srv, err := broker.New(broker.Options{MaxQueued: 1 << 20, MaxInflight: 1000, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer srv.Close(context.Background())
-			ln, err := srv.ListenTCP("127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			addr := ln.Addr().String()
-			sub := dialBench(b, addr, "sub")
-			if err := sub.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "bench/#", QoS: qos}}}, true); err != nil {
-				b.Fatal(err)
-			}
-			if p, err := sub.read(); err != nil || p.Type() != packet.SUBACK {
-				b.Fatalf("want SUBACK, got %v %v", p, err)
-			}
-			pub := dialBench(b, addr, "pub")
-			payload := make([]byte, 200)
-			topics := make([]string, 50)
-			for i := range topics {
-				topics[i] = "bench/" + strconv.Itoa(i) + "/telemetry"
-			}
+		b.Run("qos"+strconv.Itoa(int(qos)), func(b *testing.B) { benchFanIn(b, qos, false) })
+	}
+}
 
-			subDone := make(chan error, 1)
-			go func() { subDone <- subscriberLoop(sub, b.N) }()
-			// window keeps the publisher within the broker's Receive Maximum.
-			window := make(chan struct{}, 512)
-			go publisherAcks(pub, window)
+// BenchmarkFanInOverlap is BenchmarkFanIn with a subscriber whose two
+// subscriptions (bench/# and bench/+/telemetry, Subscription Identifiers 1
+// and 2) both match every message: one copy carries both identifiers.
+// ns/op is per message published, however many copies the subscriber gets
+// (the subscriber stops at the last message's first copy).
+func BenchmarkFanInOverlap(b *testing.B) {
+	for _, qos := range []byte{0, 1, 2} {
+		b.Run("qos"+strconv.Itoa(int(qos)), func(b *testing.B) { benchFanIn(b, qos, true) })
+	}
+}
 
-			b.SetBytes(int64(len(payload)))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				p := &packet.Publish{Topic: topics[i%len(topics)], QoS: qos, Payload: payload}
-				if qos > 0 {
-					select {
-					case window <- struct{}{}:
-					default:
-						pub.flush()
-						window <- struct{}{}
-					}
-					p.PacketID = uint16(i%60000 + 1)
-				}
-				if err := pub.send(p, i%64 == 63); err != nil {
-					b.Fatal(err)
-				}
+func benchFanIn(b *testing.B, qos byte, overlap bool) {
+	srv, err := broker.New(broker.Options{MaxQueued: 1 << 20, MaxInflight: 1000, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Close(context.Background())
+	ln, err := srv.ListenTCP("127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	sub := dialBench(b, addr, "sub")
+	filters := []string{"bench/#"}
+	if overlap {
+		filters = append(filters, "bench/+/telemetry")
+	}
+	for i, f := range filters {
+		s := &packet.Subscribe{PacketID: uint16(i + 1), Subscriptions: []packet.Subscription{{Filter: f, QoS: qos}}}
+		if overlap {
+			s.Properties.SubscriptionIDs = []uint32{uint32(i + 1)}
+		}
+		if err := sub.send(s, true); err != nil {
+			b.Fatal(err)
+		}
+		if p, err := sub.read(); err != nil || p.Type() != packet.SUBACK {
+			b.Fatalf("want SUBACK, got %v %v", p, err)
+		}
+	}
+	pub := dialBench(b, addr, "pub")
+	payload := make([]byte, 200)
+	last := make([]byte, 200)
+	last[0] = 1 // marks the last message (overlap)
+	topics := make([]string, 50)
+	for i := range topics {
+		topics[i] = "bench/" + strconv.Itoa(i) + "/telemetry"
+	}
+
+	subDone := make(chan error, 1)
+	go func() {
+		if overlap {
+			subDone <- subscriberLoopLast(sub)
+		} else {
+			subDone <- subscriberLoop(sub, b.N)
+		}
+	}()
+	// window keeps the publisher within the broker's Receive Maximum.
+	window := make(chan struct{}, 512)
+	go publisherAcks(pub, window)
+
+	b.SetBytes(int64(len(payload)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p := &packet.Publish{Topic: topics[i%len(topics)], QoS: qos, Payload: payload}
+		if i == b.N-1 {
+			p.Payload = last
+		}
+		if qos > 0 {
+			select {
+			case window <- struct{}{}:
+			default:
+				pub.flush()
+				window <- struct{}{}
 			}
-			pub.flush()
-			if err := <-subDone; err != nil {
-				b.Fatal(err)
-			}
-		})
+			p.PacketID = uint16(i%60000 + 1)
+		}
+		if err := pub.send(p, i%64 == 63); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pub.flush()
+	if err := <-subDone; err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -110,6 +144,39 @@ func subscriberLoop(c *rawClient, n int) error {
 		}
 	}
 	return c.flush()
+}
+
+// subscriberLoopLast is subscriberLoop until the first PUBLISH whose
+// payload starts with 1 (the last message).
+func subscriberLoopLast(c *rawClient) error {
+	for {
+		p, err := c.read()
+		if err != nil {
+			return fmt.Errorf("subscriber: %w", err)
+		}
+		var reply packet.Packet
+		switch p := p.(type) {
+		case *packet.Publish:
+			if p.Payload[0] == 1 {
+				return c.flush()
+			}
+			switch p.QoS {
+			case 1:
+				reply = &packet.Ack{Kind: packet.PUBACK, PacketID: p.PacketID}
+			case 2:
+				reply = &packet.Ack{Kind: packet.PUBREC, PacketID: p.PacketID}
+			}
+		case *packet.Ack:
+			if p.Kind == packet.PUBREL {
+				reply = &packet.Ack{Kind: packet.PUBCOMP, PacketID: p.PacketID}
+			}
+		}
+		if reply != nil {
+			if err := c.send(reply, c.r.Buffered() == 0); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // publisherAcks completes the publisher's flows and frees window slots.

@@ -95,6 +95,9 @@ type conn struct {
 	aliasMax uint16 // client's Topic Alias Maximum
 	// aliasOut is guarded by the session mutex (encoding happens under it).
 	aliasOut map[string]uint16
+	// oneID holds the subscription identifier of the PUBLISH being
+	// encoded (guarded by the session mutex, like aliasOut).
+	oneID [1]uint32
 
 	// Write side.
 	wmu     sync.Mutex

@@ -47,8 +47,11 @@ type savedDelivery struct {
 	QoS     byte         `json:"qos"`
 	Retain  bool         `json:"retain,omitempty"`
 	SubID   uint32       `json:"sub_id,omitempty"`
-	PID     uint16       `json:"pid,omitempty"`
-	State   uint8        `json:"state,omitempty"`
+	// SubIDs, instead of SubID, when the delivery carries several
+	// subscription identifiers (overlapping subscriptions).
+	SubIDs []uint32 `json:"sub_ids,omitempty"`
+	PID    uint16   `json:"pid,omitempty"`
+	State  uint8    `json:"state,omitempty"`
 }
 
 type savedSub struct {
@@ -118,7 +121,22 @@ func (sm *savedMessage) message() *Message {
 }
 
 func saveDelivery(d *delivery) savedDelivery {
-	return savedDelivery{Message: saveMessage(d.msg), QoS: d.qos, Retain: d.retain, SubID: d.subID, PID: d.pid, State: d.state}
+	sd := savedDelivery{Message: saveMessage(d.msg), QoS: d.qos, Retain: d.retain(), SubID: d.subID, PID: d.pid, State: d.state()}
+	if d.ids != nil {
+		sd.SubIDs = idBlockIDs(d.ids)
+	}
+	return sd
+}
+
+// subIDs returns the saved subscription identifiers.
+func (sd *savedDelivery) subIDs() []uint32 {
+	if len(sd.SubIDs) > 0 {
+		return sd.SubIDs
+	}
+	if sd.SubID != 0 {
+		return []uint32{sd.SubID}
+	}
+	return nil
 }
 
 // Save writes the retained messages changed since the last save and the
@@ -290,13 +308,15 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 			s.subs.Subscribe(indexFilter(sub), ss.key, *sub)
 		}
 		for _, x := range sv.Inflight {
-			d := &delivery{msg: x.Message.message(), qos: x.QoS, retain: x.Retain, subID: x.SubID, pid: x.PID, state: x.State}
+			d := newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs())
+			d.pid = x.PID
+			d.setState(x.State & stateMask)
 			ss.inflight = append(ss.inflight, d)
 			ss.ninfl++
 			s.stats.inflight.Add(1)
 		}
 		for _, x := range sv.Queue {
-			ss.push(&delivery{msg: x.Message.message(), qos: x.QoS, retain: x.Retain, subID: x.SubID})
+			ss.push(newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs()))
 		}
 		if len(sv.Inbound2) > 0 {
 			ss.inbound2 = make(map[uint16]*inbound2, len(sv.Inbound2))

@@ -230,23 +230,6 @@ func (c *conn) pubrel(pid uint16) error {
 	return nil
 }
 
-// route stores a retained message and hands the message to every matching
-// subscription. from is the publishing connection (nil for wills and
-// injected messages).
-func (s *Server) route(m *Message, from *conn) {
-	if m.Retain {
-		s.retained.set(m)
-	}
-	s.subs.Match(m.Topic, func(_ string, sub subscription, _ string) {
-		if sub.noLocal && m.Origin != "" && m.Origin == sub.sess.key {
-			return
-		}
-		qos := min(m.QoS, sub.qos)
-		s.stats.routed.Add(1)
-		sub.sess.enqueue(m, qos, m.Retain && sub.rap, sub.id, from)
-	})
-}
-
 // Publish injects a message as if a client had published it on m.Topic
 // (for bridges and tests). Created is set when zero.
 func (s *Server) Publish(m *Message) {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -21,20 +22,27 @@ type subscription struct {
 	id             uint32 // subscription identifier, 0 when none
 }
 
-// delivery is one message on its way to one session.
+// delivery is one message on its way to one session: one copy, standing
+// for every matching non-shared subscription of the session (see route).
+// It is 24 bytes, as small as a delivery for one subscription was: the
+// RETAIN flag shares a byte with the state.
 type delivery struct {
-	msg    *Message
-	qos    byte
-	retain bool
-	subID  uint32
-	pid    uint16
-	state  uint8 // stateQueued, stateSent (awaiting PUBACK/PUBREC), stateReleased (PUBREL sent)
+	msg *Message
+	// ids holds the subscription identifiers when the copy carries two or
+	// more (an idBlock); nil otherwise, subID then being the one (0: none).
+	ids   *uint32
+	subID uint32
+	pid   uint16
+	qos   byte
+	flags uint8 // the state (stateMask) and retainFlag
 }
 
 const (
-	stateQueued uint8 = iota
-	stateSent
-	stateReleased
+	stateQueued   uint8 = iota
+	stateSent           // awaiting PUBACK/PUBREC
+	stateReleased       // PUBREL sent
+	stateMask     uint8 = 3
+	retainFlag    uint8 = 1 << 7 // the PUBLISH carries RETAIN=1
 )
 
 // inbound2 is the server's receiver state of one inbound QoS 2 packet
@@ -60,6 +68,67 @@ type inbound2 struct {
 	// next copy of the PUBLISH is offered to Policy.Accepted again (m), not
 	// routed again.
 	retry bool
+}
+
+func (d *delivery) state() uint8     { return d.flags & stateMask }
+func (d *delivery) setState(s uint8) { d.flags = d.flags&^stateMask | s }
+func (d *delivery) retain() bool     { return d.flags&retainFlag != 0 }
+func (d *delivery) setRetain(on bool) {
+	if on {
+		d.flags |= retainFlag
+	} else {
+		d.flags &^= retainFlag
+	}
+}
+
+// newDelivery returns a queued delivery of m at qos carrying the
+// subscription identifiers ids (none, one or several: copied).
+func newDelivery(m *Message, qos byte, retain bool, ids []uint32) *delivery {
+	d := &delivery{msg: m, qos: qos}
+	d.setRetain(retain)
+	d.setIDs(ids)
+	return d
+}
+
+// setIDs records the subscription identifiers: one fits in subID, several
+// take one allocation (idBlock). Identifiers are never 0.
+func (d *delivery) setIDs(ids []uint32) {
+	d.ids, d.subID = nil, 0
+	switch len(ids) {
+	case 0:
+	case 1:
+		d.subID = ids[0]
+	default:
+		d.ids = idBlock(ids)
+	}
+}
+
+// subIDs returns the subscription identifiers to send (nil when none);
+// one[0] holds a single one (so that the caller's array is not allocated).
+func (d *delivery) subIDs(one *[1]uint32) []uint32 {
+	if d.ids != nil {
+		return idBlockIDs(d.ids)
+	}
+	if d.subID == 0 {
+		return nil
+	}
+	one[0] = d.subID
+	return one[:]
+}
+
+// idBlock copies ids into one allocation: their count, then the
+// identifiers. A delivery keeps a pointer to its first word, so that it
+// stays 24 bytes with room for any number of identifiers.
+func idBlock(ids []uint32) *uint32 {
+	b := make([]uint32, len(ids)+1)
+	b[0] = uint32(len(ids))
+	copy(b[1:], ids)
+	return &b[0]
+}
+
+// idBlockIDs returns the identifiers of an idBlock (sharing its memory).
+func idBlockIDs(p *uint32) []uint32 {
+	return unsafe.Slice(p, int(*p)+1)[1:]
 }
 
 // session is the server side of an MQTT session. It outlives connections
@@ -161,9 +230,10 @@ func (ss *session) endsWithConnection() bool {
 	return ss.c != nil && ss.expiry == 0
 }
 
-// enqueue hands a message to the session: it is queued (or dropped when the
-// queue is full) and the pump moves what it can to the connection.
-func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from *conn) {
+// enqueue hands one copy of a message to the session, carrying the
+// subscription identifiers ids: it is queued (or dropped when the queue is
+// full) and the pump moves what it can to the connection.
+func (ss *session) enqueue(m *Message, qos byte, retain bool, ids []uint32, from *conn) {
 	if ss.full.Load() {
 		// At its bound: dropped without the lock (see full).
 		ss.srv.stats.drops[DropQueueFull].Add(1)
@@ -187,7 +257,7 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, subID uint32, from
 		ss.dropLocked(m, DropQueueFull)
 		return
 	}
-	ss.push(&delivery{msg: m, qos: qos, retain: retain, subID: subID})
+	ss.push(newDelivery(m, qos, retain, ids))
 	ss.pumpLocked(from)
 }
 
@@ -225,7 +295,7 @@ func (ss *session) pumpLocked(from *conn) {
 		ss.pop()
 		if d.qos > 0 {
 			d.pid = ss.allocPID()
-			d.state = stateSent
+			d.setState(stateSent)
 			ss.inflight = append(ss.inflight, d)
 			ss.ninfl++
 			ss.srv.stats.inflight.Add(1)
@@ -319,7 +389,7 @@ func (ss *session) ack(from *conn, kind packet.Type, pid uint16, code packet.Rea
 		if d.qos != 2 {
 			return ackWrong, fmt.Sprintf("PUBREC for packet id %d, a QoS 1 PUBLISH (awaiting PUBACK)", pid)
 		}
-		if d.state == stateReleased {
+		if d.state() == stateReleased {
 			// A repeated PUBREC (the client answered a PUBLISH and its
 			// retransmission, or a PUBREC crossed our PUBREL): the PUBLISH
 			// was accepted already, so whatever its code the PUBREL is
@@ -332,14 +402,14 @@ func (ss *session) ack(from *conn, kind packet.Type, pid uint16, code packet.Rea
 			ss.removeInflight(pid)
 			break
 		}
-		d.state = stateReleased
+		d.setState(stateReleased)
 		ss.writeRel(from, pid)
 		return ackDone, ""
 	case packet.PUBCOMP:
 		if d.qos != 2 {
 			return ackWrong, fmt.Sprintf("PUBCOMP for packet id %d, a QoS 1 PUBLISH (awaiting PUBACK)", pid)
 		}
-		if d.state != stateReleased {
+		if d.state() != stateReleased {
 			return ackWrong, fmt.Sprintf("PUBCOMP for packet id %d before PUBREC (no PUBREL was sent for it)", pid)
 		}
 		ss.removeInflight(pid)
@@ -350,7 +420,7 @@ func (ss *session) ack(from *conn, kind packet.Type, pid uint16, code packet.Rea
 
 // awaiting names the acknowledgement a QoS 2 delivery in flight waits for.
 func awaiting(d *delivery) string {
-	if d.state == stateReleased {
+	if d.state() == stateReleased {
 		return "PUBCOMP"
 	}
 	return "PUBREC"
@@ -381,7 +451,7 @@ func (ss *session) resendLocked() {
 		if d == nil {
 			continue
 		}
-		if d.state == stateReleased {
+		if d.state() == stateReleased {
 			c.writeAck(packet.PUBREL, d.pid, packet.Success, true)
 			continue
 		}

@@ -100,7 +100,8 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 				continue
 			}
 			sent++
-			ss.enqueue(m, min(m.QoS, sub.qos), true, sub.id, c)
+			var one [1]uint32
+			ss.enqueue(m, min(m.QoS, sub.qos), true, oneID(&one, sub.id), c)
 		}
 	}
 	return nil

@@ -230,7 +230,7 @@ func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, f
 	p := packet.Publish{
 		Dup:        dup,
 		QoS:        d.qos,
-		Retain:     d.retain,
+		Retain:     d.retain(),
 		Topic:      m.Topic,
 		PacketID:   d.pid,
 		Payload:    m.Payload,
@@ -239,15 +239,13 @@ func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, f
 	if ss.id != nil && ss.id.DeliverPrefix != "" {
 		p.Topic = ss.id.DeliverPrefix + m.Topic
 	}
-	var ids [1]uint32
 	if c.version == packet.Version5 {
 		if sec, ok := m.remainingExpiry(now); ok {
 			p.Properties.SetMessageExpiry(max(sec, 1))
 		}
-		if d.subID != 0 {
-			ids[0] = d.subID
-			p.Properties.SubscriptionIDs = ids[:]
-		}
+		// c.oneID, not an array of this function's: that escapes (p is
+		// passed on), which cost an allocation per PUBLISH.
+		p.Properties.SubscriptionIDs = d.subIDs(&c.oneID)
 	}
 	if c.maxOut > 0 && uint32(packet.PublishSize(&p, c.version)) > c.maxOut {
 		return false
