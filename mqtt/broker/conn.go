@@ -135,6 +135,7 @@ type conn struct {
 	// parker's mu). pend is a CONNECT body in the making across parks.
 	prc      syscall.RawConn
 	parking  bool
+	graced   bool // the reader had its strangerGrace wait
 	parkedFD int32
 	pend     *pendingConnect
 	// flushes lists the connections this reader wrote routed messages to

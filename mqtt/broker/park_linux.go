@@ -1,11 +1,12 @@
 package broker
 
 import (
-	"io"
+	"errors"
 	"log/slog"
 	"os"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // parker holds strangers (connections whose CONNECT has not fully arrived)
@@ -158,43 +159,41 @@ func (p *parker) parked() int {
 	return len(p.conns)
 }
 
-// readNoWait reads what a stranger has sent without waiting: errParked
-// when nothing is there. A TLS stranger is only peeked at: once its first
-// byte is there, it reads (and handshakes) like any connection.
+// strangerGrace is how long a new connection's reader waits for its first
+// bytes before it parks: a device sends its CONNECT right after connecting,
+// and is served without a trip through the parker; a silent stranger
+// holds a goroutine this long, once.
+const strangerGrace = 50 * time.Millisecond
+
+// readNoWait reads what a stranger has sent: errParked when nothing is
+// there (after strangerGrace, the first time). It only reads once bytes
+// (or the end) are there, so the read never waits; a TLS stranger, once
+// its first byte is there, reads (and handshakes) like any connection.
 func (c *conn) readNoWait(b []byte) (int, error) {
-	if c.raw == nil {
-		var one [1]byte
-		var err error
-		if rerr := c.prc.Read(func(fd uintptr) bool {
-			for {
-				if _, _, err = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT); err != syscall.EINTR {
-					return true // one look: never wait here
-				}
-			}
-		}); rerr == nil && err == syscall.EAGAIN {
-			return 0, errParked
-		}
-		c.parking = false
-		return c.nc.Read(b)
+	wait := !c.graced
+	if wait {
+		c.graced = true
+		c.nc.SetReadDeadline(time.Now().Add(strangerGrace))
 	}
-	var n int
+	var one [1]byte
 	var err error
-	if rerr := c.raw.Read(func(fd uintptr) bool {
+	rerr := c.prc.Read(func(fd uintptr) bool {
 		for {
-			if n, err = syscall.Read(int(fd), b); err != syscall.EINTR {
-				return true // one attempt: never wait here
+			if _, _, err = syscall.Recvfrom(int(fd), one[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT); err != syscall.EINTR {
+				// Nothing there: wait for it (with the grace's deadline)
+				// or not at all.
+				return err != syscall.EAGAIN || !wait
 			}
 		}
-	}); rerr != nil {
-		return 0, rerr
+	})
+	if wait {
+		c.nc.SetReadDeadline(time.Time{})
 	}
-	switch {
-	case err == syscall.EAGAIN:
+	if errors.Is(rerr, os.ErrDeadlineExceeded) || rerr == nil && err == syscall.EAGAIN {
 		return 0, errParked
-	case err != nil:
-		return 0, os.NewSyscallError("read", err)
-	case n == 0:
-		return 0, io.EOF
 	}
-	return n, nil
+	if c.raw == nil {
+		c.parking = false // TLS: from its first byte on, as any connection
+	}
+	return c.nc.Read(b)
 }

@@ -206,10 +206,7 @@ func (s *Server) startConn(nc net.Conn, kind listenerKind) {
 	s.stats.connectionsTotal.Add(1)
 	s.stats.connections.Add(1)
 	s.stats.connectionsBy[kind.index()].Add(1)
-	if c.parking && s.parker.park(c) {
-		return // no goroutine until the stranger sends something
-	}
-	go c.run()
+	go c.run() // a stranger silent past strangerGrace parks (park_linux.go)
 }
 
 // release forgets a connection whose reader ended.

@@ -65,6 +65,9 @@ func TestStrangersGetMemoryForWhatTheySend(t *testing.T) {
 		sent += len(msg)
 	}
 	eventually(t, "the broker to read every stranger's first bytes", func() bool { return b.Stats().BytesIn-in0 >= int64(sent) })
+	if runtime.GOOS == "linux" { // after their grace, silent strangers park
+		eventually(t, "every silent stranger parked", func() bool { return b.Stats().StrangersWaiting == socks })
+	}
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
