@@ -35,6 +35,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.IntVar(&cfg.RESTRateLimit, "rest-rate-limit", 5000, "requests per hour of one REST API token [FLEETMQ_REST_RATE_LIMIT]")
 	fs.IntVar(&cfg.RESTAccountLimits.Concurrency, "rest-account-concurrency", restauth.DefaultAccountConcurrency, "REST API requests of one account (all its tokens) in flight at once [FLEETMQ_REST_ACCOUNT_CONCURRENCY]")
 	fs.IntVar(&cfg.RESTAccountLimits.Rate, "rest-account-rate", restauth.DefaultAccountRate, "REST API requests per second of one account (all its tokens) once its burst is spent [FLEETMQ_REST_ACCOUNT_RATE]")
+	fs.DurationVar(&cfg.RESTAccountLimits.RefusalPause, "rest-refusal-pause", restauth.DefaultRefusalPause, "how long a REST API request refused by a rate limit waits for its 429 (at most its Retry-After), so a client that ignores Retry-After cannot spin [FLEETMQ_REST_REFUSAL_PAUSE]")
 	fs.IntVar(&cfg.RESTAccountLimits.Burst, "rest-account-burst", restauth.DefaultAccountBurst, "REST API requests one account (all its tokens) may make at once on top of -rest-account-rate [FLEETMQ_REST_ACCOUNT_BURST]")
 	fs.BoolVar(&cfg.PortalSecureCookies, "portal-secure-cookies", false, "mark the portal's cookies Secure on plain HTTP too (TLS-terminating proxy in front) [FLEETMQ_PORTAL_SECURE_COOKIES]")
 	fs.StringVar(&cfg.MQTTPublicAddr, "mqtt-public-addr", "", "broker address host:port shown in the portal's mosquitto examples (default: the portal's host and 1883) [FLEETMQ_MQTT_PUBLIC_ADDR]")

@@ -122,7 +122,8 @@ func New(d Deps) *API {
 		strconv.Itoa(lim.Concurrency) + " requests in flight at once and make " + strconv.Itoa(lim.Rate) + " requests a second " +
 		"after a burst of " + strconv.Itoa(lim.Burst) + "; a single client making one request at a time can always spend its " +
 		"token's hour. A request over any limit gets 429 `rate_limited` with `Retry-After` (seconds) and a `detail` naming " +
-		"the limit; refused requests are not counted. Which routes work depends on the account's " +
+		"the limit, sent after a pause of up to " + lim.RefusalPause.String() + " (never longer than its `Retry-After`); " +
+		"refused requests are not counted. Which routes work depends on the account's " +
 		"add-ons, not on the token. Errors are RFC 9457 problem details with a stable `code`."
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"token": {Type: "http", Scheme: "bearer", BearerFormat: "svc_mqtt_rest_ token",
@@ -267,12 +268,13 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 	release, sd := a.deps.Accounts.Admit(tok.AccountID, now)
 	if sd.Refused != "" {
 		setRateHeaders(ctx, a.deps.Limiter.Peek(tok.ID, now))
-		a.writeHuma(ctx, secondaryProblem(sd))
+		a.refuse(ctx, secondaryProblem(sd), sd.RetryAfter)
 		return
 	}
 	defer release()
 	d := a.deps.Limiter.Allow(tok.ID, now)
 	if !d.Allowed {
+		release()
 		a.deps.Accounts.Refund(tok.AccountID)
 		a.hourlyRefusal(ctx, d)
 		return
@@ -313,6 +315,19 @@ func (a *API) hourlyRefusal(ctx huma.Context, d restauth.Decision) {
 	p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited,
 		"this token made "+strconv.Itoa(d.Used)+" requests this hour, the limit is "+strconv.Itoa(d.Limit)+"; the window resets at "+d.Reset.UTC().Format(time.RFC3339))
 	p.GetHeaders().Set("Retry-After", retryAfter(d.RetryAfter))
+	a.refuse(ctx, p, d.RetryAfter)
+}
+
+// refuse writes a rate limit's 429 after the refusal pause (at most
+// retry; sooner when the client goes away), holding nothing but the
+// connection meanwhile.
+func (a *API) refuse(ctx huma.Context, p *Problem, retry time.Duration) {
+	t := time.NewTimer(min(retry, a.deps.Accounts.Limits().RefusalPause))
+	select {
+	case <-t.C:
+	case <-ctx.Context().Done():
+	}
+	t.Stop()
 	a.writeHuma(ctx, p)
 }
 

@@ -64,7 +64,7 @@ func TestAccountRateLimit(t *testing.T) {
 	t.Parallel()
 	e := start(t, func(c *app.Config) {
 		c.RESTRateLimit = 100
-		c.RESTAccountLimits = restauth.AccountLimits{Concurrency: 100, Rate: 1, Burst: 10}
+		c.RESTAccountLimits = restauth.AccountLimits{Concurrency: 100, Rate: 1, Burst: 10, RefusalPause: time.Millisecond}
 	})
 	A := e.tenant(t, "A", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
 	B := e.tenant(t, "B", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
@@ -144,7 +144,7 @@ func TestAccountLimitsLetASequentialClientSpendItsHour(t *testing.T) {
 	const hour = 200
 	e := start(t, func(c *app.Config) {
 		c.RESTRateLimit = hour
-		c.RESTAccountLimits = restauth.AccountLimits{Burst: hour}
+		c.RESTAccountLimits = restauth.AccountLimits{Burst: hour, RefusalPause: time.Millisecond}
 	})
 	A := e.tenant(t, "A", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
 	B := e.tenant(t, "B", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
@@ -180,7 +180,7 @@ func TestAccountLimitsLetASequentialClientSpendItsHour(t *testing.T) {
 func TestAccountConcurrencyLimit(t *testing.T) {
 	t.Parallel()
 	e := start(t, func(c *app.Config) {
-		c.RESTAccountLimits = restauth.AccountLimits{Concurrency: 2}
+		c.RESTAccountLimits = restauth.AccountLimits{Concurrency: 2, RefusalPause: time.Millisecond}
 	})
 	A := e.tenant(t, "A", "starter", allAddOns, "dev1")
 	B := e.tenant(t, "B", "starter", allAddOns)
@@ -248,4 +248,54 @@ func TestAccountConcurrencyLimit(t *testing.T) {
 		return r.Status == http.StatusOK
 	})
 	rateHeaders(t, r, restauth.DefaultRateLimit, 1, reset)
+}
+
+// TestRefusalPause: a refused request's 429 is sent after the refusal
+// pause (here 3 s; the token's hour resets in 40 minutes), so a client
+// that ignores Retry-After cannot make refusals by the thousand; the
+// waiting refusal holds none of the account's requests in flight (its
+// bound is 1 here): the account's other token and account B are
+// answered meanwhile.
+func TestRefusalPause(t *testing.T) {
+	t.Parallel()
+	const pause = 3 * time.Second
+	e := start(t, func(c *app.Config) {
+		c.RESTRateLimit = 1
+		c.RESTAccountLimits = restauth.AccountLimits{Concurrency: 1, RefusalPause: pause}
+	})
+	A := e.tenant(t, "A", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
+	B := e.tenant(t, "B", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
+	other, _ := e.token(t, A.ID, "other")
+	e.get(t, A.Token, "/usage").ok(t, http.StatusOK, nil)
+
+	type result struct {
+		r    *response
+		err  error
+		took time.Duration
+	}
+	refused := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		r, err := e.try(A.Token, "/usage")
+		refused <- result{r, err, time.Since(start)}
+	}()
+	// Answered while the refusal waits.
+	e.get(t, other, "/usage").ok(t, http.StatusOK, nil)
+	e.get(t, B.Token, "/usage").ok(t, http.StatusOK, nil)
+	select {
+	case res := <-refused:
+		t.Fatalf("the refusal came before the others were answered, after %v: %v %v", res.took, res.r, res.err)
+	default:
+	}
+	res := <-refused
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	res.r.problem(t, http.StatusTooManyRequests, fleetmq.CodeRateLimited)
+	if res.took < pause {
+		t.Fatalf("the 429 came after %v, want the pause of %v", res.took, pause)
+	}
+	if res.r.Header.Get("Retry-After") != strconv.Itoa(40*60) {
+		t.Fatalf("%s: Retry-After %q, want until 13:00", res.r, res.r.Header.Get("Retry-After"))
+	}
 }

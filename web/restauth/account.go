@@ -21,6 +21,9 @@ const (
 	// beyond the rate: one token's whole hour (DefaultRateLimit), so a
 	// single client can spend its hourly limit as fast as it likes.
 	DefaultAccountBurst = DefaultRateLimit
+	// DefaultRefusalPause is how long a refused request waits for its
+	// 429 (at most its Retry-After).
+	DefaultRefusalPause = time.Second
 )
 
 // AccountLimits are the secondary limits of the REST API: beside each
@@ -31,6 +34,13 @@ type AccountLimits struct {
 	Concurrency int // requests in flight at once
 	Rate        int // requests per second, sustained
 	Burst       int // the bucket: requests at once on top of the rate
+	// RefusalPause is how long a request refused by a rate limit (these
+	// or the token's hour) waits before its 429 is sent, at most its
+	// Retry-After: deciding costs next to nothing, but a client that
+	// ignores Retry-After and sends again at once would otherwise make
+	// the cheap refusals by the thousand a second. Waiting holds no
+	// request in flight.
+	RefusalPause time.Duration
 }
 
 func (l AccountLimits) withDefaults() AccountLimits {
@@ -42,6 +52,9 @@ func (l AccountLimits) withDefaults() AccountLimits {
 	}
 	if l.Burst <= 0 {
 		l.Burst = DefaultAccountBurst
+	}
+	if l.RefusalPause <= 0 {
+		l.RefusalPause = DefaultRefusalPause
 	}
 	return l
 }
