@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetmq/fleetmq/ingest"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/web/restauth"
 )
 
 // runServe is "fleetmq serve": the whole platform on a data directory.
@@ -33,6 +34,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.Ingest.QoS0Overload, "ingest-qos0-overload", ingest.OverloadDrop, "QoS 0 messages when the ingest queue is full: drop (delivered live, not stored, counted) or wait [FLEETMQ_INGEST_QOS0_OVERLOAD]")
 	fs.DurationVar(&cfg.RetentionInterval, "retention-interval", time.Hour, "how often history older than each account's plan keeps is deleted [FLEETMQ_RETENTION_INTERVAL]")
 	fs.IntVar(&cfg.RESTRateLimit, "rest-rate-limit", 5000, "requests per hour of one REST API token [FLEETMQ_REST_RATE_LIMIT]")
+	fs.IntVar(&cfg.RESTAccountLimits.Concurrency, "rest-account-concurrency", restauth.DefaultAccountConcurrency, "REST API requests of one account (all its tokens) in flight at once [FLEETMQ_REST_ACCOUNT_CONCURRENCY]")
+	fs.IntVar(&cfg.RESTAccountLimits.Rate, "rest-account-rate", restauth.DefaultAccountRate, "REST API requests per second of one account (all its tokens) once its burst is spent [FLEETMQ_REST_ACCOUNT_RATE]")
+	fs.DurationVar(&cfg.RESTAccountLimits.RefusalPause, "rest-refusal-pause", restauth.DefaultRefusalPause, "how long a REST API request refused by a rate limit waits for its 429 (at most its Retry-After), so a client that ignores Retry-After cannot spin [FLEETMQ_REST_REFUSAL_PAUSE]")
+	fs.IntVar(&cfg.RESTAccountLimits.Burst, "rest-account-burst", restauth.DefaultAccountBurst, "REST API requests one account (all its tokens) may make at once on top of -rest-account-rate [FLEETMQ_REST_ACCOUNT_BURST]")
 	fs.BoolVar(&cfg.PortalSecureCookies, "portal-secure-cookies", false, "mark the portal's cookies Secure on plain HTTP too (TLS-terminating proxy in front) [FLEETMQ_PORTAL_SECURE_COOKIES]")
 	fs.StringVar(&cfg.MQTTPublicAddr, "mqtt-public-addr", "", "broker address host:port shown in the portal's mosquitto examples (default: the portal's host and 1883) [FLEETMQ_MQTT_PUBLIC_ADDR]")
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", 10*time.Second, "how long a new MQTT connection may take to send CONNECT (TLS handshake included) [FLEETMQ_CONNECT_TIMEOUT]")

@@ -82,6 +82,11 @@ type Config struct {
 	// RESTRateLimit is the requests per hour of one REST API token.
 	// Default restauth.DefaultRateLimit (5000, the spec's).
 	RESTRateLimit int
+	// RESTAccountLimits are the REST API's secondary limits per account,
+	// over all its tokens: requests in flight at once, requests per
+	// second and the burst beyond it. Zero fields take restauth's
+	// defaults.
+	RESTAccountLimits restauth.AccountLimits
 	// PortalSecureCookies marks the portal's cookies Secure on plain HTTP
 	// requests too (a TLS-terminating proxy in front).
 	PortalSecureCookies bool
@@ -406,7 +411,8 @@ func (a *App) startAPI(ctx context.Context) error {
 		return fmt.Errorf("load REST rate-limit counts: %w", err)
 	}
 	a.API = api.New(api.Deps{Service: a.Service, Store: a.Store, Policy: a.Policy, Auth: a.Auth, Limiter: a.Limiter,
-		Now: a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger, QueryTimeout: a.cfg.HistoryQueryTimeout,
+		Accounts: restauth.NewAccountLimiter(a.cfg.RESTAccountLimits),
+		Now:      a.cfg.Now, Changed: a.Sync, Logger: a.cfg.Logger, QueryTimeout: a.cfg.HistoryQueryTimeout,
 		HistorySlots: &a.HistorySlots, ScanBudget: a.cfg.HistoryScanBudget})
 	return nil
 }

@@ -401,7 +401,7 @@ func apiPages(ctx context.Context, st *sqlstore.Store, cfg HistoryConfig, client
 		return err
 	}
 	h := api.New(api.Deps{Service: svc, Store: st, Policy: platform.NewPolicy(platform.Options{}, snap), Auth: auth,
-		Limiter: restauth.NewLimiter(nil, 1<<30)})
+		Limiter: restauth.NewLimiter(nil, 1<<30), Accounts: restauth.NewAccountLimiter(restauth.AccountLimits{Rate: 1 << 30, Burst: 1 << 30})})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	var lat []time.Duration

@@ -188,7 +188,8 @@ func exportStall(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), erro
 }
 
 // expensiveFilter runs cfg.FilterLoops loops of GET /history with a
-// filter that matches none of the attacker's records.
+// filter that matches none of the attacker's records, each with a REST
+// token of its own (of the attacker's account).
 func expensiveFilter(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	c := httpClientFrom(attackIP(3, 0), r.cfg.FilterLoops)
@@ -197,13 +198,14 @@ func expensiveFilter(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), 
 	codes := map[int]int{}
 	var lats []time.Duration
 	var wg sync.WaitGroup
-	for range r.cfg.FilterLoops {
+	for i := range r.cfg.FilterLoops {
+		token := r.attacker.loopTokens[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-				req.Header.Set("Authorization", "Bearer "+r.attacker.token)
+				req.Header.Set("Authorization", "Bearer "+token)
 				t := time.Now()
 				resp, err := c.Do(req)
 				code := -1

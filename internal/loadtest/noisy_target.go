@@ -21,8 +21,9 @@ type noisyTenant struct {
 	account, email     string
 	pubUser, pubPass   string
 	subUser, subPass   string
-	token              string // svc_mqtt_rest_...
-	maxRetained        int    // the plan's bound on retained messages
+	token              string   // svc_mqtt_rest_...
+	loopTokens         []string // the attacker's: one more per expensive-filter loop
+	maxRetained        int      // the plan's bound on retained messages
 	clients            []string
 	historyClient      string // a client with stored history
 	historyRecords     int
@@ -88,6 +89,13 @@ func provisionNoisy(ctx context.Context, cfg *NoisyConfig, dir string) (victim, 
 	}
 	victim.maxRetained = 100 * platform.RetainedPerClient
 	attacker.maxRetained = cfg.AttackerClients * platform.RetainedPerClient
+	for i := range cfg.FilterLoops {
+		_, tok, err := svc.CreateRESTToken(ctx, attacker.account, control.NewRESTToken{Label: fmt.Sprintf("noisy loop %d", i)})
+		if err != nil {
+			return nil, nil, err
+		}
+		attacker.loopTokens = append(attacker.loopTokens, tok)
+	}
 	if err := fillNoisyHistory(ctx, st, victim, 1, 1000); err != nil {
 		return nil, nil, err
 	}

@@ -58,7 +58,10 @@ type Deps struct {
 	Policy  *platform.Policy
 	Auth    *restauth.Authenticator
 	Limiter *restauth.Limiter
-	Now     func() time.Time
+	// Accounts holds the secondary limits per account (requests in
+	// flight, requests per second). Nil: restauth's defaults.
+	Accounts *restauth.AccountLimiter
+	Now      func() time.Time
 	// Changed, when set, is called after a change made through the API
 	// (a client or credential created, changed or removed) so the broker
 	// applies it at once rather than at the next reload.
@@ -94,6 +97,9 @@ func New(d Deps) *API {
 	if d.HistorySlots == nil {
 		d.HistorySlots = new(history.Slots)
 	}
+	if d.Accounts == nil {
+		d.Accounts = restauth.NewAccountLimiter(restauth.AccountLimits{})
+	}
 	if d.QueryTimeout <= 0 {
 		d.QueryTimeout = QueryTimeout
 	}
@@ -108,10 +114,16 @@ func New(d Deps) *API {
 	cfg.DocsPath = ""     // Swagger UI is served from the binary below
 	cfg.SchemasPath = ""
 	cfg.RejectUnknownQueryParameters = true
+	lim := d.Accounts.Limits()
 	cfg.Info.Description = "The subscriber REST API of an account: stored history, live publisher state, MQTT clients " +
 		"and credentials, usage. Authenticate with a REST API token (`Authorization: Bearer svc_mqtt_rest_...`), " +
-		"created in the portal under Settings, REST API tokens. Each token may make 5,000 requests per hour; every " +
-		"response says how many are left in `X-RateLimit-*` headers. Which routes work depends on the account's " +
+		"created in the portal under Settings, REST API tokens. Each token may make " + strconv.Itoa(d.Limiter.Limit()) + " requests per hour; every " +
+		"response says how many are left in `X-RateLimit-*` headers. Beside it, each account, over all its tokens, may have " +
+		strconv.Itoa(lim.Concurrency) + " requests in flight at once and make " + strconv.Itoa(lim.Rate) + " requests a second " +
+		"after a burst of " + strconv.Itoa(lim.Burst) + "; a single client making one request at a time can always spend its " +
+		"token's hour. A request over any limit gets 429 `rate_limited` with `Retry-After` (seconds) and a `detail` naming " +
+		"the limit, sent after a pause of up to " + lim.RefusalPause.String() + " (never longer than its `Retry-After`); " +
+		"refused requests are not counted. Which routes work depends on the account's " +
 		"add-ons, not on the token. Errors are RFC 9457 problem details with a stable `code`."
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"token": {Type: "http", Scheme: "bearer", BearerFormat: "svc_mqtt_rest_ token",
@@ -244,20 +256,30 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 		a.writeHuma(ctx, p)
 		return
 	}
-	d := a.deps.Limiter.Allow(tok.ID, now)
-	ctx.SetHeader("X-RateLimit-Limit", strconv.Itoa(d.Limit))
-	ctx.SetHeader("X-RateLimit-Remaining", strconv.Itoa(d.Remaining))
-	ctx.SetHeader("X-RateLimit-Used", strconv.Itoa(d.Used))
-	ctx.SetHeader("X-RateLimit-Reset", strconv.FormatInt(d.Reset.Unix(), 10))
-	ctx.SetHeader("X-RateLimit-Resource", "subscriber")
-	if !d.Allowed {
-		secs := int64((d.RetryAfter + time.Second - 1) / time.Second)
-		p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited,
-			"this token made "+strconv.Itoa(d.Used)+" requests this hour, the limit is "+strconv.Itoa(d.Limit)+"; the window resets at "+d.Reset.UTC().Format(time.RFC3339))
-		p.GetHeaders().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
-		a.writeHuma(ctx, p)
+	// A token that spent its hour is told so (and when it resets) before
+	// the account's secondary limits are asked; a request those refuse is
+	// not counted against the token's hour, and one the hour refuses
+	// after all (a race with the token's other requests) is given back to
+	// the account.
+	if d := a.deps.Limiter.Peek(tok.ID, now); !d.Allowed {
+		a.hourlyRefusal(ctx, d)
 		return
 	}
+	release, sd := a.deps.Accounts.Admit(tok.AccountID, now)
+	if sd.Refused != "" {
+		setRateHeaders(ctx, a.deps.Limiter.Peek(tok.ID, now))
+		a.refuse(ctx, secondaryProblem(sd), sd.RetryAfter)
+		return
+	}
+	defer release()
+	d := a.deps.Limiter.Allow(tok.ID, now)
+	if !d.Allowed {
+		release()
+		a.deps.Accounts.Refund(tok.AccountID)
+		a.hourlyRefusal(ctx, d)
+		return
+	}
+	setRateHeaders(ctx, d)
 	acct, err := a.account(ctx.Context(), tok.AccountID)
 	if err != nil {
 		if fleetmq.CodeOf(err) == fleetmq.CodeNotFound {
@@ -275,6 +297,60 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	next(huma.WithValue(ctx, principalKey{}, &principal{token: tok, account: acct}))
+}
+
+// setRateHeaders writes the token's hourly standing, on every response to
+// an authenticated caller.
+func setRateHeaders(ctx huma.Context, d restauth.Decision) {
+	ctx.SetHeader("X-RateLimit-Limit", strconv.Itoa(d.Limit))
+	ctx.SetHeader("X-RateLimit-Remaining", strconv.Itoa(d.Remaining))
+	ctx.SetHeader("X-RateLimit-Used", strconv.Itoa(d.Used))
+	ctx.SetHeader("X-RateLimit-Reset", strconv.FormatInt(d.Reset.Unix(), 10))
+	ctx.SetHeader("X-RateLimit-Resource", "subscriber")
+}
+
+// hourlyRefusal is the 429 of a token that spent its hour.
+func (a *API) hourlyRefusal(ctx huma.Context, d restauth.Decision) {
+	setRateHeaders(ctx, d)
+	p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited,
+		"this token made "+strconv.Itoa(d.Used)+" requests this hour, the limit is "+strconv.Itoa(d.Limit)+"; the window resets at "+d.Reset.UTC().Format(time.RFC3339))
+	p.GetHeaders().Set("Retry-After", retryAfter(d.RetryAfter))
+	a.refuse(ctx, p, d.RetryAfter)
+}
+
+// refuse writes a rate limit's 429 after the refusal pause (at most
+// retry; sooner when the client goes away), holding nothing but the
+// connection meanwhile.
+func (a *API) refuse(ctx huma.Context, p *Problem, retry time.Duration) {
+	t := time.NewTimer(min(retry, a.deps.Accounts.Limits().RefusalPause))
+	select {
+	case <-t.C:
+	case <-ctx.Context().Done():
+	}
+	t.Stop()
+	a.writeHuma(ctx, p)
+}
+
+// retryAfter is a Retry-After value: whole seconds, rounded up, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10)
+}
+
+// secondaryProblem is the 429 of a request an account's secondary limit
+// refused.
+func secondaryProblem(d restauth.AccountDecision) *Problem {
+	var detail string
+	switch d.Refused {
+	case restauth.RefusedConcurrency:
+		detail = "this account has " + strconv.Itoa(d.Limits.Concurrency) + " requests in flight already (over all its tokens), " +
+			"the most it may have at once; retry when one has been answered"
+	default:
+		detail = "this account's requests (over all its tokens) came faster than " + strconv.Itoa(d.Limits.Rate) +
+			" a second after a burst of " + strconv.Itoa(d.Limits.Burst) + "; retry after " + retryAfter(d.RetryAfter) + " s"
+	}
+	p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited, detail)
+	p.GetHeaders().Set("Retry-After", retryAfter(d.RetryAfter))
+	return p
 }
 
 // account returns the caller's account: from the policy's in-memory

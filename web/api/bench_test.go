@@ -8,6 +8,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/web/api"
+	"github.com/fleetmq/fleetmq/web/restauth"
 )
 
 // BenchmarkAPIMiddleware measures what authentication and the rate limit
@@ -26,7 +27,10 @@ import (
 //   - handler-store: the handler's own store read (the account's clients),
 //     what the route costs without the middleware.
 func BenchmarkAPIMiddleware(b *testing.B) {
-	e := start(b, func(c *app.Config) { c.RESTRateLimit = 1 << 31 })
+	e := start(b, func(c *app.Config) {
+		c.RESTRateLimit = 1 << 31
+		c.RESTAccountLimits = restauth.AccountLimits{Rate: 1 << 30, Burst: 1 << 30}
+	})
 	tn := e.tenant(b, "Bench", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
 	target := api.Prefix + "/publishers"
 	bearer := "Bearer " + tn.Token

@@ -40,7 +40,11 @@ func TestRateLimit(t *testing.T) {
 	const limit = 5
 	// No periodic flush during the test (the first tick is an hour away):
 	// what survives a restart was written at Close.
-	e := start(t, func(c *app.Config) { c.RESTRateLimit = limit; c.ReloadInterval = time.Hour })
+	e := start(t, func(c *app.Config) {
+		c.RESTRateLimit = limit
+		c.ReloadInterval = time.Hour
+		c.RESTAccountLimits.RefusalPause = time.Millisecond // TestRefusalPause
+	})
 	tn := e.tenant(t, "A", "starter", []fleetmq.AddOn{fleetmq.AddOnMgmtREST})
 	other, _ := e.token(t, tn.ID, "other")
 	reset := time.Date(2030, 3, 10, 13, 0, 0, 0, time.UTC) // t0 is 12:20

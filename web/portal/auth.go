@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/mail"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -69,7 +70,7 @@ func (p *Portal) signinPage(w http.ResponseWriter, r *http.Request) {
 	}
 	// A sign-in needs this page's token first: make the dummy hash now,
 	// so that the first unknown address costs no more than a known one.
-	go p.dummy()
+	p.prepareDummy()
 	v := &view{Title: "Sign in", Flash: p.takeFlash(w, r), Data: signinData{Token: p.signinToken(w, r), Next: next}}
 	p.write(w, r, http.StatusOK, "signin", v)
 }
@@ -143,8 +144,14 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 
 // checkOwner checks an owner's password and returns the account. An
 // unknown or malformed address is checked against a dummy hash, so it
-// takes as long as a wrong password.
+// takes as long as a wrong password. The store query and the check run in
+// the check slot, one sign-in at a time.
 func (p *Portal) checkOwner(ctx context.Context, email, password string) (string, bool, error) {
+	release, err := p.takeCheck(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	defer release()
 	accountID, hash := "", ""
 	if a, err := mail.ParseAddress(email); err == nil && a.Address == email && len(password) <= MaxPasswordLen {
 		accountID, hash, err = p.deps.Store.OwnerPasswordHash(ctx, email)
@@ -159,17 +166,51 @@ func (p *Portal) checkOwner(ctx context.Context, email, password string) (string
 	if !known {
 		hash = p.dummy()
 	}
-	ok, err := p.checkPassword(ctx, hash, password)
-	if err != nil {
-		return "", false, err
+	return accountID, p.checkPassword(hash, password) && known, nil
+}
+
+// takeCheck waits for the process's one check slot (p.checks). A
+// sign-in's store query and argon2id check, a password change's check and
+// the making of the dummy hash each run in it, so a burst of sign-ins
+// waits here, one at a time, instead of taking the cores and memory the
+// brokers need (each check holds a core and 19 MiB) and opening store
+// connections the platform needs (on PostgreSQL, a new server process
+// each). The returned func gives the slot back after a garbage collection
+// (in the background: the response need not wait), so the next check's
+// 19 MiB reuse this one's: left to itself, the runtime collects when the
+// heap has doubled, and a burst held 3 or 4 checks' memory at once.
+func (p *Portal) takeCheck(ctx context.Context) (func(), error) {
+	select {
+	case p.checks <- struct{}{}:
+		return func() {
+			go func() {
+				runtime.GC()
+				<-p.checks
+			}()
+		}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	return accountID, ok && known, nil
+}
+
+// prepareDummy makes the dummy hash in the background, in the check slot,
+// unless it was started before.
+func (p *Portal) prepareDummy() {
+	if !p.dummyStarted.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		release, _ := p.takeCheck(context.Background())
+		defer release()
+		p.dummy()
+	}()
 }
 
 // dummy returns a hash with the parameters of real ones, made once.
+// Callers hold the check slot.
 func (p *Portal) dummy() string {
 	p.dummyOnce.Do(func() {
-		h, err := control.HashPassword(randomToken(24))
+		h, err := p.hashPassword(randomToken(24))
 		if err != nil {
 			panic("portal: dummy password hash: " + err.Error())
 		}
@@ -178,23 +219,15 @@ func (p *Portal) dummy() string {
 	return p.dummyHash
 }
 
-// checkPassword runs an argon2id check, one at a time in the process
-// (each holds its memory and a core): a burst of sign-ins waits here
-// instead of taking the cores and memory the brokers need.
-func (p *Portal) checkPassword(ctx context.Context, hash, password string) (bool, error) {
-	select {
-	case p.checks <- struct{}{}:
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-	defer func() { <-p.checks }()
-	ok, err := control.CheckPassword(hash, password)
+// checkPassword runs an argon2id check; callers hold the check slot.
+func (p *Portal) checkPassword(hash, password string) bool {
+	ok, err := p.verifyPassword(hash, password)
 	if err != nil {
 		// A stored hash this portal cannot read signs no one in.
 		p.deps.Logger.Error("portal: owner password hash", "error", err)
-		return false, nil
+		return false
 	}
-	return ok, nil
+	return ok
 }
 
 // signout ends the session on the server and in the browser.
@@ -206,6 +239,20 @@ func (p *Portal) signout(c *call) {
 	p.clearCookie(c.w, c.r, SessionCookie)
 	c.setFlash("success", "You have signed out.")
 	c.redirect("/signin")
+}
+
+// checkCurrent checks an owner's current password, in the check slot.
+func (p *Portal) checkCurrent(ctx context.Context, email, password string) (bool, error) {
+	release, err := p.takeCheck(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	_, hash, err := p.deps.Store.OwnerPasswordHash(ctx, email)
+	if err != nil {
+		return false, err
+	}
+	return p.checkPassword(hash, password), nil
 }
 
 // settingsData is the Profile page.
@@ -245,13 +292,7 @@ func (p *Portal) changePassword(c *call) {
 		c.renderForm(http.StatusTooManyRequests, "settings", "Settings", "settings", "profile", settingsData{PasswordRules: passwordRules()}, nil, errs)
 		return
 	}
-	_, hash, err := p.deps.Store.OwnerPasswordHash(c.ctx, c.acc.OwnerEmail)
-	if err != nil {
-		p.throttle.forgive(now, key)
-		c.fail(err)
-		return
-	}
-	ok, err := p.checkPassword(c.ctx, hash, cur)
+	ok, err := p.checkCurrent(c.ctx, c.acc.OwnerEmail, cur)
 	if err != nil {
 		p.throttle.forgive(now, key)
 		c.fail(err)

@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
@@ -113,11 +114,16 @@ type Portal struct {
 	mux      *http.ServeMux
 	pages    map[string]*template.Template
 	throttle *throttle
-	// checks bounds concurrent argon2id checks to one.
+	// checks is the check slot (see takeCheck): one sign-in's store
+	// query and argon2id check at a time.
 	checks chan struct{}
+	// hashPassword and verifyPassword are control's (tests count them).
+	hashPassword   func(pw string) (string, error)
+	verifyPassword func(hash, pw string) (bool, error)
 
-	dummyOnce sync.Once
-	dummyHash string // compared against for unknown e-mail addresses
+	dummyStarted atomic.Bool
+	dummyOnce    sync.Once
+	dummyHash    string // compared against for unknown e-mail addresses
 
 	// assetVersion changes with the embedded CSS and JS (cache busting).
 	assetVersion string
@@ -136,7 +142,7 @@ func New(d Deps, o Options) *Portal {
 	}
 	o.defaults()
 	p := &Portal{deps: d, opts: o, mux: http.NewServeMux(), throttle: newThrottle(o.LoginFailures, o.LoginWindow),
-		checks: make(chan struct{}, 1)}
+		checks: make(chan struct{}, 1), hashPassword: control.HashPassword, verifyPassword: control.CheckPassword}
 	p.assetVersion = hashAssets()
 	p.pages = parsePages(p.funcs())
 	p.routes()

@@ -111,6 +111,28 @@ func (l *Limiter) Allow(tokenID string, now time.Time) Decision {
 	}
 }
 
+// Limit is the requests a token may make per hour.
+func (l *Limiter) Limit() int { return int(l.limit) }
+
+// Peek is the token's standing at now without counting a request: what
+// the X-RateLimit-* headers of a response refused by another limit say.
+func (l *Limiter) Peek(tokenID string, now time.Time) Decision {
+	h := hourOf(now)
+	oh, used := unpack(l.counter(tokenID).state.Load())
+	switch {
+	case oh > h:
+		h = oh
+	case oh < h:
+		used = 0
+	}
+	d := l.decision(true, used, h, now)
+	d.Allowed = used < l.limit
+	if !d.Allowed {
+		d.RetryAfter = d.Reset.Sub(now)
+	}
+	return d
+}
+
 func (l *Limiter) decision(allowed bool, used, hour uint64, now time.Time) Decision {
 	d := Decision{Allowed: allowed, Limit: int(l.limit), Used: int(used), Reset: windowStart(hour + 1)}
 	if used < l.limit {
