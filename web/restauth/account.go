@@ -18,9 +18,11 @@ const (
 	// tokens.
 	DefaultAccountRate = 20
 	// DefaultAccountBurst is the requests one account may make at once
-	// beyond the rate: one token's whole hour (DefaultRateLimit), so a
-	// single client can spend its hourly limit as fast as it likes.
-	DefaultAccountBurst = DefaultRateLimit
+	// beyond the rate: a tenth of a token's hour. A client that spends
+	// its whole hour at once still can, in about four minutes (500, then
+	// 20 a second), and one account's burst stays short enough not to
+	// be felt by the others.
+	DefaultAccountBurst = DefaultRateLimit / 10
 	// DefaultRefusalPause is how long a refused request waits for its
 	// 429 (at most its Retry-After).
 	DefaultRefusalPause = time.Second
