@@ -683,10 +683,12 @@ func (s *upkeepStore) AfterCommit(context.Context) {
 func TestUpkeepAfterAcknowledgements(t *testing.T) {
 	db := openDB(t)
 	s := &upkeepStore{HistoryStore: db.Store, acks: make([]*ack, 20), calls: make(chan [2]int, 20)}
-	w := newWriter(t, s, ingest.Options{MaxBatch: 4, MaxDelay: -1})
-	for i := range s.acks {
+	for i := range s.acks { // all made before the writer reads them
 		s.acks[i] = &ack{}
-		w.Accept(rec(acctA, 1), s.acks[i])
+	}
+	w := newWriter(t, s, ingest.Options{MaxBatch: 4, MaxDelay: -1})
+	for _, a := range s.acks {
+		w.Accept(rec(acctA, 1), a)
 	}
 	for seen := 0; seen < len(s.acks); {
 		select {
