@@ -34,12 +34,12 @@ func hdMosquittoCmd(ctx context.Context, addr string, name string, args ...strin
 	return exec.CommandContext(ctx, name, append([]string{"-h", host, "-p", port}, args...)...)
 }
 
-// TestMosquittoClients: mosquitto_sub and mosquitto_pub (MQTT 3.1.1 and 5)
-// exchange messages at QoS 0, 1 and 2 through the broker, and a retained
-// message reaches a later subscriber.
+// TestMosquittoClients: mosquitto_sub and mosquitto_pub (MQTT 3.1 with
+// -V mqttv31, 3.1.1 and 5) exchange messages at QoS 0, 1 and 2 through the
+// broker, and a retained message reaches a later subscriber.
 func TestMosquittoClients(t *testing.T) {
 	testkit.NeedTools(t, "mosquitto_pub", "mosquitto_sub")
-	for _, v := range []string{"mqttv311", "mqttv5"} {
+	for _, v := range []string{"mqttv31", "mqttv311", "mqttv5"} {
 		t.Run(v, func(t *testing.T) {
 			b := startBroker(t, broker.Options{})
 			prefix := "mosq/" + v

@@ -73,57 +73,6 @@ func TestMQTT31Paho(t *testing.T) {
 	hdV3Expect(t, away, "away/x", "kept", 1)
 }
 
-// TestMQTT31Mosquitto: mosquitto_sub and mosquitto_pub with -V mqttv31
-// exchange messages at QoS 0, 1 and 2, and a retained message reaches a
-// later 3.1 subscriber.
-func TestMQTT31Mosquitto(t *testing.T) {
-	testkit.NeedTools(t, "mosquitto_pub", "mosquitto_sub")
-	b := startBroker(t, broker.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	sub := hdMosquittoCmd(ctx, b.Addr, "mosquitto_sub", "-V", "mqttv31", "-i", "sub31",
-		"-t", "m31/+/x", "-q", "2", "-C", "3", "-W", "10", "-v")
-	var out, errb bytes.Buffer
-	sub.Stdout, sub.Stderr = &out, &errb
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- sub.Wait() }()
-	eventually(t, "mosquitto_sub subscribed", func() bool {
-		select {
-		case err := <-done:
-			t.Fatalf("mosquitto_sub ended before subscribing: %v\n%s", err, errb.String())
-		default:
-		}
-		return b.Stats().Subscriptions > 0
-	})
-	var want []string
-	for q := range 3 {
-		qs := string(rune('0' + q))
-		tp := "m31/q" + qs + "/x"
-		hdMosquitto(t, b.Addr, "mosquitto_pub", "-V", "mqttv31", "-i", "pub31-"+qs, "-q", qs, "-t", tp, "-m", "payload "+qs)
-		want = append(want, tp+" payload "+qs)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("mosquitto_sub: %v\nstdout: %s\nstderr: %s", err, out.String(), errb.String())
-		}
-	case <-ctx.Done():
-		t.Fatalf("mosquitto_sub did not finish\nstdout: %s", out.String())
-	}
-	got := strings.Split(strings.TrimRight(out.String(), "\n"), "\n")
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Fatalf("mosquitto_sub printed %q, want %q", got, want)
-	}
-	hdMosquitto(t, b.Addr, "mosquitto_pub", "-V", "mqttv31", "-i", "ret31", "-q", "1", "-r", "-t", "m31/retained", "-m", "kept")
-	if got := hdMosquitto(t, b.Addr, "mosquitto_sub", "-V", "mqttv31", "-i", "late31", "-t", "m31/#", "-C", "1", "-W", "10", "-v"); got != "m31/retained kept\n" {
-		t.Fatalf("later 3.1 subscriber got %q", got)
-	}
-}
-
 // v31Policy refuses user "bad" (bad user name or password) and user
 // "banned" (not authorized).
 type v31Policy struct{ broker.OpenPolicy }
