@@ -115,13 +115,10 @@ func (p *parker) park(c *conn) bool {
 func (p *parker) wake(fd int32) {
 	p.mu.Lock()
 	c := p.conns[fd]
-	if c == nil {
-		p.mu.Unlock()
-		return
-	}
-	p.removeLocked(c)
 	p.mu.Unlock()
-	go c.run()
+	if c != nil {
+		p.unpark(c) // unless another wake or an end took it meanwhile
+	}
 }
 
 // unpark starts c's reader if c is parked (c is ending: its reader sees
