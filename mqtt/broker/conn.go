@@ -136,7 +136,7 @@ type conn struct {
 	prc      syscall.RawConn
 	parking  bool
 	graced   bool // the reader had its strangerGrace wait
-	parkedFD int32
+	parkedFD atomic.Int32
 	pend     *pendingConnect
 	// flushes lists the connections this reader wrote routed messages to
 	// and owes a flush (reader-owned; see endWrite).
@@ -172,7 +172,7 @@ func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
 	c.accepted = time.Now().UnixNano()
 	c.lastRead.Store(c.accepted)
 	c.buf = c.small[:]
-	c.parkedFD = -1
+	c.parkedFD.Store(-1)
 	if !kind.websocket {
 		under := nc
 		if tc, ok := nc.(*tls.Conn); ok {
@@ -194,11 +194,16 @@ func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
 // again when more bytes come (or when it ends).
 func (c *conn) run() {
 	err := c.serve()
-	if err == errParked {
+	for err == errParked {
 		if c.ending.Load() == nil && c.srv.parker.park(c) {
 			return
 		}
-		err = net.ErrClosed // ending, or the socket is closed
+		if c.ending.Load() != nil || !c.srv.parker.down() {
+			err = net.ErrClosed // ending, or the socket is closed
+			break
+		}
+		c.parking = false // the parker stopped: wait here
+		err = c.serve()
 	}
 	c.flushPending() // flushes this reader still owes others
 	c.finish(err)

@@ -64,15 +64,34 @@ func (p *parker) loop(done <-chan struct{}) {
 	}
 }
 
-// close closes the epoll set. Connections still parked stay in conns: the
-// server's shutdown ends each, and unpark starts its reader.
+// close closes the epoll set and starts the reader of every connection
+// still parked.
 func (p *parker) close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.closed {
-		p.closed = true
-		syscall.Close(p.epfd)
+	if p.closed {
+		p.mu.Unlock()
+		return
 	}
+	p.closed = true
+	syscall.Close(p.epfd)
+	var parked []*conn
+	for _, c := range p.conns {
+		parked = append(parked, c)
+	}
+	p.mu.Unlock()
+	// Whoever they were waiting for, they wait in their own goroutines now
+	// (at shutdown, the server ends them meanwhile).
+	for _, c := range parked {
+		p.unpark(c)
+	}
+}
+
+// down reports whether the parker has stopped: strangers then wait in
+// their own goroutines.
+func (p *parker) down() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // park puts c's socket in the epoll set instead of a goroutine; false when
@@ -100,7 +119,7 @@ func (p *parker) park(c *conn) bool {
 		return false
 	}
 	p.conns[fd] = c
-	c.parkedFD = fd
+	c.parkedFD.Store(fd)
 	p.mu.Unlock()
 	if c.ending.Load() != nil {
 		p.unpark(c) // ended while it was being parked: end's unpark missed it
@@ -124,8 +143,11 @@ func (p *parker) wake(fd int32) {
 // unpark starts c's reader if c is parked (c is ending: its reader sees
 // that and cleans up).
 func (p *parker) unpark(c *conn) {
+	if c.parkedFD.Load() < 0 {
+		return // not parked: every ending connection asks, without the lock
+	}
 	p.mu.Lock()
-	if c.parkedFD < 0 || p.conns[c.parkedFD] != c {
+	if fd := c.parkedFD.Load(); fd < 0 || p.conns[fd] != c {
 		p.mu.Unlock()
 		return
 	}
@@ -135,8 +157,8 @@ func (p *parker) unpark(c *conn) {
 }
 
 func (p *parker) removeLocked(c *conn) {
-	delete(p.conns, c.parkedFD)
-	c.parkedFD = -1
+	delete(p.conns, c.parkedFD.Load())
+	c.parkedFD.Store(-1)
 	if p.closed {
 		return
 	}
@@ -167,6 +189,9 @@ const strangerGrace = 50 * time.Millisecond
 // (or the end) are there, so the read never waits; a TLS stranger, once
 // its first byte is there, reads (and handshakes) like any connection.
 func (c *conn) readNoWait(b []byte) (int, error) {
+	if c.ending.Load() != nil {
+		return 0, errEnded // ended (its socket about to close): nothing more is acted on
+	}
 	wait := !c.graced
 	if wait {
 		c.graced = true

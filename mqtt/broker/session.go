@@ -109,11 +109,7 @@ func (d *delivery) subIDs(one *[1]uint32) []uint32 {
 	if d.ids != nil {
 		return idBlockIDs(d.ids)
 	}
-	if d.subID == 0 {
-		return nil
-	}
-	one[0] = d.subID
-	return one[:]
+	return oneID(one, d.subID)
 }
 
 // idBlock copies ids into one allocation: their count, then the
