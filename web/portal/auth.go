@@ -307,17 +307,9 @@ func (p *Portal) changePassword(c *call) {
 		c.renderForm(http.StatusUnprocessableEntity, "settings", "Settings", "settings", "profile", settingsData{PasswordRules: passwordRules()}, nil, errs)
 		return
 	}
-	// The control service hashes the new password (in the check slot, as
-	// every argon2id run here), stores it and ends every session of the
+	// The control service stores the hash and ends every session of the
 	// account, this one too: it gets a new one below.
-	release, err := p.takeCheck(c.ctx)
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	_, err = p.deps.Service.SetOwnerPassword(c.ctx, c.acc.ID, next)
-	release()
-	if err != nil {
+	if _, err := p.deps.Service.SetOwnerPassword(c.ctx, c.acc.ID, next); err != nil {
 		c.fail(err)
 		return
 	}
