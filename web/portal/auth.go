@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/mail"
 	"net/url"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -175,19 +174,15 @@ func (p *Portal) checkOwner(ctx context.Context, email, password string) (string
 // waits here, one at a time, instead of taking the cores and memory the
 // brokers need (each check holds a core and 19 MiB) and opening store
 // connections the platform needs (on PostgreSQL, a new server process
-// each). The returned func gives the slot back after a garbage collection
-// (in the background: the response need not wait), so the next check's
-// 19 MiB reuse this one's: left to itself, the runtime collects when the
-// heap has doubled, and a burst held 3 or 4 checks' memory at once.
+// each). The returned func gives the slot back. (It once ran a garbage
+// collection first, so that each check reused the last one's 19 MiB; but
+// a stranger's sign-ins would then force full collections of the whole
+// heap, brokers' sessions included, at the throttle's pace: a burst's
+// transient memory is the cheaper price.)
 func (p *Portal) takeCheck(ctx context.Context) (func(), error) {
 	select {
 	case p.checks <- struct{}{}:
-		return func() {
-			go func() {
-				runtime.GC()
-				<-p.checks
-			}()
-		}, nil
+		return func() { <-p.checks }, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
