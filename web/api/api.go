@@ -322,20 +322,13 @@ func (a *API) hourlyRefusal(ctx huma.Context, d restauth.Decision) {
 // retry; sooner when the client goes away), holding nothing but the
 // connection meanwhile.
 func (a *API) refuse(ctx huma.Context, p *Problem, retry time.Duration) {
-	refusalPause(ctx.Context(), min(retry, a.deps.Accounts.Limits().RefusalPause))
-	a.writeHuma(ctx, p)
-}
-
-// refusalPause waits d before a refusal is sent, or until the client goes
-// away: a client that retries at once is slowed to the pace of its
-// refusals instead of spinning on cheap 429s.
-func refusalPause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+	t := time.NewTimer(min(retry, a.deps.Accounts.Limits().RefusalPause))
 	select {
 	case <-t.C:
-	case <-ctx.Done():
+	case <-ctx.Context().Done():
 	}
+	t.Stop()
+	a.writeHuma(ctx, p)
 }
 
 // retryAfter is a Retry-After value: whole seconds, rounded up, at least 1.

@@ -16,16 +16,13 @@ import (
 const QueryTimeout = 15 * time.Second
 
 // takeQuery reserves a history slot for the account, or answers 429 when
-// it has none free, after the refusal pause like every rate limit's 429
-// (sooner when the client goes away). The returned func gives the slot
-// back.
-func (a *API) takeQuery(ctx context.Context, accountID string) (func(), *Problem) {
+// it has none free. The returned func gives the slot back.
+func (a *API) takeQuery(accountID string) (func(), *Problem) {
 	release, ok := a.deps.HistorySlots.Take(accountID)
 	if !ok {
 		p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited,
 			strconv.Itoa(history.RequestsPerAccount)+" history requests of this account are running already (a page, an export or a portal device page each); retry when one has finished")
 		p.GetHeaders().Set("Retry-After", "1")
-		refusalPause(ctx, min(time.Second, a.deps.Accounts.Limits().RefusalPause))
 		return nil, p
 	}
 	return release, nil
