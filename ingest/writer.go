@@ -164,10 +164,11 @@ type upkeeper interface {
 
 // Writer is the ingest pipeline: a platform.Sink over a history store.
 type Writer struct {
-	opts  Options
-	store fleetmq.HistoryStore
-	log   *slog.Logger
-	q     *queue
+	opts   Options
+	store  fleetmq.HistoryStore
+	upkeep upkeeper // the store's upkeep between commits, if it has any
+	log    *slog.Logger
+	q      *queue
 
 	// active counts Accept calls in progress, so that the drain at Close
 	// also takes a record whose Accept raced with Close.
@@ -213,6 +214,7 @@ func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	w.upkeep, _ = store.(upkeeper)
 	w.abortCtx, w.abort = context.WithCancel(context.Background())
 	go w.run()
 	return w, nil
@@ -292,8 +294,8 @@ func (w *Writer) run() {
 		}
 		lastCommit = time.Now()
 		b.reset()
-		if u, ok := w.store.(upkeeper); ok {
-			u.AfterCommit(w.abortCtx)
+		if w.upkeep != nil {
+			w.upkeep.AfterCommit(w.abortCtx)
 		}
 		w.reportDrops(lastCommit)
 	}
