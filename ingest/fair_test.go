@@ -175,3 +175,39 @@ func TestFullQueueAdmitsAQuietAccount(t *testing.T) {
 		}
 	}
 }
+
+// TestAStreamsBatchingDelayIsNotAQuietAccounts: while the writer waits
+// for more of one account's stream to fill a batch (MaxDelay, here a
+// minute), a record of an account that sent nothing before ends the wait:
+// the commit that holds it begins at once, not when the stream's delay
+// runs out.
+func TestAStreamsBatchingDelayIsNotAQuietAccounts(t *testing.T) {
+	g := newGate()
+	w := newWriter(t, g, ingest.Options{MaxDelay: time.Minute})
+	defer g.open()
+	w.Accept(rec(acctA, 1), nil) // A's first record: quiet, committed at once
+	select {
+	case n := <-g.entered:
+		if n != 1 {
+			t.Fatalf("the first commit holds %d records, want 1", n)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("a lone record waited for company")
+	}
+	w.Accept(rec(acctA, 1), nil) // A streams: its next record waits for company
+	g.pass <- struct{}{}
+	<-g.kept
+	quiet := &ack{}
+	w.Accept(rec(acctB, 1), quiet)
+	select {
+	case n := <-g.entered:
+		if n != 2 {
+			t.Fatalf("the commit after the quiet account's record holds %d records, want A's and B's (2)", n)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the quiet account's record waited for the stream's batching delay")
+	}
+	g.pass <- struct{}{}
+	<-g.kept
+	eventually(t, "the quiet account's acknowledgement", func() bool { return quiet.n.Load() == 1 })
+}

@@ -1,6 +1,9 @@
 package ingest
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // queue holds accepted records until the writer takes them: one lane per
 // account, taken in turns, so that one tenant's flood cannot stand
@@ -21,6 +24,10 @@ import "sync"
 // would be.
 type queue struct {
 	size, laneMax, turn int
+	// gap is the longest pause between two records of an account that
+	// still makes the second part of a stream (Options.MaxDelay): a record
+	// after a longer pause is quiet (item.quiet).
+	gap time.Duration
 
 	mu    sync.Mutex
 	n     int // records queued
@@ -48,17 +55,20 @@ type lane struct {
 	account string
 	items   []item
 	head    int
+	last    time.Time // when the account's latest record was accepted
 }
 
 func (l *lane) len() int { return len(l.items) - l.head }
 
-func newQueue(size, laneMax, turn int) *queue {
-	return &queue{size: size, laneMax: laneMax, turn: turn, lanes: map[string]*lane{},
+func newQueue(size, laneMax, turn int, gap time.Duration) *queue {
+	return &queue{size: size, laneMax: laneMax, turn: turn, gap: gap, lanes: map[string]*lane{},
 		room: make(chan struct{}), notify: make(chan struct{}, 1)}
 }
 
 // push queues it if there is room for its account, and otherwise returns
-// the channel closed when the writer next takes records.
+// the channel closed when the writer next takes records. It marks the
+// record quiet when its account's previous record came more than gap
+// before it (or never).
 func (q *queue) push(it item) (ok bool, room <-chan struct{}) {
 	q.mu.Lock()
 	l := q.lanes[it.rec.AccountID]
@@ -84,6 +94,8 @@ func (q *queue) push(it item) (ok bool, room <-chan struct{}) {
 		clear(l.items[n:])
 		l.items, l.head = l.items[:n], 0
 	}
+	it.quiet = it.at.Sub(l.last) > q.gap
+	l.last = it.at
 	l.items = append(l.items, it)
 	q.n++
 	q.mu.Unlock()

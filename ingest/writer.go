@@ -62,8 +62,10 @@ type Options struct {
 	// MaxDelay is how long the writer may wait for more records to fill a
 	// batch while records are streaming in: when it took more than one, or
 	// its previous commit ended less than MaxDelay ago. A lone record after
-	// a quiet spell is committed at once. Default 2 ms; negative: never
-	// wait.
+	// a quiet spell is committed at once, and so is a batch holding the
+	// record of an account that sent nothing in the MaxDelay before it: a
+	// stream waits for its own company, never a quiet tenant. Default
+	// 2 ms; negative: never wait.
 	MaxDelay time.Duration
 	// QoS0Overload is the policy for QoS 0 records when the queue is full:
 	// OverloadDrop (default) or OverloadWait.
@@ -154,6 +156,10 @@ type item struct {
 	rec *fleetmq.Record
 	ack platform.Acker
 	at  time.Time
+	// quiet: the record's account sent nothing in the MaxDelay before it
+	// (set by the queue). A batch holding a quiet record is committed
+	// without waiting for company.
+	quiet bool
 }
 
 // upkeeper is a history store with upkeep to do between two commits, after
@@ -210,7 +216,7 @@ func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 		opts:    opts,
 		store:   store,
 		log:     opts.Logger,
-		q:       newQueue(opts.QueueSize, opts.AccountQueueSize, opts.AccountTurn),
+		q:       newQueue(opts.QueueSize, opts.AccountQueueSize, opts.AccountTurn, opts.MaxDelay),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -276,9 +282,12 @@ func (w *Writer) run() {
 		// Waiting a little for company costs the first record up to
 		// MaxDelay of acknowledgement latency and saves a commit per
 		// record under a steady stream (the commit, not the row, is what
-		// costs at low rates).
+		// costs at low rates). Only streams pay that wait: a batch with a
+		// quiet account's record goes at once, so that another tenant's
+		// stream never adds its batching delay to a quiet tenant's
+		// acknowledgement.
 		streaming := len(b.recs) > 1 || time.Since(lastCommit) < w.opts.MaxDelay
-		if !draining && w.opts.MaxDelay > 0 && streaming && len(b.recs) < w.opts.MaxBatch {
+		if !draining && w.opts.MaxDelay > 0 && streaming && !b.quiet && len(b.recs) < w.opts.MaxBatch {
 			w.linger(b, linger)
 		}
 		w.inBatch.Store(int64(len(b.recs)))
@@ -334,21 +343,24 @@ func (w *Writer) observeLag(at, end time.Time) {
 
 // batch is the group being committed.
 type batch struct {
-	recs []*fleetmq.Record
-	acks []platform.Acker
-	ats  []time.Time // when each record was accepted
+	recs  []*fleetmq.Record
+	acks  []platform.Acker
+	ats   []time.Time // when each record was accepted
+	quiet bool        // it holds a quiet account's record (item.quiet)
 }
 
 func (b *batch) add(it item) {
 	b.recs = append(b.recs, it.rec)
 	b.acks = append(b.acks, it.ack)
 	b.ats = append(b.ats, it.at)
+	b.quiet = b.quiet || it.quiet
 }
 
 func (b *batch) reset() {
 	clear(b.recs)
 	clear(b.acks)
 	b.recs, b.acks, b.ats = b.recs[:0], b.acks[:0], b.ats[:0]
+	b.quiet = false
 }
 
 // first waits for the first records of a batch and takes what is queued.
@@ -375,11 +387,12 @@ func (w *Writer) first(b *batch, draining *bool) bool {
 	}
 }
 
-// linger waits up to MaxDelay for more records to fill the batch.
+// linger waits up to MaxDelay for more records to fill the batch, and no
+// longer than until a quiet account's record joins it.
 func (w *Writer) linger(b *batch, t *time.Timer) {
 	t.Reset(w.opts.MaxDelay)
 	defer t.Stop()
-	for len(b.recs) < w.opts.MaxBatch {
+	for len(b.recs) < w.opts.MaxBatch && !b.quiet {
 		select {
 		case <-w.q.notify:
 			w.q.take(b, w.opts.MaxBatch-len(b.recs))

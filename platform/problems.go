@@ -190,15 +190,18 @@ func accountOf(id *broker.Identity) string {
 	return namespaceAccount(id.Namespace) // a refusal's, or a session restored from the state file
 }
 
-// flushProblems writes the problems recorded since the last flush.
+// flushProblems writes the problems recorded since the last flush, at
+// most flushChunk per write. What a failed write leaves is kept for the
+// next flush.
 func (p *Policy) flushProblems(ctx context.Context, sink ProblemSink) error {
 	ps := p.problems.take()
-	if len(ps) == 0 {
-		return nil
-	}
-	if err := sink.AddProblems(ctx, ps); err != nil {
-		p.problems.restore(ps)
-		return err
+	for len(ps) > 0 {
+		n := min(len(ps), flushChunk)
+		if err := sink.AddProblems(ctx, ps[:n]); err != nil {
+			p.problems.restore(ps)
+			return err
+		}
+		ps = ps[n:]
 	}
 	return nil
 }

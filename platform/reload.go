@@ -142,6 +142,13 @@ func (p *Policy) ApplyClientRates(srv *broker.Server) int {
 // flushTimeout bounds one flush of usage and problems.
 const flushTimeout = 10 * time.Second
 
+// flushChunk bounds the rows (problems, or accounts' and clients' usage)
+// one write of a flush carries. On SQLite every write holds the one write
+// lock, and history commits, with the acknowledgements they carry, wait
+// for it: a flush of a problem burst or of thousands of clients' usage is
+// many short writes the history writer takes turns with, not one long one.
+const flushChunk = 32
+
 func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 	if sink == nil {
 		return
@@ -152,12 +159,15 @@ func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 		}
 	}
 	daily, clients := p.meter.Collect(broker.DropNames())
-	if len(daily) == 0 && len(clients) == 0 {
-		return
-	}
-	if err := sink.AddUsage(ctx, daily, clients); err != nil {
-		// Put the increments back so the next flush retries them.
-		p.meter.restore(daily, clients, broker.DropNames())
-		log.Error("flush usage", "error", err)
+	for len(daily) > 0 || len(clients) > 0 {
+		nd := min(len(daily), flushChunk)
+		nc := min(len(clients), flushChunk-nd)
+		if err := sink.AddUsage(ctx, daily[:nd], clients[:nc]); err != nil {
+			// Put back what was not written, so the next flush retries it.
+			p.meter.restore(daily, clients, broker.DropNames())
+			log.Error("flush usage", "error", err)
+			return
+		}
+		daily, clients = daily[nd:], clients[nc:]
 	}
 }

@@ -9,16 +9,16 @@ import (
 
 // PutNode implements fleetmq.NodeStore.
 func (s *Store) PutNode(ctx context.Context, n *fleetmq.Node) error {
-	_, err := s.db.ExecContext(ctx, s.rebind(`INSERT INTO nodes (id, host, pid, started, heartbeat, applied)
+	_, err := s.exec(ctx, `INSERT INTO nodes (id, host, pid, started, heartbeat, applied)
 		VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, applied = excluded.applied`),
+		ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, applied = excluded.applied`,
 		n.ID, n.Host, n.PID, n.Started.UnixMicro(), n.Heartbeat.UnixMicro(), n.Applied)
 	return err
 }
 
 // DeleteNode implements fleetmq.NodeStore.
 func (s *Store) DeleteNode(ctx context.Context, id string) error {
-	_, err := s.db.ExecContext(ctx, s.rebind(`DELETE FROM nodes WHERE id = ?`), id)
+	_, err := s.exec(ctx, `DELETE FROM nodes WHERE id = ?`, id)
 	return err
 }
 

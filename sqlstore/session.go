@@ -52,20 +52,20 @@ func (s *Store) PortalSession(ctx context.Context, idHash string) (*fleetmq.Port
 
 // TouchPortalSession implements fleetmq.PortalStore.
 func (s *Store) TouchPortalSession(ctx context.Context, idHash string, at time.Time) error {
-	_, err := s.db.ExecContext(ctx, s.rebind(`UPDATE portal_sessions SET last_seen_at = ? WHERE id_hash = ? AND last_seen_at < ?`),
+	_, err := s.exec(ctx, `UPDATE portal_sessions SET last_seen_at = ? WHERE id_hash = ? AND last_seen_at < ?`,
 		at.UnixMicro(), idHash, at.UnixMicro())
 	return err
 }
 
 // DeletePortalSession implements fleetmq.PortalStore.
 func (s *Store) DeletePortalSession(ctx context.Context, idHash string) error {
-	_, err := s.db.ExecContext(ctx, s.rebind(`DELETE FROM portal_sessions WHERE id_hash = ?`), idHash)
+	_, err := s.exec(ctx, `DELETE FROM portal_sessions WHERE id_hash = ?`, idHash)
 	return err
 }
 
 // DeletePortalSessions implements fleetmq.PortalStore.
 func (s *Store) DeletePortalSessions(ctx context.Context, accountID, keepIDHash string) (int64, error) {
-	r, err := s.db.ExecContext(ctx, s.rebind(`DELETE FROM portal_sessions WHERE account_id = ? AND id_hash <> ?`), accountID, keepIDHash)
+	r, err := s.exec(ctx, `DELETE FROM portal_sessions WHERE account_id = ? AND id_hash <> ?`, accountID, keepIDHash)
 	if err != nil {
 		return 0, err
 	}
@@ -74,7 +74,7 @@ func (s *Store) DeletePortalSessions(ctx context.Context, accountID, keepIDHash 
 
 // DeleteStalePortalSessions implements fleetmq.PortalStore.
 func (s *Store) DeleteStalePortalSessions(ctx context.Context, lastSeenBefore, createdBefore time.Time) (int64, error) {
-	r, err := s.db.ExecContext(ctx, s.rebind(`DELETE FROM portal_sessions WHERE last_seen_at < ? OR created_at < ?`),
+	r, err := s.exec(ctx, `DELETE FROM portal_sessions WHERE last_seen_at < ? OR created_at < ?`,
 		lastSeenBefore.UnixMicro(), createdBefore.UnixMicro())
 	if err != nil {
 		return 0, err

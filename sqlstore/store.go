@@ -78,6 +78,9 @@ type Store struct {
 	ckptOnce sync.Once
 	// walFrames is the WAL's length at the checkpointer's last pass.
 	walFrames atomic.Int64
+	// writeTurn (SQLite only; capacity 1) is held by this process's write
+	// in progress: see takeWriteTurn.
+	writeTurn chan struct{}
 }
 
 var (
@@ -136,11 +139,12 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 		return db
 	}
 	s := &Store{
-		db:      open("&_cache_size=-65536", SQLitePool.Control),
-		ingest:  open("&_cache_size=-65536", SQLitePool.Ingest),
-		reads:   open("&_cache_size=-16384&_query_only=true", SQLitePool.Reads),
-		ckpt:    open("&_cache_size=-2048", 1),
-		dialect: sqliteDialect,
+		db:        open("&_cache_size=-65536", SQLitePool.Control),
+		ingest:    open("&_cache_size=-65536", SQLitePool.Ingest),
+		reads:     open("&_cache_size=-16384&_query_only=true", SQLitePool.Reads),
+		ckpt:      open("&_cache_size=-2048", 1),
+		dialect:   sqliteDialect,
+		writeTurn: make(chan struct{}, 1),
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
@@ -392,6 +396,11 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 
 // txOn is tx on one of the store's pools.
 func (s *Store) txOn(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
+	done, err := s.takeWriteTurn(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -410,6 +419,39 @@ func (s *Store) txOn(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) err
 		return err
 	}
 	return tx.Commit()
+}
+
+// takeWriteTurn waits, on SQLite, until no other write of this process is
+// in progress, and returns the function that ends the turn; on PostgreSQL
+// it returns at once. SQLite has one writer at a time: a write that found
+// the write lock taken would wait in SQLite's busy handler, which retries
+// after sleeps of 1, 2, 5, 10, 15, 20, 25... ms, so that a history commit
+// behind a 10 ms bookkeeping write could start 8 ms after it ended (and
+// its publishers' acknowledgements with it). Turns taken here are handed
+// over at once, in arrival order; other processes (the CLI) still meet
+// the busy handler, rarely.
+func (s *Store) takeWriteTurn(ctx context.Context) (done func(), err error) {
+	if s.writeTurn == nil {
+		return func() {}, nil
+	}
+	select {
+	case s.writeTurn <- struct{}{}:
+		return s.endWriteTurn, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *Store) endWriteTurn() { <-s.writeTurn }
+
+// exec runs one writing statement on the control pool, in its write turn.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	done, err := s.takeWriteTurn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return s.db.ExecContext(ctx, s.rebind(query), args...)
 }
 
 // write runs a control-plane change and moves the change version with it.

@@ -1,0 +1,112 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// chunkSink stores problems and usage in memory, remembering how many rows
+// each write carried, and refuses the writes numbered in fail.
+type chunkSink struct {
+	fail     map[int]bool // 1-based write numbers to refuse
+	writes   int
+	sizes    []int
+	problems map[string]int64 // topic → count
+	messages map[string]int64 // account or account/client → QoS 1 messages
+}
+
+func (s *chunkSink) write(n int) error {
+	s.writes++
+	if s.fail[s.writes] {
+		return errors.New("disk full")
+	}
+	s.sizes = append(s.sizes, n)
+	return nil
+}
+
+func (s *chunkSink) AddProblems(_ context.Context, ps []fleetmq.ClientProblem) error {
+	if err := s.write(len(ps)); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		s.problems[p.Topic] += p.Count
+	}
+	return nil
+}
+
+func (s *chunkSink) AddUsage(_ context.Context, daily []DailyDelta, clients []ClientDelta) error {
+	if err := s.write(len(daily) + len(clients)); err != nil {
+		return err
+	}
+	for _, d := range daily {
+		s.messages[d.AccountID] += d.Messages[1]
+	}
+	for _, c := range clients {
+		s.messages[c.AccountID+"/"+c.ClientID] += c.Messages[1]
+	}
+	return nil
+}
+
+// TestFlushInShortWrites: a flush of many problems and many clients' usage
+// is written as several writes of at most flushChunk rows each (on SQLite
+// each write holds the one write lock that history commits wait for), and
+// a write that fails in the middle loses nothing and counts nothing twice:
+// the next flush writes exactly what the failed one did not.
+func TestFlushInShortWrites(t *testing.T) {
+	now := time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC)
+	p := NewPolicy(Options{Now: func() time.Time { return now }}, &Snapshot{})
+	const problems, clients = 3*flushChunk + 5, 2*flushChunk + 7
+	for i := range problems {
+		p.problems.add(fleetmq.ClientProblem{AccountID: "A", ClientID: "pump", Kind: fleetmq.ProblemPublishRefused,
+			Topic: fmt.Sprintf("A/pump/state/%d", i), Reason: "quota_exceeded"}, now)
+	}
+	for i := range clients {
+		account := []string{"A", "B"}[i%2]
+		p.meter.client(account, fmt.Sprintf("dev-%d", i)).count(now, 1)
+		p.meter.account(account).slot(now).messages[1].Add(1)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	// Problems: writes 1-4; usage: writes 5-8. The second of each fails.
+	s := &chunkSink{fail: map[int]bool{2: true, 6: true}, problems: map[string]int64{}, messages: map[string]int64{}}
+	p.flush(context.Background(), s, log)
+	for _, n := range s.sizes {
+		if n > flushChunk || n == 0 {
+			t.Fatalf("a write of %d rows, want 1 to %d (all: %v)", n, flushChunk, s.sizes)
+		}
+	}
+	if len(s.problems) != flushChunk {
+		t.Fatalf("after the failed flush %d problems stored, want the first write's %d", len(s.problems), flushChunk)
+	}
+	s.fail = nil
+	p.flush(context.Background(), s, log)
+	for _, n := range s.sizes {
+		if n > flushChunk || n == 0 {
+			t.Fatalf("a write of %d rows, want 1 to %d (all: %v)", n, flushChunk, s.sizes)
+		}
+	}
+	if len(s.problems) != problems {
+		t.Fatalf("%d distinct problems stored, want %d", len(s.problems), problems)
+	}
+	for topic, n := range s.problems {
+		if n != 1 {
+			t.Fatalf("problem %s counted %d times, want once", topic, n)
+		}
+	}
+	if s.messages["A"]+s.messages["B"] != clients {
+		t.Fatalf("accounts' usage %d+%d messages, want %d", s.messages["A"], s.messages["B"], clients)
+	}
+	for i := range clients {
+		k := []string{"A", "B"}[i%2] + fmt.Sprintf("/dev-%d", i)
+		if s.messages[k] != 1 {
+			t.Fatalf("client %s: %d messages stored, want 1", k, s.messages[k])
+		}
+	}
+}
