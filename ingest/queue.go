@@ -32,9 +32,10 @@ type queue struct {
 	mu    sync.Mutex
 	n     int // records queued
 	lanes map[string]*lane
-	// ready lists the lanes with records in their turn order, from head.
+	// ready lists the lanes with records in their turn order.
 	ready []*lane
-	head  int
+	// held and again are take's scratch lists, kept between calls.
+	held, again []*lane
 	// room is closed, and replaced, whenever the writer takes records:
 	// publishers waiting for room try again.
 	room chan struct{}
@@ -56,7 +57,13 @@ type lane struct {
 	items   []item
 	head    int
 	last    time.Time // when the account's latest record was accepted
+	// holder is the batch that holds some of the account's records while
+	// a writer commits them, nil if none.
+	holder *batch
 }
+
+// free reports whether b may take records of the lane.
+func (l *lane) free(b *batch) bool { return l.holder == nil || l.holder == b }
 
 func (l *lane) len() int { return len(l.items) - l.head }
 
@@ -110,29 +117,68 @@ func (q *queue) push(it item) (ok bool, room <-chan struct{}) {
 // time, lanes in turns. When several accounts have records waiting, the
 // batch is one round of turns: a quiet account's record then waits for a
 // commit of at most turn records of each other account, not for max of a
-// flood's. It returns how many it took.
+// flood's. A lane another batch holds (its records are being committed by
+// another writer) keeps its place and gives nothing: an account's records
+// are in one commit at a time, in order. It returns how many it took.
 func (q *queue) take(b *batch, max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	waiting := 0
+	for _, l := range q.ready {
+		if l.free(b) {
+			waiting++
+		}
+	}
 	took := 0
 	turns := -1 // one account waiting: as many turns as max allows
-	if waiting := len(q.ready) - q.head; waiting > 1 {
+	if waiting > 1 {
 		turns = waiting
 	}
-	for took < max && q.head < len(q.ready) && turns != 0 {
-		turns--
-		l := q.ready[q.head]
-		q.ready[q.head] = nil
-		q.head++
+	for took < max && turns != 0 {
+		k := q.pass(b, max-took, &turns)
+		if k == 0 {
+			break
+		}
+		took += k
+	}
+	if took > 0 {
+		q.n -= took
+		close(q.room)
+		q.room = make(chan struct{})
+	}
+	return took
+}
+
+// pass goes once through the turn order, giving b a turn of each lane it
+// may take from while turns last (counting down; -1 does not end), and
+// puts the lanes back in order: those passed over (held by another batch)
+// at the front, those with records left after their turn at the back. It
+// returns how many records it took, at most max.
+func (q *queue) pass(b *batch, max int, turns *int) int {
+	took := 0
+	held, again := q.held[:0], q.again[:0]
+	i := 0
+	for ; i < len(q.ready) && took < max && *turns != 0; i++ {
+		l := q.ready[i]
+		q.ready[i] = nil
+		if !l.free(b) {
+			held = append(held, l)
+			continue
+		}
+		*turns--
 		k := min(l.len(), q.turn, max-took)
-		for i := l.head; i < l.head+k; i++ {
-			b.add(l.items[i])
-			l.items[i] = item{}
+		for j := l.head; j < l.head+k; j++ {
+			b.add(l.items[j])
+			l.items[j] = item{}
 		}
 		l.head += k
 		took += k
+		if l.holder != b {
+			l.holder = b
+			b.lanes = append(b.lanes, l)
+		}
 		if l.len() > 0 {
-			q.ready = append(q.ready, l) // its next turn comes after the others'
+			again = append(again, l) // its next turn comes after the others'
 			continue
 		}
 		// Empty: the lane stays for the account's next record (a steady
@@ -142,18 +188,43 @@ func (q *queue) take(b *batch, max int) int {
 			l.items = nil
 		}
 	}
-	if q.head == len(q.ready) {
-		q.ready, q.head = q.ready[:0], 0
-	} else if q.head > 64 && q.head > len(q.ready)/2 {
-		q.ready = q.ready[:copy(q.ready, q.ready[q.head:])]
-		q.head = 0
+	// ready = held, the lanes not reached, again (i >= len(held): the
+	// copies never overwrite what they have yet to move).
+	was := len(q.ready)
+	n := copy(q.ready, held)
+	n += copy(q.ready[n:], q.ready[i:])
+	q.ready = append(q.ready[:n], again...)
+	if len(q.ready) < was {
+		clear(q.ready[len(q.ready):was])
 	}
-	if took > 0 {
-		q.n -= took
-		close(q.room)
-		q.room = make(chan struct{})
-	}
+	clear(held)
+	clear(again)
+	q.held, q.again = held[:0], again[:0]
 	return took
+}
+
+// release gives back the lanes b holds once its records are committed (or
+// given up): their accounts' next records may go into another writer's
+// batch. A writer waiting for them is told.
+func (q *queue) release(b *batch) {
+	if len(b.lanes) == 0 {
+		return
+	}
+	q.mu.Lock()
+	more := false
+	for _, l := range b.lanes {
+		l.holder = nil
+		more = more || l.len() > 0
+	}
+	q.mu.Unlock()
+	clear(b.lanes)
+	b.lanes = b.lanes[:0]
+	if more {
+		select {
+		case q.notify <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // len returns the number of records queued.

@@ -53,6 +53,15 @@ type Options struct {
 	AccountQueueSize int
 	// MaxBatch bounds the records of one commit. Default 2048.
 	MaxBatch int
+	// Writers is how many commits may be in progress at once, each of
+	// other accounts' records: an account's records are in one commit at
+	// a time, in the order they were accepted, so its publishers'
+	// acknowledgements keep their order. Default: what the store says it
+	// takes (a HistoryWriters method: sqlstore says 1 on SQLite, which has
+	// one writer, and its ingest connections on PostgreSQL, where a second
+	// commit lets a quiet tenant's records go in beside a flood's instead
+	// of after them), else 1.
+	Writers int
 	// AccountTurn is how many records of one account a batch takes before
 	// the other accounts with records waiting have had their turn. Default
 	// MaxBatch/8, at least 1. (An account with fewer than 32 records
@@ -140,6 +149,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("ingest: queue size %d: must be at least 1", o.QueueSize)
 	case o.MaxBatch < 1:
 		return fmt.Errorf("ingest: batch size %d: must be at least 1", o.MaxBatch)
+	case o.Writers < 0:
+		return fmt.Errorf("ingest: writers %d: must be at least 1", o.Writers)
 	case o.AccountQueueSize < 1:
 		return fmt.Errorf("ingest: account queue size %d: must be at least 1", o.AccountQueueSize)
 	case o.AccountTurn < 1:
@@ -184,7 +195,7 @@ type Writer struct {
 	closeOnce sync.Once
 	abortCtx  context.Context // cancelled when Close's deadline passes
 	abort     context.CancelFunc
-	done      chan struct{} // closed when the writer goroutine ends
+	done      chan struct{} // closed when every writer goroutine has ended
 
 	written     atomic.Int64
 	batches     atomic.Int64
@@ -194,11 +205,12 @@ type Writer struct {
 	acceptWaits atomic.Int64
 	abandoned   atomic.Int64
 	notStored   atomic.Int64
-	inBatch     atomic.Int64 // records of the batch being committed
+	inBatch     atomic.Int64 // records of the batches being committed
 	// failing is set while the store refuses commits: since the first
 	// failed attempt, with the last attempt's error; nil after a success.
 	failing atomic.Pointer[failure]
-	// dropsReported and dropsReportedAt belong to the writer goroutine
+	// dropsReported and dropsReportedAt belong to the first writer
+	// goroutine
 	// (reportDrops).
 	dropsReported   int64
 	dropsReportedAt time.Time
@@ -212,6 +224,12 @@ func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	if opts.Writers == 0 {
+		opts.Writers = 1
+		if ws, ok := store.(interface{ HistoryWriters() int }); ok {
+			opts.Writers = max(ws.HistoryWriters(), 1)
+		}
+	}
 	w := &Writer{
 		opts:    opts,
 		store:   store,
@@ -222,7 +240,17 @@ func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 	}
 	w.upkeep, _ = store.(upkeeper)
 	w.abortCtx, w.abort = context.WithCancel(context.Background())
-	go w.run()
+	var wg sync.WaitGroup
+	for i := range opts.Writers {
+		wg.Go(func() { w.run(i == 0) })
+	}
+	go func() {
+		wg.Wait()
+		if n := w.q.len(); n > 0 { // Close's deadline passed before a writer took them
+			w.abandoned.Add(int64(n))
+		}
+		close(w.done)
+	}()
 	return w, nil
 }
 
@@ -263,9 +291,10 @@ func (w *Writer) Accept(rec *fleetmq.Record, ack platform.Acker) {
 	}
 }
 
-// run is the writer goroutine: take a batch, commit it, acknowledge it.
-func (w *Writer) run() {
-	defer close(w.done)
+// run is a writer goroutine (Options.Writers of them): take a batch,
+// commit it, acknowledge it, give its accounts back. The first also
+// reports the QoS 0 records dropped.
+func (w *Writer) run(first bool) {
 	b := &batch{
 		recs: make([]*fleetmq.Record, 0, w.opts.MaxBatch),
 		acks: make([]platform.Acker, 0, w.opts.MaxBatch),
@@ -290,15 +319,17 @@ func (w *Writer) run() {
 		if !draining && w.opts.MaxDelay > 0 && streaming && !b.quiet && len(b.recs) < w.opts.MaxBatch {
 			w.linger(b, linger)
 		}
-		w.inBatch.Store(int64(len(b.recs)))
+		n := int64(len(b.recs))
+		w.inBatch.Add(n)
 		ok := w.commit(b)
-		w.inBatch.Store(0)
+		w.inBatch.Add(-n)
+		w.q.release(b)
 		if !ok {
 			// Close's deadline passed: what was not committed is not
-			// acknowledged.
-			n := len(b.recs) + w.q.len()
-			w.abandoned.Add(int64(n))
-			w.log.Warn("ingest: closed before these records were stored; they were not acknowledged", "records", n)
+			// acknowledged (what is still queued is counted when every
+			// writer has stopped).
+			w.abandoned.Add(int64(len(b.recs)))
+			w.log.Warn("ingest: closed before these records were stored; they were not acknowledged", "records", len(b.recs)+w.q.len())
 			return
 		}
 		lastCommit = time.Now()
@@ -306,7 +337,9 @@ func (w *Writer) run() {
 		if w.upkeep != nil {
 			w.upkeep.AfterCommit(w.abortCtx)
 		}
-		w.reportDrops(lastCommit)
+		if first {
+			w.reportDrops(lastCommit)
+		}
 	}
 }
 
@@ -347,6 +380,7 @@ type batch struct {
 	acks  []platform.Acker
 	ats   []time.Time // when each record was accepted
 	quiet bool        // it holds a quiet account's record (item.quiet)
+	lanes []*lane     // the accounts whose records it holds (queue.release)
 }
 
 func (b *batch) add(it item) {

@@ -206,6 +206,16 @@ func (s *Store) AfterCommit(ctx context.Context) {
 	s.ingest.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
 }
 
+// HistoryWriters is how many history commits the store takes at once
+// (ingest.Options.Writers): SQLite has one writer; PostgreSQL one per
+// connection of the ingest pool.
+func (s *Store) HistoryWriters() int {
+	if s.dialect == postgresDialect {
+		return PostgresPool.Ingest
+	}
+	return 1
+}
+
 // Pools are the sizes of a store's connection pools.
 type Pools struct {
 	Control int // the control plane and the platform's bookkeeping
@@ -215,10 +225,11 @@ type Pools struct {
 
 // The pool sizes. SQLite has one writer at a time whatever the number of
 // connections: the ingest writer's single connection never waits for a
-// pooled one, only (briefly) for SQLite's write lock.
+// pooled one, only (briefly) for its turn at SQLite's write lock. On
+// PostgreSQL each history writer (HistoryWriters) has its connection.
 var (
 	SQLitePool   = Pools{Control: 3, Ingest: 1, Reads: 4}
-	PostgresPool = Pools{Control: 6, Ingest: 1, Reads: 8}
+	PostgresPool = Pools{Control: 6, Ingest: 2, Reads: 8}
 )
 
 // ReadStatementTimeout stops, on PostgreSQL, any statement of the reads

@@ -33,7 +33,9 @@ func TestSQLiteWritesTakeTurns(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
-	go func() { gaveUp <- s.PutNode(ctx, &fleetmq.Node{ID: "n-cancelled", Started: time.Now(), Heartbeat: time.Now()}) }()
+	go func() {
+		gaveUp <- s.PutNode(ctx, &fleetmq.Node{ID: "n-cancelled", Started: time.Now(), Heartbeat: time.Now()})
+	}()
 	cancel()
 	select {
 	case err := <-gaveUp:
