@@ -490,6 +490,13 @@ func qos0Flood(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), error)
 				}
 				sent.Add(64)
 			}
+			// A reset, not a FIN: the megabytes the broker has not read yet
+			// (it reads the attacker at its plan's rate) are discarded, so
+			// the flood ends with the phase instead of going on, at that
+			// rate, through the phases after it.
+			if tc, ok := c.nc.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
 			c.close()
 			why := <-ended
 			if ctx.Err() == nil {
