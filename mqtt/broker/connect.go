@@ -308,11 +308,7 @@ func (s *Server) detach(c *conn, d Disconnection) {
 		ss.live.Store(nil)
 		ss.disconnectedAt = s.now()
 	}
-	for _, e := range ss.inbound2 {
-		if e.c == c {
-			e.c = nil // gone: a PUBREC deferred for it goes nowhere
-		}
-	}
+	ss.left2Locked(c)
 	expiry := ss.expiry
 	ss.mu.Unlock()
 	if !current {
@@ -373,7 +369,7 @@ func (s *Server) endSession(ss *session, remove bool, why DropReason) {
 		delete(ss.subs, wire)
 	}
 	ss.clearLocked(why)
-	clear(ss.inbound2)
+	ss.end2Locked()
 	ss.mu.Unlock()
 	s.mu.Lock()
 	if s.sessions[ss.key] == ss {

@@ -69,16 +69,6 @@ func (a *ackState) rearm(c *conn) {
 	a.once.Store(false)
 }
 
-// qos2Locked finds the session's receiver state for the QoS 2 message
-// whose acknowledgement a is; nil when the id no longer holds it (the
-// session ended).
-func (a *ackState) qos2Locked(ss *session) *inbound2 {
-	if e := ss.inbound2[a.pid]; e != nil && e.m != nil && &e.m.ack == a {
-		return e
-	}
-	return nil
-}
-
 func (a *ackState) refuse(code packet.ReasonCode, reason string) {
 	c := a.c
 	if c == nil || !a.once.CompareAndSwap(false, true) {
@@ -89,30 +79,10 @@ func (a *ackState) refuse(code packet.ReasonCode, reason string) {
 	kind := packet.PUBACK
 	if a.qos == 2 {
 		// The connection that last received the message, which may be a
-		// newer one of the session than c.
+		// newer one of the session than c; nil when the client must send
+		// it again to be told.
 		kind = packet.PUBREC
-		ss := c.sess
-		ss.mu.Lock()
-		to = nil
-		if e := a.qos2Locked(ss); e != nil {
-			to = e.c
-			live := to != nil && ss.c == to && to.ending.Load() == nil
-			switch {
-			case live && to.version == packet.Version5:
-				// Told with PUBREC: the client forgets the message and
-				// the id carries a new one next [MQTT-4.3.3-9].
-				delete(ss.inbound2, a.pid)
-			case live:
-				e.retry = true // the 3.1.1 connection closes below
-			default:
-				// Its connection is gone: the client sends the message
-				// again, whatever its version, and that copy is the retry.
-				e.retry = true
-				to = nil
-			}
-		}
-		ss.mu.Unlock()
-		if to == nil {
+		if to = c.sess.refused2(a); to == nil {
 			return
 		}
 	}
@@ -137,17 +107,8 @@ func (a *ackState) send(own bool) {
 	case 2:
 		// PUBREC goes to the connection that last received the message:
 		// a client that reconnected and sent it again while the policy
-		// was storing it is answered there. The id is marked first, so
-		// that a PUBREL answering this PUBREC finds it acknowledged.
-		ss := c.sess
-		ss.mu.Lock()
-		var to *conn
-		if e := a.qos2Locked(ss); e != nil {
-			e.rec, e.m = true, nil
-			to = e.c
-		}
-		ss.mu.Unlock()
-		if to != nil {
+		// was storing it is answered there.
+		if to := c.sess.acked2(a); to != nil {
 			to.writeAck(packet.PUBREC, a.pid, packet.Success, own && to == c)
 		}
 	}

@@ -194,14 +194,7 @@ func (s *Server) saveState(path string) error {
 		for _, d := range ss.queue[ss.qhead:] {
 			sv.Queue = append(sv.Queue, saveDelivery(d))
 		}
-		for pid, e := range ss.inbound2 {
-			// Not a refused message awaiting the client's retry: after a
-			// restart that copy is taken as new, and stored, rather than
-			// answered as if it had been.
-			if !e.retry {
-				sv.Inbound2 = append(sv.Inbound2, pid)
-			}
-		}
+		sv.Inbound2 = ss.saved2Locked()
 		ss.mu.Unlock()
 		st.Sessions = append(st.Sessions, sv)
 	}
@@ -318,12 +311,7 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 		for _, x := range sv.Queue {
 			ss.push(newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs()))
 		}
-		if len(sv.Inbound2) > 0 {
-			ss.inbound2 = make(map[uint16]*inbound2, len(sv.Inbound2))
-			for _, pid := range sv.Inbound2 {
-				ss.inbound2[pid] = &inbound2{rec: true}
-			}
-		}
+		ss.restore2(sv.Inbound2)
 		s.sessions[ss.key] = ss
 	}
 }

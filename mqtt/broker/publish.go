@@ -42,16 +42,8 @@ func (c *conn) publish(p *packet.Publish) error {
 		return c.protocolError(packet.QoSNotSupported, fmt.Sprintf("PUBLISH at QoS %d on %s is above this client's maximum QoS %d", p.QoS, p.Topic, c.id.Limits.MaxQoS))
 	}
 	c.srv.stats.publishIn[p.QoS].Add(1)
-	if p.QoS > 0 {
-		c.pendingMu.Lock()
-		over := c.pending >= int(c.srv.opts.ReceiveMaximum)
-		if !over {
-			c.pending++
-		}
-		c.pendingMu.Unlock()
-		if over {
-			return c.protocolError(packet.ReceiveMaximumExceeded, fmt.Sprintf("more than %d QoS 1/2 PUBLISHes awaiting acknowledgement (Receive Maximum)", c.srv.opts.ReceiveMaximum))
-		}
+	if p.QoS > 0 && !c.admit() {
+		return c.protocolError(packet.ReceiveMaximumExceeded, fmt.Sprintf("more than %d QoS 1/2 PUBLISHes awaiting acknowledgement (Receive Maximum)", c.srv.opts.ReceiveMaximum))
 	}
 	now := c.srv.now()
 	m := &Message{
@@ -121,114 +113,6 @@ func (s *Server) clampRetained(m *Message) {
 
 // levels counts the levels of a topic name or filter.
 func levels(t string) int { return strings.Count(t, "/") + 1 }
-
-// release gives back n units of the inbound Receive Maximum.
-func (c *conn) release(n int) {
-	c.pendingMu.Lock()
-	c.pending -= n
-	c.pendingMu.Unlock()
-}
-
-// receiveQoS2 applies a QoS 2 PUBLISH to the session's receiver state. A new
-// packet id is recorded with m (done false: the caller goes on with m). A
-// copy of a message received before, on this connection or an earlier one
-// of the session, is not routed again [MQTT-4.3.3-2] (v5 [MQTT-4.3.3-10]):
-// it is answered PUBREC when the message was acknowledged already, and
-// otherwise once the policy acknowledges it (that PUBREC follows the
-// client to this connection: "acked means stored", never before). After a
-// refusal the client could not be told of (Message.Refuse) the copy is the
-// client's retry: retry is the message to offer to Policy.Accepted again.
-func (c *conn) receiveQoS2(pid uint16, m *Message) (done bool, retry *Message) {
-	ss := c.sess
-	ss.mu.Lock()
-	e := ss.inbound2[pid]
-	switch {
-	case e == nil:
-		if ss.inbound2 == nil {
-			ss.inbound2 = make(map[uint16]*inbound2)
-		}
-		ss.inbound2[pid] = &inbound2{c: c, m: m}
-		ss.mu.Unlock()
-		return false, nil
-	case e.retry:
-		// This connection's Receive Maximum counts it from now on.
-		e.retry, e.c = false, c
-		e.m.ack.rearm(c)
-		retry = e.m
-		ss.mu.Unlock()
-		return false, retry
-	}
-	// Counted once per connection: a copy on the connection that
-	// counts it already gives back the unit it just took.
-	counted := e.c == c
-	e.c = c
-	rec := e.rec
-	ss.mu.Unlock()
-	if counted {
-		c.release(1)
-	}
-	if rec {
-		c.writeAck(packet.PUBREC, pid, packet.Success, true)
-	}
-	return true, nil
-}
-
-// refusePublish answers a refused PUBLISH. Under v5 the publisher learns
-// the reason in PUBACK/PUBREC; 3.1.1 has no way to say it, so the message
-// is acknowledged and discarded (as MQTT-3.3.5-2 allows).
-func (c *conn) refusePublish(p *packet.Publish, code packet.ReasonCode) {
-	if c.version != packet.Version5 {
-		code = packet.Success
-	}
-	switch p.QoS {
-	case 1:
-		c.writeAck(packet.PUBACK, p.PacketID, code, true)
-		c.release(1)
-	case 2:
-		ss := c.sess
-		ss.mu.Lock()
-		if code >= 0x80 {
-			// The flow ends at PUBREC with an error code.
-			delete(ss.inbound2, p.PacketID)
-		} else if e := ss.inbound2[p.PacketID]; e != nil {
-			e.rec, e.m = true, nil
-		}
-		ss.mu.Unlock()
-		if code >= 0x80 {
-			c.release(1)
-		}
-		c.writeAck(packet.PUBREC, p.PacketID, code, true)
-	}
-}
-
-// pubrel completes an inbound QoS 2 flow: PUBCOMP for a message answered
-// with PUBREC, whichever connection of the session received it; PUBCOMP
-// (v5: 0x92 Packet Identifier not found) for an id the session does not
-// hold [MQTT-4.3.3-2] (v5 [MQTT-4.3.3-11]); a PUBREL before the server's
-// PUBREC is a protocol error.
-func (c *conn) pubrel(pid uint16) error {
-	ss := c.sess
-	ss.mu.Lock()
-	e, ok := ss.inbound2[pid]
-	rec, counted := ok && e.rec, ok && e.c == c
-	if rec {
-		delete(ss.inbound2, pid)
-	}
-	ss.mu.Unlock()
-	switch {
-	case rec:
-		c.writeAck(packet.PUBCOMP, pid, packet.Success, true)
-		if counted {
-			c.release(1)
-		}
-	case ok:
-		// PUBREL before our PUBREC: the client broke the flow.
-		return c.protocolError(packet.ProtocolError, fmt.Sprintf("PUBREL for packet id %d before PUBREC (the message is not acknowledged yet)", pid))
-	default:
-		c.writeAck(packet.PUBCOMP, pid, packet.PacketIdentifierNotFound, true)
-	}
-	return nil
-}
 
 // Publish injects a message as if a client had published it on m.Topic
 // (for bridges and tests). Created is set when zero.

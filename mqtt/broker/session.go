@@ -45,31 +45,6 @@ const (
 	retainFlag    uint8 = 1 << 7 // the PUBLISH carries RETAIN=1
 )
 
-// inbound2 is the server's receiver state of one inbound QoS 2 packet
-// identifier, kept in the session from the first PUBLISH with it until the
-// PUBREL ([MQTT-4.3.3-2]; v5 [MQTT-4.3.3-8] to [MQTT-4.3.3-12]): every
-// copy of the PUBLISH in between, on this connection or a later one of the
-// session, is answered PUBREC and routed no more.
-type inbound2 struct {
-	// c is the connection that last received a PUBLISH with this id: its
-	// Receive Maximum counts the message, and a PUBREC the policy defers
-	// goes to it (a client that reconnected and sent the PUBLISH again is
-	// answered on its new connection). nil once that connection has ended,
-	// and for an id restored from the state file.
-	c *conn
-	// m is the message while its acknowledgement is pending (the policy
-	// deferred it: "acked means stored"), and while retry is set.
-	m *Message
-	// rec: PUBREC was sent (the message accepted); PUBREL is awaited.
-	rec bool
-	// retry: the policy could not keep the message after all
-	// (Message.Refuse) and the client could not be told: a 3.1.1 client,
-	// whose connection was closed for it, or a client that was away. Its
-	// next copy of the PUBLISH is offered to Policy.Accepted again (m), not
-	// routed again.
-	retry bool
-}
-
 func (d *delivery) state() uint8     { return d.flags & stateMask }
 func (d *delivery) setState(s uint8) { d.flags = d.flags&^stateMask | s }
 func (d *delivery) retain() bool     { return d.flags&retainFlag != 0 }
@@ -154,7 +129,7 @@ type session struct {
 	inflight []*delivery // sent, unacknowledged, in send order
 	ninfl    int         // non-nil entries of inflight
 	nextPID  uint16
-	inbound2 map[uint16]*inbound2 // inbound QoS 2 ids, from the PUBLISH to the PUBREL
+	inbound2 map[uint16]*inbound2 // inbound QoS 2 ids, from the PUBLISH to the PUBREL (inbound.go)
 	window   int                  // effective inflight window of the current connection
 	limits   Limits
 

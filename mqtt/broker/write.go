@@ -174,19 +174,39 @@ func (c *conn) doneWriting() {
 	}
 }
 
+// takeForWrite takes the buffer to write, for the goroutine that holds
+// the writer's role and the socket (sockMu). When there is nothing to
+// write, or the connection closed without a last write owed, it gives up
+// the role and the socket (doneWriting) and reports false.
+func (c *conn) takeForWrite() (buf []byte, qos0 int, wasFull, ok bool) {
+	c.wmu.Lock()
+	if len(c.wbuf) == 0 || c.closed && !c.final {
+		c.doneWriting()
+		return nil, 0, false, false
+	}
+	buf, qos0, wasFull = c.takeLocked()
+	c.wmu.Unlock()
+	return buf, qos0, wasFull, true
+}
+
+// keepSpareLocked keeps a written buffer, unless it grew large, for the
+// next write to fill (with wmu held): a busy connection swaps two buffers
+// instead of allocating.
+func (c *conn) keepSpareLocked(buf []byte) {
+	if cap(buf) <= 4*highWater && c.spare == nil {
+		c.spare = buf[:0]
+	}
+}
+
 // flushLoop writes the buffer until it is empty. A write that blocks is
 // bounded by the watchdog (Options.WriteTimeout), which closes the socket.
 func (c *conn) flushLoop() {
 	c.sockMu.Lock()
 	for {
-		c.wmu.Lock()
-		if len(c.wbuf) == 0 || c.closed && !c.final {
-			c.doneWriting()
+		buf, qos0, wasFull, ok := c.takeForWrite()
+		if !ok {
 			return
 		}
-		buf, qos0, wasFull := c.takeLocked()
-		c.wmu.Unlock()
-
 		c.writeSince.Store(time.Now().UnixNano())
 		n, err := c.nc.Write(buf)
 		c.writeSince.Store(0)
@@ -196,9 +216,7 @@ func (c *conn) flushLoop() {
 			return
 		}
 		c.wmu.Lock()
-		if cap(buf) <= 4*highWater {
-			c.spare = buf[:0]
-		}
+		c.keepSpareLocked(buf)
 		c.wmu.Unlock()
 		if wasFull && c.sess != nil {
 			c.sockMu.Unlock()
@@ -294,14 +312,10 @@ func (t *conn) flushDirect() {
 		go t.flushLoop()
 		return
 	}
-	t.wmu.Lock()
-	if len(t.wbuf) == 0 || t.closed && !t.final {
-		t.doneWriting()
+	buf, qos0, wasFull, ok := t.takeForWrite()
+	if !ok {
 		return
 	}
-	buf, qos0, wasFull := t.takeLocked()
-	t.wmu.Unlock()
-
 	n, err := 0, error(nil)
 	werr := t.raw.Write(func(fd uintptr) bool {
 		n, err = syscall.Write(int(fd), buf)
@@ -332,9 +346,7 @@ func (t *conn) flushDirect() {
 		go t.flushLoop() // still owed: writing stays true for it
 		return
 	}
-	if cap(buf) <= 4*highWater && t.spare == nil {
-		t.spare = buf[:0]
-	}
+	t.keepSpareLocked(buf)
 	if len(t.wbuf) > 0 {
 		t.wmu.Unlock()
 		t.sockMu.Unlock()
