@@ -38,8 +38,19 @@ pg_test_start
 pkgs=("$@")
 ((${#pkgs[@]})) || pkgs=(./...)
 
+echo "==> gofmt"
+unformatted=$(gofmt -l .)
+if [[ -n $unformatted ]]; then
+  echo "gofmt would change these files (run gofmt -w on them):"
+  echo "$unformatted"
+  exit 1
+fi
 echo "==> go vet"
 go vet "${pkgs[@]}"
+echo "==> staticcheck"
+# Pinned, fetched from the module proxy and built on first use (not a
+# dependency of the module: it is not in go.mod).
+go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 "${pkgs[@]}"
 echo "==> go test -race"
 # The tools installed above are present: tests that use them must not skip.
 export FLEETMQ_REQUIRE_TOOLS=1

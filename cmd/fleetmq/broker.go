@@ -38,8 +38,8 @@ func (c *brokerConfig) flags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxQueued, "max-queued", broker.DefaultMaxQueued, "messages queued per session behind the inflight window [FLEETMQ_MAX_QUEUED]")
 	fs.IntVar(&c.MaxPacketSize, "max-packet-size", broker.DefaultMaxPacketSize, "largest accepted packet in bytes [FLEETMQ_MAX_PACKET_SIZE]")
 	fs.DurationVar(&c.RetainedMaxAge, "retained-max-age", 0, "maximum age of retained messages, 0 for none [FLEETMQ_RETAINED_MAX_AGE]")
-	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", 10*time.Second, "how long a new connection may take to send CONNECT (TLS handshake included) [FLEETMQ_CONNECT_TIMEOUT]")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", 30*time.Second, "how long a write to a client may wait before the client is disconnected as not reading [FLEETMQ_WRITE_TIMEOUT]")
+	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", broker.DefaultConnectTimeout, "how long a new connection may take to send CONNECT (TLS handshake included) [FLEETMQ_CONNECT_TIMEOUT]")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", broker.DefaultWriteTimeout, "how long a write to a client may wait before the client is disconnected as not reading [FLEETMQ_WRITE_TIMEOUT]")
 	c.Log.register(fs)
 }
 

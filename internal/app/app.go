@@ -146,37 +146,8 @@ type App struct {
 // Start locks and opens the data directory and starts serving. A data
 // directory another process serves is refused with an *InUseError.
 func Start(ctx context.Context, cfg Config) (*App, error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("no data directory")
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.ReloadInterval <= 0 {
-		cfg.ReloadInterval = time.Second
-	}
-	if cfg.RetainedMaxAge <= 0 {
-		cfg.RetainedMaxAge = 24 * time.Hour
-	}
-	if cfg.RetentionInterval <= 0 {
-		cfg.RetentionInterval = time.Hour
-	}
-	if cfg.RESTRateLimit <= 0 {
-		cfg.RESTRateLimit = restauth.DefaultRateLimit
-	}
-	if cfg.Ingest.Logger == nil {
-		cfg.Ingest.Logger = cfg.Logger
-	}
-	if err := cfg.Listeners.Validate(); err != nil {
-		return nil, err
-	}
-	if cfg.Pprof && cfg.MetricsListen == "" {
-		return nil, errors.New("-pprof (FLEETMQ_PPROF) needs -metrics-listen (FLEETMQ_METRICS_LISTEN): profiles are served only on the private metrics listener")
-	}
-	if err := cfg.Ingest.Validate(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	// The data directory holds the broker state (and the SQLite store):

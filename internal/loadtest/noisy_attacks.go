@@ -138,12 +138,6 @@ func (h *heldConns) open() int {
 	return len(h.conns) - int(h.closed.Load())
 }
 
-func (h *heldConns) total() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.conns)
-}
-
 func (h *heldConns) closeAll() {
 	h.mu.Lock()
 	for _, c := range h.conns {

@@ -3,8 +3,6 @@ package loadtest
 import (
 	"encoding/binary"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -105,8 +103,6 @@ type connRecord struct {
 	// provoked names the server close reason the harness provokes on
 	// purpose (the canaries), "" for ordinary fleet connections.
 	provoked string
-
-	server *serverClose // the server's log line about its end, when matched
 }
 
 // finish records how the connection ended; the first call wins.
@@ -406,16 +402,4 @@ func (l *ledger) outstanding() int64 {
 		}
 	}
 	return n
-}
-
-// subNames lists the subscribers, for the report.
-func (l *ledger) subNames() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	names := make([]string, len(l.subs))
-	for i, b := range l.subs {
-		names[i] = b.name
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
 }

@@ -124,6 +124,10 @@ const (
 	DefaultMaxTopicLevels    = 128
 	DefaultCloseDrainTimeout = 2 * time.Second
 	DefaultCloseDrainBytes   = 1 << 20
+	DefaultSweepInterval     = time.Minute
+	DefaultConnectTimeout    = 10 * time.Second
+	DefaultWriteTimeout      = 30 * time.Second
+	DefaultSaveInterval      = 30 * time.Second
 )
 
 func (o *Options) fill() {
@@ -161,13 +165,13 @@ func (o *Options) fill() {
 		o.MaxSessionExpiry = DefaultMaxSessionExpiry
 	}
 	if o.SweepInterval == 0 {
-		o.SweepInterval = time.Minute
+		o.SweepInterval = DefaultSweepInterval
 	}
 	if o.ConnectTimeout == 0 {
-		o.ConnectTimeout = 10 * time.Second
+		o.ConnectTimeout = DefaultConnectTimeout
 	}
 	if o.WriteTimeout == 0 {
-		o.WriteTimeout = 30 * time.Second
+		o.WriteTimeout = DefaultWriteTimeout
 	}
 	if o.CloseDrainTimeout == 0 {
 		o.CloseDrainTimeout = DefaultCloseDrainTimeout
@@ -176,7 +180,7 @@ func (o *Options) fill() {
 		o.CloseDrainBytes = DefaultCloseDrainBytes
 	}
 	if o.SaveInterval == 0 {
-		o.SaveInterval = 30 * time.Second
+		o.SaveInterval = DefaultSaveInterval
 	}
 	if o.LogBurst == 0 {
 		o.LogBurst = 20

@@ -181,7 +181,7 @@ func TestPersistRestart(t *testing.T) {
 	}
 	hcPublishOne(t, pub, &packet.Publish{Topic: "live/x", QoS: 2, Payload: []byte("L")})
 	hcExpectPub(t, dev3, "L", 2, false)
-	dev2, ack = hcConnect(t, b2.Addr, "dev2", false, 20, 0)
+	_, ack = hcConnect(t, b2.Addr, "dev2", false, 20, 0)
 	if ack.SessionPresent {
 		t.Fatal("dev2: expired session resumed")
 	}

@@ -116,17 +116,16 @@ func (p *Portal) newSession(w http.ResponseWriter, r *http.Request, accountID st
 
 // call is one authenticated request.
 type call struct {
-	p       *Portal
-	w       http.ResponseWriter
-	r       *http.Request
-	ctx     context.Context
-	sess    *sessionState
-	acc     *fleetmq.Account
-	plan    *fleetmq.Plan // nil without a base plan
-	csrf    string
-	now     time.Time
-	flash   *flash
-	noStore bool
+	p     *Portal
+	w     http.ResponseWriter
+	r     *http.Request
+	ctx   context.Context
+	sess  *sessionState
+	acc   *fleetmq.Account
+	plan  *fleetmq.Plan // nil without a base plan
+	csrf  string
+	now   time.Time
+	flash *flash
 }
 
 // authed wraps a handler that needs a signed-in owner. Without a valid
