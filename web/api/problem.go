@@ -14,18 +14,20 @@ import (
 	"github.com/fleetmq/fleetmq"
 )
 
-// Problem is an RFC 9457 problem details body with the stable code of
-// docs/design.md ("REST API") as an extension member. Clients branch on code,
-// never on title or detail.
+// Problem is an RFC 9457 problem details body with a stable code (one of
+// fleetmq.ErrorCodes) as an extension member. Clients branch on code, never
+// on title or detail.
 type Problem struct {
-	Type     string        `json:"type" doc:"A URI reference identifying the problem type; about:blank, the code says which problem it is." example:"about:blank"`
-	Title    string        `json:"title" doc:"The HTTP status phrase." example:"Forbidden"`
-	Status   int           `json:"status" doc:"The HTTP status code." example:"403"`
-	Detail   string        `json:"detail,omitempty" doc:"What went wrong, for a human." example:"this route needs the Mgmt REST API add-on"`
-	Instance string        `json:"instance,omitempty" doc:"The request path." example:"/api/v1/subscriber/publishers"`
-	Code     string        `json:"code" example:"addon_required"`                                                             // enum and doc from fleetmq.ErrorCodes (TransformSchema)
-	AddOn    string        `json:"addon,omitempty" doc:"addon_required: the add-on the route needs." example:"mgmt_rest_api"` // enum from fleetmq.AddOns
-	Errors   []*FieldError `json:"errors,omitempty" doc:"validation_failed and bad_request: what is wrong with which field."`
+	Type     string `json:"type" doc:"A URI reference identifying the problem type; about:blank, the code says which problem it is." example:"about:blank"`
+	Title    string `json:"title" doc:"The HTTP status phrase." example:"Forbidden"`
+	Status   int    `json:"status" doc:"The HTTP status code." example:"403"`
+	Detail   string `json:"detail,omitempty" doc:"What went wrong, for a human." example:"this route needs the Mgmt REST API add-on"`
+	Instance string `json:"instance,omitempty" doc:"The request path." example:"/api/v1/subscriber/publishers"`
+	// Code and AddOn get their enums (and Code its doc) from
+	// fleetmq.ErrorCodes and fleetmq.AddOns: see TransformSchema.
+	Code   string        `json:"code" example:"addon_required"`
+	AddOn  string        `json:"addon,omitempty" doc:"addon_required: the add-on the route needs." example:"mgmt_rest_api"`
+	Errors []*FieldError `json:"errors,omitempty" doc:"validation_failed and bad_request: what is wrong with which field."`
 
 	headers http.Header
 }
