@@ -164,7 +164,7 @@ func mustAffect(r sql.Result, err error) func(what, id string) error {
 }
 
 // OwnerPasswordHash implements fleetmq.ControlStore.
-func (s *Store) OwnerPasswordHash(ctx context.Context, email string) (_ string, _ string, err error) {
+func (s *Store) OwnerPasswordHash(ctx context.Context, email string) (_, _ string, err error) {
 	defer wrap(&err, "owner password hash")
 	var id, hash string
 	err = s.db.QueryRowContext(ctx, s.rebind(`SELECT id, owner_password_hash FROM accounts WHERE owner_email = ?`), strings.ToLower(email)).Scan(&id, &hash)
