@@ -11,12 +11,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 )
 
 // Error codes, stable across the CLI, the REST API and the portal
-// (docs/design.md "REST API").
+// (docs/design.md "REST API"). Each is registered in ErrorCodes with its
+// HTTP status; a test fails on a code that is used but not registered.
 const (
 	CodeNotFound         = "not_found"
 	CodeConflict         = "conflict"
@@ -28,7 +30,55 @@ const (
 	CodeTokenRevoked     = "token_revoked"
 	CodeRateLimited      = "rate_limited"
 	CodeInternal         = "internal"
+
+	// The REST API's codes for requests it cannot take as HTTP requests,
+	// before any rule of the domain is asked.
+	CodeBadRequest           = "bad_request"
+	CodeMethodNotAllowed     = "method_not_allowed"
+	CodeNotAcceptable        = "not_acceptable"
+	CodeRequestTooLarge      = "request_too_large"
+	CodeURITooLong           = "uri_too_long"
+	CodeUnsupportedMediaType = "unsupported_media_type"
 )
+
+// An ErrorCode is a registered error code: the HTTP status the REST API
+// answers it with, and when it is reported.
+type ErrorCode struct {
+	Code    string
+	Status  int
+	Meaning string
+}
+
+// ErrorCodes registers every error code, in the order the REST API
+// documents them (its OpenAPI document lists them from here).
+var ErrorCodes = []ErrorCode{
+	{CodeBadRequest, http.StatusBadRequest, "the request cannot be read: a malformed body, query string or parameter"},
+	{CodeInvalidToken, http.StatusUnauthorized, "no token, or a malformed or unknown one, or its account is gone or suspended"},
+	{CodeTokenRevoked, http.StatusUnauthorized, "the token was revoked"},
+	{CodeTokenExpired, http.StatusUnauthorized, "the token's expiry passed"},
+	{CodeAddOnRequired, http.StatusForbidden, "the account lacks the add-on the request needs"},
+	{CodeBasePlanRequired, http.StatusForbidden, "the account has no base plan"},
+	{CodeNotFound, http.StatusNotFound, "no such thing, or no such route"},
+	{CodeMethodNotAllowed, http.StatusMethodNotAllowed, "the path exists with other methods"},
+	{CodeNotAcceptable, http.StatusNotAcceptable, "no response format the Accept header allows"},
+	{CodeConflict, http.StatusConflict, "a duplicate, or a limit of the plan reached"},
+	{CodeRequestTooLarge, http.StatusRequestEntityTooLarge, "the body is too long"},
+	{CodeURITooLong, http.StatusRequestURITooLong, "the query string is too long"},
+	{CodeUnsupportedMediaType, http.StatusUnsupportedMediaType, "the body's Content-Type is not JSON"},
+	{CodeValidation, http.StatusUnprocessableEntity, "fields are wrong; each is named with why"},
+	{CodeRateLimited, http.StatusTooManyRequests, "over a rate limit; retry after the time given"},
+	{CodeInternal, http.StatusInternalServerError, "a fault of the server"},
+}
+
+// HTTPStatus is the HTTP status of a registered code, 0 for any other.
+func HTTPStatus(code string) int {
+	for _, c := range ErrorCodes {
+		if c.Code == code {
+			return c.Status
+		}
+	}
+	return 0
+}
 
 // Error is a domain error with a stable code. Fields holds field-level
 // messages for validation errors; AddOn names the missing add-on.

@@ -51,9 +51,12 @@ func (r *Record) Position() Position { return Position{Received: r.Received, ID:
 type HistoryQuery struct {
 	AccountID string // required
 	ClientID  string
-	// TopicRegex is an anchored regular expression over the platform topic,
-	// in the syntax common to Go's regexp and PostgreSQL (history.FilterRegex
-	// builds one from an MQTT filter).
+	// TopicRegex is a Go (RE2) regular expression over the platform topic
+	// (history.FilterRegex builds an anchored one from an MQTT filter). The
+	// store evaluates it in Go, with package regexp, on the rows the query's
+	// index yields, on SQLite and PostgreSQL alike; neither database
+	// evaluates it. The database only gets its literal prefix
+	// (TopicRegexPrefix), so that rows outside it come without their payload.
 	TopicRegex                string
 	Class                     string
 	StationControllerDeviceID string

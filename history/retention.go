@@ -43,7 +43,7 @@ func (r *Retention) Run(ctx context.Context, interval time.Duration) {
 	defer t.Stop()
 	for {
 		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			r.logger().Warn("history retention", "err", err)
+			r.logger().Warn("history retention", "error", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -4,8 +4,9 @@
 // may publish and subscribe (confined to its account), the topic taxonomy
 // (state/, event/, telemetry/, sample/), vendor wire layouts normalized to
 // the platform path, per-client maximum publish QoS, the effective QoS with
-// the daily QoS 2 pool and its demotion, the retained maximum age, per-plan
-// catch-up bounds, and metering.
+// the daily QoS 2 pool and its demotion, per-plan catch-up bounds, and
+// metering. The retained maximum age (24 h) is not among them: the broker
+// applies it (broker.Options.RetainedMaxAge, which internal/app sets).
 //
 // The rules are pure functions in rules.go and pool.go; the Policy applies
 // them to an in-memory snapshot of the control plane that is reloaded when

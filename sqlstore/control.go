@@ -28,14 +28,16 @@ func fromUS(v sql.NullInt64) time.Time {
 }
 
 // Version implements fleetmq.ControlStore.
-func (s *Store) Version(ctx context.Context) (int64, error) {
+func (s *Store) Version(ctx context.Context) (_ int64, err error) {
+	defer wrap(&err, "version")
 	var v int64
-	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT value FROM meta WHERE key = 'control_version'`)).Scan(&v)
+	err = s.db.QueryRowContext(ctx, s.rebind(`SELECT value FROM meta WHERE key = 'control_version'`)).Scan(&v)
 	return v, err
 }
 
 // CreateAccount implements fleetmq.ControlStore.
-func (s *Store) CreateAccount(ctx context.Context, a *fleetmq.Account, ownerPasswordHash string) error {
+func (s *Store) CreateAccount(ctx context.Context, a *fleetmq.Account, ownerPasswordHash string) (err error) {
+	defer wrap(&err, "create account")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO accounts (id, name, owner_email, owner_password_hash, suspended, plan, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 			a.ID, a.Name, a.OwnerEmail, ownerPasswordHash, a.Suspended, nullString(a.Plan), a.CreatedAt.UnixMicro())
@@ -75,7 +77,8 @@ func scanAccount(sc interface{ Scan(...any) error }) (*fleetmq.Account, error) {
 }
 
 // Account implements fleetmq.ControlStore.
-func (s *Store) Account(ctx context.Context, id string) (*fleetmq.Account, error) {
+func (s *Store) Account(ctx context.Context, id string) (_ *fleetmq.Account, err error) {
+	defer wrap(&err, "account")
 	a, err := scanAccount(s.db.QueryRowContext(ctx, s.rebind(`SELECT `+accountCols+` FROM accounts WHERE id = ?`), id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fleetmq.NotFound("account", id)
@@ -99,7 +102,8 @@ func (s *Store) Account(ctx context.Context, id string) (*fleetmq.Account, error
 }
 
 // Accounts implements fleetmq.ControlStore.
-func (s *Store) Accounts(ctx context.Context) ([]*fleetmq.Account, error) {
+func (s *Store) Accounts(ctx context.Context) (_ []*fleetmq.Account, err error) {
+	defer wrap(&err, "accounts")
 	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT `+accountCols+` FROM accounts ORDER BY created_at, id`))
 	if err != nil {
 		return nil, err
@@ -137,7 +141,8 @@ func (s *Store) Accounts(ctx context.Context) ([]*fleetmq.Account, error) {
 }
 
 // SetSuspended implements fleetmq.ControlStore.
-func (s *Store) SetSuspended(ctx context.Context, id string, suspended bool) error {
+func (s *Store) SetSuspended(ctx context.Context, id string, suspended bool) (err error) {
+	defer wrap(&err, "set suspended")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		return mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE accounts SET suspended = ? WHERE id = ?`), suspended, id))("account", id)
 	})
@@ -159,9 +164,10 @@ func mustAffect(r sql.Result, err error) func(what, id string) error {
 }
 
 // OwnerPasswordHash implements fleetmq.ControlStore.
-func (s *Store) OwnerPasswordHash(ctx context.Context, email string) (string, string, error) {
+func (s *Store) OwnerPasswordHash(ctx context.Context, email string) (_, _ string, err error) {
+	defer wrap(&err, "owner password hash")
 	var id, hash string
-	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT id, owner_password_hash FROM accounts WHERE owner_email = ?`), strings.ToLower(email)).Scan(&id, &hash)
+	err = s.db.QueryRowContext(ctx, s.rebind(`SELECT id, owner_password_hash FROM accounts WHERE owner_email = ?`), strings.ToLower(email)).Scan(&id, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", "", fleetmq.NotFound("owner", email)
 	}
@@ -179,7 +185,8 @@ func planFields(p *fleetmq.Plan) []any {
 }
 
 // Plans implements fleetmq.ControlStore.
-func (s *Store) Plans(ctx context.Context) ([]fleetmq.Plan, error) {
+func (s *Store) Plans(ctx context.Context) (_ []fleetmq.Plan, err error) {
+	defer wrap(&err, "plans")
 	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT `+planColumns+` FROM plans ORDER BY max_publisher_clients, name`))
 	if err != nil {
 		return nil, err
@@ -197,9 +204,10 @@ func (s *Store) Plans(ctx context.Context) ([]fleetmq.Plan, error) {
 }
 
 // Plan implements fleetmq.ControlStore.
-func (s *Store) Plan(ctx context.Context, name string) (*fleetmq.Plan, error) {
+func (s *Store) Plan(ctx context.Context, name string) (_ *fleetmq.Plan, err error) {
+	defer wrap(&err, "plan")
 	var p fleetmq.Plan
-	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT `+planColumns+` FROM plans WHERE name = ?`), name).
+	err = s.db.QueryRowContext(ctx, s.rebind(`SELECT `+planColumns+` FROM plans WHERE name = ?`), name).
 		Scan(planFields(&p)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fleetmq.NotFound("plan", name)
@@ -208,7 +216,8 @@ func (s *Store) Plan(ctx context.Context, name string) (*fleetmq.Plan, error) {
 }
 
 // PutPlan implements fleetmq.ControlStore (insert or update).
-func (s *Store) PutPlan(ctx context.Context, p fleetmq.Plan) error {
+func (s *Store) PutPlan(ctx context.Context, p fleetmq.Plan) (err error) {
+	defer wrap(&err, "put plan")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO plans (`+planColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET max_publisher_clients = excluded.max_publisher_clients, qos2_daily_pool = excluded.qos2_daily_pool,
@@ -222,7 +231,8 @@ func (s *Store) PutPlan(ctx context.Context, p fleetmq.Plan) error {
 }
 
 // SetPlan implements fleetmq.ControlStore.
-func (s *Store) SetPlan(ctx context.Context, accountID, plan string, at time.Time) error {
+func (s *Store) SetPlan(ctx context.Context, accountID, plan string, at time.Time) (err error) {
+	defer wrap(&err, "set plan")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if plan != "" {
 			var n int
@@ -242,7 +252,8 @@ func (s *Store) SetPlan(ctx context.Context, accountID, plan string, at time.Tim
 }
 
 // SetAddOn implements fleetmq.ControlStore.
-func (s *Store) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn, on bool, at time.Time) error {
+func (s *Store) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn, on bool, at time.Time) (err error) {
+	defer wrap(&err, "set add-on")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM accounts WHERE id = ?`), accountID).Scan(&n); err != nil {
@@ -272,7 +283,8 @@ func (s *Store) SetAddOn(ctx context.Context, accountID string, x fleetmq.AddOn,
 }
 
 // SubscriptionChanges implements fleetmq.ControlStore.
-func (s *Store) SubscriptionChanges(ctx context.Context, accountID string) ([]fleetmq.SubscriptionChange, error) {
+func (s *Store) SubscriptionChanges(ctx context.Context, accountID string) (_ []fleetmq.SubscriptionChange, err error) {
+	defer wrap(&err, "subscription changes")
 	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT at, kind, value FROM subscription_changes WHERE account_id = ? ORDER BY at, id`), accountID)
 	if err != nil {
 		return nil, err
@@ -294,7 +306,8 @@ func (s *Store) SubscriptionChanges(ctx context.Context, accountID string) ([]fl
 // CreateClient implements fleetmq.ControlStore. The count and the insert
 // run in one control-plane write, and writes take turns (see write), so
 // concurrent registrations cannot pass the plan limit together.
-func (s *Store) CreateClient(ctx context.Context, c *fleetmq.MQTTClient, max int) error {
+func (s *Store) CreateClient(ctx context.Context, c *fleetmq.MQTTClient, max int) (err error) {
+	defer wrap(&err, "create client")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM mqtt_clients WHERE account_id = ?`), c.AccountID).Scan(&n); err != nil {
@@ -325,7 +338,8 @@ func scanClient(sc interface{ Scan(...any) error }) (*fleetmq.MQTTClient, error)
 }
 
 // Client implements fleetmq.ControlStore.
-func (s *Store) Client(ctx context.Context, accountID, clientID string) (*fleetmq.MQTTClient, error) {
+func (s *Store) Client(ctx context.Context, accountID, clientID string) (_ *fleetmq.MQTTClient, err error) {
+	defer wrap(&err, "client")
 	if !fleetmq.ValidClientID(clientID) { // none is registered, and PostgreSQL refuses some (NUL)
 		return nil, fleetmq.NotFound("client", clientID)
 	}
@@ -354,17 +368,20 @@ func (s *Store) queryClients(ctx context.Context, q string, args ...any) ([]*fle
 }
 
 // Clients implements fleetmq.ControlStore.
-func (s *Store) Clients(ctx context.Context, accountID string) ([]*fleetmq.MQTTClient, error) {
+func (s *Store) Clients(ctx context.Context, accountID string) (_ []*fleetmq.MQTTClient, err error) {
+	defer wrap(&err, "clients")
 	return s.queryClients(ctx, `SELECT `+clientCols+` FROM mqtt_clients WHERE account_id = ? ORDER BY client_id`, accountID)
 }
 
 // AllClients implements fleetmq.ControlStore.
-func (s *Store) AllClients(ctx context.Context) ([]*fleetmq.MQTTClient, error) {
+func (s *Store) AllClients(ctx context.Context) (_ []*fleetmq.MQTTClient, err error) {
+	defer wrap(&err, "all clients")
 	return s.queryClients(ctx, `SELECT `+clientCols+` FROM mqtt_clients`)
 }
 
 // UpdateClient implements fleetmq.ControlStore (label and max QoS).
-func (s *Store) UpdateClient(ctx context.Context, c *fleetmq.MQTTClient) error {
+func (s *Store) UpdateClient(ctx context.Context, c *fleetmq.MQTTClient) (err error) {
+	defer wrap(&err, "update client")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		return mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE mqtt_clients SET label = ?, max_publish_qos = ? WHERE account_id = ? AND client_id = ?`),
 			c.Label, c.MaxPublishQoS, c.AccountID, c.ClientID))("client", c.ClientID)
@@ -372,14 +389,16 @@ func (s *Store) UpdateClient(ctx context.Context, c *fleetmq.MQTTClient) error {
 }
 
 // DeleteClient implements fleetmq.ControlStore.
-func (s *Store) DeleteClient(ctx context.Context, accountID, clientID string) error {
+func (s *Store) DeleteClient(ctx context.Context, accountID, clientID string) (err error) {
+	defer wrap(&err, "delete client")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		return mustAffect(tx.ExecContext(ctx, s.rebind(`DELETE FROM mqtt_clients WHERE account_id = ? AND client_id = ?`), accountID, clientID))("client", clientID)
 	})
 }
 
 // CreateCredential implements fleetmq.ControlStore.
-func (s *Store) CreateCredential(ctx context.Context, c *fleetmq.Credential) error {
+func (s *Store) CreateCredential(ctx context.Context, c *fleetmq.Credential) (err error) {
+	defer wrap(&err, "create credential")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO credentials (id, account_id, kind, username, label, secret_hash, filters, created_at, expires_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			c.ID, c.AccountID, c.Kind, c.Username, c.Label, c.SecretHash, encodeList(c.Filters), c.CreatedAt.UnixMicro(), us(c.ExpiresAt), us(c.RevokedAt))
@@ -417,18 +436,21 @@ func (s *Store) queryCreds(ctx context.Context, q string, args ...any) ([]*fleet
 }
 
 // Credentials implements fleetmq.ControlStore; kind "" lists both kinds.
-func (s *Store) Credentials(ctx context.Context, accountID, kind string) ([]*fleetmq.Credential, error) {
+func (s *Store) Credentials(ctx context.Context, accountID, kind string) (_ []*fleetmq.Credential, err error) {
+	defer wrap(&err, "credentials")
 	return s.queryCreds(ctx, `SELECT `+credCols+` FROM credentials WHERE account_id = ? AND (CAST(? AS TEXT) = '' OR kind = ?) ORDER BY created_at, id`, accountID, kind, kind)
 }
 
 // ActiveCredentials implements fleetmq.ControlStore.
-func (s *Store) ActiveCredentials(ctx context.Context) ([]*fleetmq.Credential, error) {
+func (s *Store) ActiveCredentials(ctx context.Context) (_ []*fleetmq.Credential, err error) {
+	defer wrap(&err, "active credentials")
 	return s.queryCreds(ctx, `SELECT `+credCols+` FROM credentials WHERE revoked_at IS NULL`)
 }
 
 // RevokeCredential implements fleetmq.ControlStore. Revoking twice is not
 // an error; revoking another account's credential is not_found.
-func (s *Store) RevokeCredential(ctx context.Context, accountID, id string, at time.Time) error {
+func (s *Store) RevokeCredential(ctx context.Context, accountID, id string, at time.Time) (err error) {
+	defer wrap(&err, "revoke credential")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if err := mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?) WHERE account_id = ? AND id = ?`), at.UnixMicro(), accountID, id))("credential", id); err != nil {
 			return err
@@ -438,7 +460,8 @@ func (s *Store) RevokeCredential(ctx context.Context, accountID, id string, at t
 }
 
 // PutLayout implements fleetmq.ControlStore (insert or replace by name).
-func (s *Store) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
+func (s *Store) PutLayout(ctx context.Context, l *fleetmq.Layout) (err error) {
+	defer wrap(&err, "put layout")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO layouts (id, name, wire_root, rules, fanout, created_at) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (name) DO UPDATE SET wire_root = excluded.wire_root, rules = excluded.rules, fanout = excluded.fanout`),
@@ -448,7 +471,8 @@ func (s *Store) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 }
 
 // Layouts implements fleetmq.ControlStore.
-func (s *Store) Layouts(ctx context.Context) ([]*fleetmq.Layout, error) {
+func (s *Store) Layouts(ctx context.Context) (_ []*fleetmq.Layout, err error) {
+	defer wrap(&err, "layouts")
 	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT id, name, wire_root, rules, fanout, created_at FROM layouts ORDER BY name`))
 	if err != nil {
 		return nil, err
@@ -472,7 +496,8 @@ func (s *Store) Layouts(ctx context.Context) ([]*fleetmq.Layout, error) {
 }
 
 // DeleteLayout implements fleetmq.ControlStore.
-func (s *Store) DeleteLayout(ctx context.Context, name string) error {
+func (s *Store) DeleteLayout(ctx context.Context, name string) (err error) {
+	defer wrap(&err, "delete layout")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		return mustAffect(tx.ExecContext(ctx, s.rebind(`DELETE FROM layouts WHERE name = ?`), name))("layout", name)
 	})

@@ -24,7 +24,8 @@ const insertChunk = 64
 // AppendHistory implements fleetmq.HistoryStore: one transaction, multi-row
 // INSERTs, and the latest-per-topic table updated with the newest record of
 // each topic in the batch.
-func (s *Store) AppendHistory(ctx context.Context, recs []*fleetmq.Record) error {
+func (s *Store) AppendHistory(ctx context.Context, recs []*fleetmq.Record) (err error) {
+	defer wrap(&err, "append history")
 	if len(recs) == 0 {
 		return nil
 	}
@@ -122,7 +123,8 @@ func (s *Store) updateLatest(ctx context.Context, tx *sql.Tx, recs []*fleetmq.Re
 }
 
 // LatestHistory implements fleetmq.HistoryStore.
-func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) ([]*fleetmq.Record, error) {
+func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) (_ []*fleetmq.Record, err error) {
+	defer wrap(&err, "latest history")
 	rows, err := s.reads.QueryContext(ctx, s.rebind(`SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
 		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
 		FROM history_latest l JOIN history h ON h.id = l.record_id
@@ -153,12 +155,13 @@ func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) (
 }
 
 // DeleteHistory implements fleetmq.HistoryStore.
-func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time.Time, limit int) (int64, error) {
+func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time.Time, limit int) (_ int64, err error) {
+	defer wrap(&err, "delete history")
 	if limit <= 0 {
 		limit = 1000
 	}
 	var n int64
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM history WHERE id IN (
 			SELECT id FROM history WHERE account_id = ? AND received_us < ? ORDER BY received_us, id LIMIT ?)`),
 			accountID, before.UnixMicro(), limit)

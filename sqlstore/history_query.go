@@ -153,7 +153,13 @@ func (p *historyPlan) selectSQL(d dialect, ascending bool, after *fleetmq.Positi
 // topic expression included (so both backends apply exactly Go's regexp
 // semantics), run here on the rows that index yields, at most
 // q.ScanBudget of them.
-func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn func(*fleetmq.Record) error) error {
+func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn func(*fleetmq.Record) error) (err error) {
+	var fnErr error // returned as it is: it is fn's, not the store's
+	defer func() {
+		if err != fnErr {
+			wrap(&err, "query history")
+		}
+	}()
 	p, err := planHistory(q)
 	if err != nil {
 		return err
@@ -196,6 +202,7 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 				r.UserProperties = nil
 			}
 			if err := fn(&r); err != nil {
+				fnErr = err
 				return err
 			}
 			matched++

@@ -8,8 +8,9 @@ import (
 )
 
 // PutNode implements fleetmq.NodeStore.
-func (s *Store) PutNode(ctx context.Context, n *fleetmq.Node) error {
-	_, err := s.exec(ctx, `INSERT INTO nodes (id, host, pid, started, heartbeat, applied)
+func (s *Store) PutNode(ctx context.Context, n *fleetmq.Node) (err error) {
+	defer wrap(&err, "put node")
+	_, err = s.exec(ctx, `INSERT INTO nodes (id, host, pid, started, heartbeat, applied)
 		VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, applied = excluded.applied`,
 		n.ID, n.Host, n.PID, n.Started.UnixMicro(), n.Heartbeat.UnixMicro(), n.Applied)
@@ -17,13 +18,15 @@ func (s *Store) PutNode(ctx context.Context, n *fleetmq.Node) error {
 }
 
 // DeleteNode implements fleetmq.NodeStore.
-func (s *Store) DeleteNode(ctx context.Context, id string) error {
-	_, err := s.exec(ctx, `DELETE FROM nodes WHERE id = ?`, id)
+func (s *Store) DeleteNode(ctx context.Context, id string) (err error) {
+	defer wrap(&err, "delete node")
+	_, err = s.exec(ctx, `DELETE FROM nodes WHERE id = ?`, id)
 	return err
 }
 
 // Nodes implements fleetmq.NodeStore.
-func (s *Store) Nodes(ctx context.Context) ([]*fleetmq.Node, error) {
+func (s *Store) Nodes(ctx context.Context) (_ []*fleetmq.Node, err error) {
+	defer wrap(&err, "nodes")
 	rows, err := s.db.QueryContext(ctx, `SELECT id, host, pid, started, heartbeat, applied FROM nodes ORDER BY id`)
 	if err != nil {
 		return nil, err

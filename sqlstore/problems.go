@@ -13,7 +13,8 @@ import (
 // that add the repeats, then the trim of every client and account touched
 // to the bounds (most recent rows kept, none older than
 // fleetmq.ProblemsKeptFor before the newest problem of the batch).
-func (s *Store) AddProblems(ctx context.Context, ps []fleetmq.ClientProblem) error {
+func (s *Store) AddProblems(ctx context.Context, ps []fleetmq.ClientProblem) (err error) {
+	defer wrap(&err, "add problems")
 	if len(ps) == 0 {
 		return nil
 	}
@@ -62,7 +63,8 @@ func (s *Store) AddProblems(ctx context.Context, ps []fleetmq.ClientProblem) err
 }
 
 // Problems implements fleetmq.ProblemStore.
-func (s *Store) Problems(ctx context.Context, accountID, clientID string, since time.Time, limit int) ([]fleetmq.ClientProblem, error) {
+func (s *Store) Problems(ctx context.Context, accountID, clientID string, since time.Time, limit int) (_ []fleetmq.ClientProblem, err error) {
+	defer wrap(&err, "problems")
 	q := `SELECT client_id, kind, topic, reason, qos, code, detail, count, first_at, last_at
 		FROM client_problems WHERE account_id = ? AND last_at >= ?`
 	args := []any{accountID, since.UnixMicro()}

@@ -16,7 +16,8 @@ var _ fleetmq.PortalStore = (*Store)(nil)
 // leave the control version alone.
 
 // CreatePortalSession implements fleetmq.PortalStore.
-func (s *Store) CreatePortalSession(ctx context.Context, ps *fleetmq.PortalSession) error {
+func (s *Store) CreatePortalSession(ctx context.Context, ps *fleetmq.PortalSession) (err error) {
+	defer wrap(&err, "create portal session")
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM accounts WHERE id = ?`), ps.AccountID).Scan(&n); err != nil {
@@ -35,10 +36,11 @@ func (s *Store) CreatePortalSession(ctx context.Context, ps *fleetmq.PortalSessi
 }
 
 // PortalSession implements fleetmq.PortalStore.
-func (s *Store) PortalSession(ctx context.Context, idHash string) (*fleetmq.PortalSession, error) {
+func (s *Store) PortalSession(ctx context.Context, idHash string) (_ *fleetmq.PortalSession, err error) {
+	defer wrap(&err, "portal session")
 	ps := &fleetmq.PortalSession{IDHash: idHash}
 	var created, seen int64
-	err := s.db.QueryRowContext(ctx, s.rebind(`SELECT account_id, created_at, last_seen_at FROM portal_sessions WHERE id_hash = ?`), idHash).
+	err = s.db.QueryRowContext(ctx, s.rebind(`SELECT account_id, created_at, last_seen_at FROM portal_sessions WHERE id_hash = ?`), idHash).
 		Scan(&ps.AccountID, &created, &seen)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fleetmq.NotFound("portal session", "")
@@ -51,20 +53,23 @@ func (s *Store) PortalSession(ctx context.Context, idHash string) (*fleetmq.Port
 }
 
 // TouchPortalSession implements fleetmq.PortalStore.
-func (s *Store) TouchPortalSession(ctx context.Context, idHash string, at time.Time) error {
-	_, err := s.exec(ctx, `UPDATE portal_sessions SET last_seen_at = ? WHERE id_hash = ? AND last_seen_at < ?`,
+func (s *Store) TouchPortalSession(ctx context.Context, idHash string, at time.Time) (err error) {
+	defer wrap(&err, "touch portal session")
+	_, err = s.exec(ctx, `UPDATE portal_sessions SET last_seen_at = ? WHERE id_hash = ? AND last_seen_at < ?`,
 		at.UnixMicro(), idHash, at.UnixMicro())
 	return err
 }
 
 // DeletePortalSession implements fleetmq.PortalStore.
-func (s *Store) DeletePortalSession(ctx context.Context, idHash string) error {
-	_, err := s.exec(ctx, `DELETE FROM portal_sessions WHERE id_hash = ?`, idHash)
+func (s *Store) DeletePortalSession(ctx context.Context, idHash string) (err error) {
+	defer wrap(&err, "delete portal session")
+	_, err = s.exec(ctx, `DELETE FROM portal_sessions WHERE id_hash = ?`, idHash)
 	return err
 }
 
 // DeletePortalSessions implements fleetmq.PortalStore.
-func (s *Store) DeletePortalSessions(ctx context.Context, accountID, keepIDHash string) (int64, error) {
+func (s *Store) DeletePortalSessions(ctx context.Context, accountID, keepIDHash string) (_ int64, err error) {
+	defer wrap(&err, "delete portal sessions")
 	r, err := s.exec(ctx, `DELETE FROM portal_sessions WHERE account_id = ? AND id_hash <> ?`, accountID, keepIDHash)
 	if err != nil {
 		return 0, err
@@ -73,7 +78,8 @@ func (s *Store) DeletePortalSessions(ctx context.Context, accountID, keepIDHash 
 }
 
 // DeleteStalePortalSessions implements fleetmq.PortalStore.
-func (s *Store) DeleteStalePortalSessions(ctx context.Context, lastSeenBefore, createdBefore time.Time) (int64, error) {
+func (s *Store) DeleteStalePortalSessions(ctx context.Context, lastSeenBefore, createdBefore time.Time) (_ int64, err error) {
+	defer wrap(&err, "delete stale portal sessions")
 	r, err := s.exec(ctx, `DELETE FROM portal_sessions WHERE last_seen_at < ? OR created_at < ?`,
 		lastSeenBefore.UnixMicro(), createdBefore.UnixMicro())
 	if err != nil {
@@ -83,7 +89,8 @@ func (s *Store) DeleteStalePortalSessions(ctx context.Context, lastSeenBefore, c
 }
 
 // SetOwnerPasswordHash implements fleetmq.PortalStore.
-func (s *Store) SetOwnerPasswordHash(ctx context.Context, accountID, hash string) error {
+func (s *Store) SetOwnerPasswordHash(ctx context.Context, accountID, hash string) (err error) {
+	defer wrap(&err, "set owner password hash")
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		return mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE accounts SET owner_password_hash = ? WHERE id = ?`), hash, accountID))("account", accountID)
 	})

@@ -13,7 +13,8 @@ import (
 // CreateRESTToken implements fleetmq.ControlStore. The active count and
 // the insert run in one control-plane write, and writes take turns (see
 // write), so concurrent creations cannot pass MaxActiveRESTTokens together.
-func (s *Store) CreateRESTToken(ctx context.Context, t *fleetmq.RESTToken) error {
+func (s *Store) CreateRESTToken(ctx context.Context, t *fleetmq.RESTToken) (err error) {
+	defer wrap(&err, "create REST token")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM accounts WHERE id = ?`), t.AccountID).Scan(&n); err != nil {
@@ -63,17 +64,20 @@ func (s *Store) queryRESTTokens(ctx context.Context, q string, args ...any) ([]*
 }
 
 // RESTTokens implements fleetmq.ControlStore.
-func (s *Store) RESTTokens(ctx context.Context, accountID string) ([]*fleetmq.RESTToken, error) {
+func (s *Store) RESTTokens(ctx context.Context, accountID string) (_ []*fleetmq.RESTToken, err error) {
+	defer wrap(&err, "REST tokens")
 	return s.queryRESTTokens(ctx, `SELECT `+restTokenCols+` FROM rest_tokens WHERE account_id = ? ORDER BY created_at DESC, id DESC`, accountID)
 }
 
 // AllRESTTokens implements fleetmq.ControlStore.
-func (s *Store) AllRESTTokens(ctx context.Context) ([]*fleetmq.RESTToken, error) {
+func (s *Store) AllRESTTokens(ctx context.Context) (_ []*fleetmq.RESTToken, err error) {
+	defer wrap(&err, "all REST tokens")
 	return s.queryRESTTokens(ctx, `SELECT `+restTokenCols+` FROM rest_tokens`)
 }
 
 // RevokeRESTToken implements fleetmq.ControlStore.
-func (s *Store) RevokeRESTToken(ctx context.Context, accountID, id string, at time.Time) error {
+func (s *Store) RevokeRESTToken(ctx context.Context, accountID, id string, at time.Time) (err error) {
+	defer wrap(&err, "revoke REST token")
 	return s.write(ctx, func(tx *sql.Tx) error {
 		return mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE rest_tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE account_id = ? AND id = ?`),
 			at.UnixMicro(), accountID, id))("REST API token", id)
@@ -83,7 +87,8 @@ func (s *Store) RevokeRESTToken(ctx context.Context, accountID, id string, at ti
 // TouchRESTTokens implements fleetmq.ControlStore: one transaction,
 // outside the control-plane version. Rows are updated in id order, so two
 // processes flushing at once on PostgreSQL lock them in the same order.
-func (s *Store) TouchRESTTokens(ctx context.Context, lastUsed map[string]time.Time) error {
+func (s *Store) TouchRESTTokens(ctx context.Context, lastUsed map[string]time.Time) (err error) {
+	defer wrap(&err, "touch REST tokens")
 	if len(lastUsed) == 0 {
 		return nil
 	}
@@ -115,7 +120,8 @@ const restWindowsKept = 2 * time.Hour
 // AddRESTRequests implements fleetmq.ControlStore: one transaction of
 // upserts (in token id order, see TouchRESTTokens), outside the
 // control-plane version.
-func (s *Store) AddRESTRequests(ctx context.Context, window time.Time, counts map[string]int64) error {
+func (s *Store) AddRESTRequests(ctx context.Context, window time.Time, counts map[string]int64) (err error) {
+	defer wrap(&err, "add REST requests")
 	ids := make([]string, 0, len(counts))
 	for id, n := range counts {
 		if n != 0 {
@@ -147,7 +153,8 @@ func (s *Store) AddRESTRequests(ctx context.Context, window time.Time, counts ma
 }
 
 // RESTRequests implements fleetmq.ControlStore.
-func (s *Store) RESTRequests(ctx context.Context, window time.Time) (map[string]int64, error) {
+func (s *Store) RESTRequests(ctx context.Context, window time.Time) (_ map[string]int64, err error) {
+	defer wrap(&err, "REST requests")
 	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT token_id, count FROM rest_requests WHERE window_start = ?`), window.UnixMicro())
 	if err != nil {
 		return nil, err

@@ -9,7 +9,8 @@ import (
 
 // AddUsage implements fleetmq.UsageStore: one transaction of upserts that
 // add the increments.
-func (s *Store) AddUsage(ctx context.Context, daily []fleetmq.DailyUsage, clients []fleetmq.ClientUsage) error {
+func (s *Store) AddUsage(ctx context.Context, daily []fleetmq.DailyUsage, clients []fleetmq.ClientUsage) (err error) {
+	defer wrap(&err, "add usage")
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		for _, d := range daily {
 			_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_daily (account_id, day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused)
@@ -45,7 +46,8 @@ func (s *Store) AddUsage(ctx context.Context, daily []fleetmq.DailyUsage, client
 }
 
 // Usage implements fleetmq.UsageStore.
-func (s *Store) Usage(ctx context.Context, accountID, from, to string) ([]fleetmq.DailyUsage, error) {
+func (s *Store) Usage(ctx context.Context, accountID, from, to string) (_ []fleetmq.DailyUsage, err error) {
+	defer wrap(&err, "usage")
 	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused
 		FROM usage_daily WHERE account_id = ? AND day >= ? AND day <= ? ORDER BY day`), accountID, from, to)
 	if err != nil {
@@ -93,7 +95,8 @@ func (s *Store) Usage(ctx context.Context, accountID, from, to string) ([]fleetm
 
 // ClientUsage implements fleetmq.UsageStore. The sums are cast back to
 // BIGINT: PostgreSQL sums BIGINT columns as NUMERIC.
-func (s *Store) ClientUsage(ctx context.Context, accountID, from, to string) ([]fleetmq.ClientUsage, error) {
+func (s *Store) ClientUsage(ctx context.Context, accountID, from, to string) (_ []fleetmq.ClientUsage, err error) {
+	defer wrap(&err, "client usage")
 	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT client_id, CAST(SUM(messages0) AS BIGINT), CAST(SUM(messages1) AS BIGINT), CAST(SUM(messages2) AS BIGINT) FROM usage_client
 		WHERE account_id = ? AND day >= ? AND day <= ? GROUP BY client_id ORDER BY client_id`), accountID, from, to)
 	if err != nil {

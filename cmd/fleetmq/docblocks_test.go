@@ -89,9 +89,12 @@ var docsSkipped = map[docRef]string{
 	{"docs/benchmarks.md", "### Noisy-neighbour results", 2}:                                            "a benchmark: the expensive-filter and sign-in attacks alone (the short form is TestNoisyNeighbourShort)",
 	{"docs/benchmarks.md", "### 20,000 idle HTTP connections", 1}:                                       "a benchmark that needs a raised file limit (the short form is TestNoisyNeighbourShort)",
 
-	{"docs/fuzzing.md", "## mqtt/packet", 1}: "fuzzing: five minutes per target",
-	{"docs/fuzzing.md", "## mqtt/topic", 1}:  "fuzzing: five minutes per target",
-	{"docs/fuzzing.md", "## mqtt/broker", 1}: "fuzzing: five minutes per target",
+	{"docs/fuzzing.md", "## mqtt/packet", 1}:                "fuzzing: five minutes per target",
+	{"docs/fuzzing.md", "## mqtt/topic", 1}:                 "fuzzing: five minutes per target",
+	{"docs/fuzzing.md", "## mqtt/broker", 1}:                "fuzzing: five minutes per target",
+	{"docs/fuzzing.md", "## history", 1}:                    "fuzzing: five minutes per target",
+	{"docs/fuzzing.md", "## platform", 1}:                   "fuzzing: five minutes per target",
+	{"docs/fuzzing.md", "## fleetmq (the root package)", 1}: "fuzzing: five minutes per target",
 
 	{"docs/benchmarks.md", "### Filters that match little: the scan budget", 1}: "a benchmark on a store of 10 million records",
 	{"docs/benchmarks.md", "### Saving retained messages", 1}:                   "a benchmark (go test -bench)",

@@ -87,7 +87,7 @@ func TestReadyzWhileStoreRefusesWrites(t *testing.T) {
 		code, body = readyz(t, p.HTTPAddr)
 		return code == http.StatusServiceUnavailable
 	})
-	if !strings.HasPrefix(body, "store refuses writes: database or disk is full") {
+	if !strings.HasPrefix(body, "store refuses writes: sqlstore: append history: database or disk is full") {
 		t.Fatalf("/readyz body while the disk is full: %q", body)
 	}
 	if code, body := readyz(t, p.HTTPAddr); code != http.StatusServiceUnavailable {

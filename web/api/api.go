@@ -145,7 +145,7 @@ func (a *API) OpenAPI() *huma.OpenAPI { return a.huma.OpenAPI() }
 // ServeHTTP serves the API: requests under Prefix.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.RawQuery) > MaxQueryBytes {
-		writeProblem(w, r, newProblem(http.StatusRequestURITooLong, "uri_too_long", "the query string is longer than "+strconv.Itoa(MaxQueryBytes)+" bytes"))
+		writeProblem(w, r, newProblem(http.StatusRequestURITooLong, fleetmq.CodeURITooLong, "the query string is longer than "+strconv.Itoa(MaxQueryBytes)+" bytes"))
 		return
 	}
 	if _, pattern := a.mux.Handler(r); pattern == "" {
@@ -153,7 +153,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// that exists with another method gets 405 with Allow.
 		if allow := a.allowed(r); allow != "" {
 			w.Header().Set("Allow", allow)
-			writeProblem(w, r, newProblem(http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here; allowed: "+allow))
+			writeProblem(w, r, newProblem(http.StatusMethodNotAllowed, fleetmq.CodeMethodNotAllowed, r.Method+" is not allowed here; allowed: "+allow))
 			return
 		}
 		writeProblem(w, r, newProblem(http.StatusNotFound, fleetmq.CodeNotFound, "no such route: "+r.URL.Path))
@@ -162,13 +162,13 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
 		// net/http drops pairs it cannot decode: a history filter would
 		// be left out silently.
-		writeProblem(w, r, newProblem(http.StatusBadRequest, "bad_request", "the query string is malformed: "+err.Error()))
+		writeProblem(w, r, newProblem(http.StatusBadRequest, fleetmq.CodeBadRequest, "the query string is malformed: "+err.Error()))
 		return
 	}
 	if r.ContentLength > MaxBodyBytes {
 		// Refused before reading: a client that sent "Expect:
 		// 100-continue" never sends the body.
-		writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, "request_too_large", "the body is longer than "+strconv.Itoa(MaxBodyBytes)+" bytes"))
+		writeProblem(w, r, newProblem(http.StatusRequestEntityTooLarge, fleetmq.CodeRequestTooLarge, "the body is longer than "+strconv.Itoa(MaxBodyBytes)+" bytes"))
 		return
 	}
 	// The limited body goes on a shallow copy: net/http must still see

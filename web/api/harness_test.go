@@ -313,8 +313,8 @@ func (p *problem) hasLocation(loc string) bool {
 }
 
 // asProblem fails unless the response is a well-formed problem (its
-// media type, a body whose status is the response's, a title, a code) and
-// returns it.
+// media type, a body whose status is the response's, a title, a code
+// registered in fleetmq.ErrorCodes with that status) and returns it.
 func (r *response) asProblem(t testing.TB) *problem {
 	t.Helper()
 	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
@@ -326,6 +326,9 @@ func (r *response) asProblem(t testing.TB) *problem {
 	}
 	if p.Status != r.Status || p.Title != http.StatusText(r.Status) || p.Code == "" || p.Type == "" {
 		t.Fatalf("%s: problem body does not match its response (status %d, title %q, code %q, type %q)", r, p.Status, p.Title, p.Code, p.Type)
+	}
+	if status := fleetmq.HTTPStatus(p.Code); status != r.Status {
+		t.Fatalf("%s: code %q is registered in fleetmq.ErrorCodes with status %d (0: not registered)", r, p.Code, status)
 	}
 	return &p
 }

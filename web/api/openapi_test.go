@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"sort"
@@ -154,25 +155,34 @@ func TestOpenAPIDocument(t *testing.T) {
 			}
 		}
 	}
-	// The documented error codes are the stable ones of docs/design.md.
+	// The documented error codes are exactly the registered ones, in
+	// their order, each described with its status.
 	var problem struct {
 		Properties map[string]struct {
-			Enum []string `json:"enum"`
+			Enum        []string `json:"enum"`
+			Description string   `json:"description"`
 		} `json:"properties"`
 	}
-	json.Unmarshal(d.Components.Schemas["Problem"], &problem)
-	codes := strings.Join(problem.Properties["code"].Enum, ",")
-	for _, c := range []string{"invalid_token", "token_expired", "token_revoked", "addon_required", "base_plan_required", "rate_limited",
-		"not_found", "conflict", "validation_failed", "internal"} {
-		if !strings.Contains(","+codes+",", ","+c+",") {
-			t.Errorf("Problem.code does not list %s (%s)", c, codes)
+	if err := json.Unmarshal(d.Components.Schemas["Problem"], &problem); err != nil {
+		t.Fatalf("Problem schema: %v", err)
+	}
+	code := problem.Properties["code"]
+	var registered []string
+	for _, c := range fleetmq.ErrorCodes {
+		registered = append(registered, c.Code)
+		if want := fmt.Sprintf("`%s` (%d): ", c.Code, c.Status); !strings.Contains(code.Description, want) {
+			t.Errorf("Problem.code's description lacks %q:\n%s", want, code.Description)
 		}
 	}
-	addOns := strings.Join(problem.Properties["addon"].Enum, ",")
+	if got, want := strings.Join(code.Enum, ","), strings.Join(registered, ","); got != want {
+		t.Errorf("Problem.code enum\n%s\nwant fleetmq.ErrorCodes\n%s", got, want)
+	}
+	var addOns []string
 	for _, x := range fleetmq.AddOns {
-		if !strings.Contains(","+addOns+",", ","+string(x)+",") {
-			t.Errorf("Problem.addon does not list %s (%s)", x, addOns)
-		}
+		addOns = append(addOns, string(x))
+	}
+	if got, want := strings.Join(problem.Properties["addon"].Enum, ","), strings.Join(addOns, ","); got != want {
+		t.Errorf("Problem.addon enum %s, want fleetmq.AddOns %s", got, want)
 	}
 }
 

@@ -14,18 +14,20 @@ import (
 	"github.com/fleetmq/fleetmq"
 )
 
-// Problem is an RFC 9457 problem details body with the stable code of
-// docs/design.md ("REST API") as an extension member. Clients branch on code,
-// never on title or detail.
+// Problem is an RFC 9457 problem details body with a stable code (one of
+// fleetmq.ErrorCodes) as an extension member. Clients branch on code, never
+// on title or detail.
 type Problem struct {
-	Type     string        `json:"type" doc:"A URI reference identifying the problem type; about:blank, the code says which problem it is." example:"about:blank"`
-	Title    string        `json:"title" doc:"The HTTP status phrase." example:"Forbidden"`
-	Status   int           `json:"status" doc:"The HTTP status code." example:"403"`
-	Detail   string        `json:"detail,omitempty" doc:"What went wrong, for a human." example:"this route needs the Mgmt REST API add-on"`
-	Instance string        `json:"instance,omitempty" doc:"The request path." example:"/api/v1/subscriber/publishers"`
-	Code     string        `json:"code" doc:"Stable error code." enum:"invalid_token,token_expired,token_revoked,addon_required,base_plan_required,rate_limited,not_found,conflict,validation_failed,bad_request,request_too_large,uri_too_long,not_acceptable,unsupported_media_type,method_not_allowed,internal" example:"addon_required"`
-	AddOn    string        `json:"addon,omitempty" doc:"addon_required: the add-on the route needs." enum:"history_download,live_rest_api,mgmt_rest_api,qos2" example:"mgmt_rest_api"`
-	Errors   []*FieldError `json:"errors,omitempty" doc:"validation_failed and bad_request: what is wrong with which field."`
+	Type     string `json:"type" doc:"A URI reference identifying the problem type; about:blank, the code says which problem it is." example:"about:blank"`
+	Title    string `json:"title" doc:"The HTTP status phrase." example:"Forbidden"`
+	Status   int    `json:"status" doc:"The HTTP status code." example:"403"`
+	Detail   string `json:"detail,omitempty" doc:"What went wrong, for a human." example:"this route needs the Mgmt REST API add-on"`
+	Instance string `json:"instance,omitempty" doc:"The request path." example:"/api/v1/subscriber/publishers"`
+	// Code and AddOn get their enums (and Code its doc) from
+	// fleetmq.ErrorCodes and fleetmq.AddOns: see TransformSchema.
+	Code   string        `json:"code" example:"addon_required"`
+	AddOn  string        `json:"addon,omitempty" doc:"addon_required: the add-on the route needs." example:"mgmt_rest_api"`
+	Errors []*FieldError `json:"errors,omitempty" doc:"validation_failed and bad_request: what is wrong with which field."`
 
 	headers http.Header
 }
@@ -35,6 +37,27 @@ type FieldError struct {
 	Location string `json:"location" doc:"Where: body.<field>, query.<name> or path.<name>." example:"body.max_publish_qos"`
 	Message  string `json:"message" example:"must be 0, 1 or 2"`
 	Value    any    `json:"value,omitempty" doc:"The value that was refused, when it helps."`
+}
+
+// TransformSchema implements huma.SchemaTransformer: the document lists
+// the codes of fleetmq.ErrorCodes, each with its status and meaning, and
+// the add-ons of fleetmq.AddOns, so neither list is written twice.
+func (p *Problem) TransformSchema(r huma.Registry, s *huma.Schema) *huma.Schema {
+	code := s.Properties["code"]
+	var doc strings.Builder
+	doc.WriteString("Stable error code:")
+	code.Enum = code.Enum[:0]
+	for _, c := range fleetmq.ErrorCodes {
+		code.Enum = append(code.Enum, c.Code)
+		fmt.Fprintf(&doc, "\n- `%s` (%d): %s", c.Code, c.Status, c.Meaning)
+	}
+	code.Description = doc.String()
+	addOn := s.Properties["addon"]
+	addOn.Enum = addOn.Enum[:0]
+	for _, x := range fleetmq.AddOns {
+		addOn.Enum = append(addOn.Enum, string(x))
+	}
+	return s
 }
 
 // Error implements error.
@@ -65,23 +88,23 @@ func (p *Problem) ContentType(ct string) string {
 func codeForStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest:
-		return "bad_request"
+		return fleetmq.CodeBadRequest
 	case http.StatusUnauthorized:
 		return fleetmq.CodeInvalidToken
 	case http.StatusNotFound:
 		return fleetmq.CodeNotFound
 	case http.StatusMethodNotAllowed:
-		return "method_not_allowed"
+		return fleetmq.CodeMethodNotAllowed
 	case http.StatusNotAcceptable:
-		return "not_acceptable"
+		return fleetmq.CodeNotAcceptable
 	case http.StatusConflict:
 		return fleetmq.CodeConflict
 	case http.StatusRequestEntityTooLarge:
-		return "request_too_large"
+		return fleetmq.CodeRequestTooLarge
 	case http.StatusRequestURITooLong:
-		return "uri_too_long"
+		return fleetmq.CodeURITooLong
 	case http.StatusUnsupportedMediaType:
-		return "unsupported_media_type"
+		return fleetmq.CodeUnsupportedMediaType
 	case http.StatusUnprocessableEntity:
 		return fleetmq.CodeValidation
 	case http.StatusTooManyRequests:
@@ -90,7 +113,7 @@ func codeForStatus(status int) string {
 	if status >= 500 {
 		return fleetmq.CodeInternal
 	}
-	return "bad_request"
+	return fleetmq.CodeBadRequest
 }
 
 // newProblem is a problem with the status phrase as title.
@@ -126,7 +149,7 @@ func humaError(status int, msg string, errs ...error) huma.StatusError {
 	// message and no location; that is a malformed request (400), not a
 	// validation failure of a field.
 	if status == http.StatusUnprocessableEntity && len(p.Errors) > 0 && allUnlocated(p.Errors) {
-		p.Status, p.Title, p.Code = http.StatusBadRequest, http.StatusText(http.StatusBadRequest), "bad_request"
+		p.Status, p.Title, p.Code = http.StatusBadRequest, http.StatusText(http.StatusBadRequest), fleetmq.CodeBadRequest
 		p.Detail = "the body is not valid JSON"
 	}
 	if p.Status == http.StatusBadRequest {
@@ -151,19 +174,6 @@ func allUnlocated(es []*FieldError) bool {
 	return true
 }
 
-// statusOfCode is the HTTP status of each domain error code.
-var statusOfCode = map[string]int{
-	fleetmq.CodeNotFound:         http.StatusNotFound,
-	fleetmq.CodeConflict:         http.StatusConflict,
-	fleetmq.CodeValidation:       http.StatusUnprocessableEntity,
-	fleetmq.CodeBasePlanRequired: http.StatusForbidden,
-	fleetmq.CodeAddOnRequired:    http.StatusForbidden,
-	fleetmq.CodeInvalidToken:     http.StatusUnauthorized,
-	fleetmq.CodeTokenExpired:     http.StatusUnauthorized,
-	fleetmq.CodeTokenRevoked:     http.StatusUnauthorized,
-	fleetmq.CodeRateLimited:      http.StatusTooManyRequests,
-}
-
 // problemOf maps an error from the domain (control service, history
 // queries) to a problem. where prefixes field names ("body" or "query").
 func problemOf(err error, where string) *Problem {
@@ -175,7 +185,7 @@ func problemOf(err error, where string) *Problem {
 	if !errors.As(err, &e) {
 		return newProblem(http.StatusInternalServerError, fleetmq.CodeInternal, "internal error")
 	}
-	status := statusOfCode[e.Code]
+	status := fleetmq.HTTPStatus(e.Code)
 	if status == 0 {
 		status = http.StatusInternalServerError
 	}
