@@ -6,54 +6,117 @@ import (
 )
 
 // ControlStore keeps the control plane: accounts, plans, subscriptions,
-// clients, credentials, REST API tokens and layouts. Every write moves
-// Version, which the broker polls to reload its snapshot, except the REST
-// token bookkeeping (last use, request counts) noted below. Account-scoped
-// methods take the account id and never touch another account's rows.
+// clients, credentials, REST API tokens and layouts, one interface per
+// entity (a reader and its writes), so that code which only reads can say
+// so. Every write moves Version, which the broker polls to reload its
+// snapshot, except the REST token bookkeeping (last use, request counts)
+// noted below. Account-scoped methods take the account id and never touch
+// another account's rows.
 type ControlStore interface {
+	ControlReader
+	AccountStore
+	PlanStore
+	ClientStore
+	CredentialStore
+	LayoutStore
+	RESTTokenStore
+}
+
+// ControlReader reads the whole control plane: what the broker's snapshot
+// is built from.
+type ControlReader interface {
 	// Version is a counter that changes with every control-plane write.
 	Version(ctx context.Context) (int64, error)
+	AccountReader
+	PlanReader
+	ClientReader
+	CredentialReader
+	LayoutReader
+	// AllRESTTokens returns every token of every account, revoked and
+	// expired ones included (the REST authenticator's index).
+	AllRESTTokens(ctx context.Context) ([]*RESTToken, error)
+}
 
-	CreateAccount(ctx context.Context, a *Account, ownerPasswordHash string) error
+// AccountReader reads accounts and their plan history.
+type AccountReader interface {
 	Account(ctx context.Context, id string) (*Account, error)
 	Accounts(ctx context.Context) ([]*Account, error)
-	SetSuspended(ctx context.Context, id string, suspended bool) error
 	// OwnerPasswordHash returns the account of an owner e-mail and its
 	// password hash (for portal sign-in).
 	OwnerPasswordHash(ctx context.Context, email string) (accountID, hash string, err error)
+	SubscriptionChanges(ctx context.Context, accountID string) ([]SubscriptionChange, error)
+}
 
-	Plans(ctx context.Context) ([]Plan, error)
-	Plan(ctx context.Context, name string) (*Plan, error)
-	PutPlan(ctx context.Context, p Plan) error
-
+// AccountStore keeps accounts: their state, base plan and add-ons.
+type AccountStore interface {
+	AccountReader
+	CreateAccount(ctx context.Context, a *Account, ownerPasswordHash string) error
+	SetSuspended(ctx context.Context, id string, suspended bool) error
 	// SetPlan sets the base plan ("" for none) and records the change.
 	SetPlan(ctx context.Context, accountID, plan string, at time.Time) error
 	// SetAddOn switches an add-on and records the change.
 	SetAddOn(ctx context.Context, accountID string, x AddOn, on bool, at time.Time) error
-	SubscriptionChanges(ctx context.Context, accountID string) ([]SubscriptionChange, error)
+}
 
+// PlanReader reads the plan catalog.
+type PlanReader interface {
+	Plans(ctx context.Context) ([]Plan, error)
+	Plan(ctx context.Context, name string) (*Plan, error)
+}
+
+// PlanStore keeps the plan catalog.
+type PlanStore interface {
+	PlanReader
+	PutPlan(ctx context.Context, p Plan) error
+}
+
+// ClientReader reads registered MQTT clients.
+type ClientReader interface {
+	Client(ctx context.Context, accountID, clientID string) (*MQTTClient, error)
+	Clients(ctx context.Context, accountID string) ([]*MQTTClient, error)
+	// AllClients returns every registered client, across accounts.
+	AllClients(ctx context.Context) ([]*MQTTClient, error)
+}
+
+// ClientStore keeps registered MQTT clients.
+type ClientStore interface {
+	ClientReader
 	// CreateClient registers a client unless the account already has max
 	// clients (conflict) or the client id is taken in the account.
 	CreateClient(ctx context.Context, c *MQTTClient, max int) error
-	Client(ctx context.Context, accountID, clientID string) (*MQTTClient, error)
-	Clients(ctx context.Context, accountID string) ([]*MQTTClient, error)
 	UpdateClient(ctx context.Context, c *MQTTClient) error
 	DeleteClient(ctx context.Context, accountID, clientID string) error
+}
 
-	CreateCredential(ctx context.Context, c *Credential) error
+// CredentialReader reads MQTT credentials.
+type CredentialReader interface {
 	Credentials(ctx context.Context, accountID, kind string) ([]*Credential, error)
-	RevokeCredential(ctx context.Context, accountID, id string, at time.Time) error
-
-	PutLayout(ctx context.Context, l *Layout) error
-	Layouts(ctx context.Context) ([]*Layout, error)
-	DeleteLayout(ctx context.Context, name string) error
-
 	// ActiveCredentials returns every credential that is not revoked (the
 	// broker checks expiry itself), across accounts: the broker's view.
 	ActiveCredentials(ctx context.Context) ([]*Credential, error)
-	// AllClients returns every registered client, across accounts.
-	AllClients(ctx context.Context) ([]*MQTTClient, error)
+}
 
+// CredentialStore keeps MQTT credentials.
+type CredentialStore interface {
+	CredentialReader
+	CreateCredential(ctx context.Context, c *Credential) error
+	RevokeCredential(ctx context.Context, accountID, id string, at time.Time) error
+}
+
+// LayoutReader reads vendor wire layouts.
+type LayoutReader interface {
+	Layouts(ctx context.Context) ([]*Layout, error)
+}
+
+// LayoutStore keeps vendor wire layouts.
+type LayoutStore interface {
+	LayoutReader
+	PutLayout(ctx context.Context, l *Layout) error
+	DeleteLayout(ctx context.Context, name string) error
+}
+
+// RESTTokenStore keeps REST API tokens and their bookkeeping.
+type RESTTokenStore interface {
 	// CreateRESTToken stores a new REST API token. It returns a not_found
 	// error when the account does not exist, and a conflict error when the
 	// account already has MaxActiveRESTTokens tokens active at t.CreatedAt
@@ -75,7 +138,6 @@ type ControlStore interface {
 	// ignored. It is bookkeeping, not a control-plane change: Version does
 	// not move.
 	TouchRESTTokens(ctx context.Context, lastUsed map[string]time.Time) error
-
 	// AddRESTRequests adds per-token request counts to the hourly rate-limit
 	// window that starts at window (an upsert), and deletes windows that
 	// started more than two hours before it. Version does not move.

@@ -17,7 +17,10 @@ const DefaultRetentionDays = 7
 // small batches so that ingest, which shares the database, never waits for
 // more than one batch.
 type Retention struct {
-	Control fleetmq.ControlStore
+	Control interface {
+		fleetmq.AccountReader
+		fleetmq.PlanReader
+	}
 	History fleetmq.HistoryStore
 	Now     func() time.Time
 	Logger  *slog.Logger

@@ -44,7 +44,7 @@ const (
 // Store is what the API reads directly (a *sqlstore.Store is one); changes
 // go through the control service.
 type Store interface {
-	fleetmq.ControlStore
+	fleetmq.ControlReader
 	fleetmq.HistoryStore
 	fleetmq.UsageStore
 	fleetmq.ProblemStore

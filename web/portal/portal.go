@@ -42,7 +42,7 @@ var assets embed.FS
 // Store is what the portal reads directly (a *sqlstore.Store is one);
 // control-plane changes go through the control service.
 type Store interface {
-	fleetmq.ControlStore
+	fleetmq.ControlReader
 	fleetmq.UsageStore
 	fleetmq.HistoryStore
 	fleetmq.PortalStore
