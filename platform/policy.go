@@ -178,13 +178,12 @@ type Session struct {
 
 // MessageInfo is the policy's data on an accepted message (Message.Data).
 type MessageInfo struct {
-	AccountID                 string
-	ClientID                  string
-	Class                     string
-	Layout                    string // vendor layout that normalized it, if any
-	WireTopic                 string // the topic as published
-	Demoted                   bool   // a QoS 2 lowered because the pool was used up
-	StationControllerDeviceID string
+	AccountID string
+	ClientID  string
+	Class     string
+	Layout    string // vendor layout that normalized it, if any
+	WireTopic string // the topic as published
+	Demoted   bool   // a QoS 2 lowered because the pool was used up
 }
 
 // SessionOf returns the platform session of a broker identity.
@@ -381,7 +380,6 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 	})
 	m.QoS = eff
 	info.Demoted = demoted
-	info.StationControllerDeviceID = stationControllerID(pk.Payload)
 	m.Data = info
 
 	slot.messages[eff].Add(1)
@@ -517,7 +515,9 @@ func (p *Policy) Accepted(_ *broker.Identity, m *broker.Message) bool {
 	return true
 }
 
-// NewRecord is the history record of an accepted message.
+// NewRecord is the history record of an accepted message, with the
+// station_controller_device_id its payload names, if any (read here: only
+// history wants it).
 func NewRecord(m *broker.Message, info *MessageInfo) *fleetmq.Record {
 	r := &fleetmq.Record{
 		AccountID:                 info.AccountID,
@@ -530,7 +530,7 @@ func NewRecord(m *broker.Message, info *MessageInfo) *fleetmq.Record {
 		Payload:                   m.Payload,
 		ContentType:               m.Properties.ContentType,
 		PayloadFormat:             m.Properties.PayloadFormat,
-		StationControllerDeviceID: info.StationControllerDeviceID,
+		StationControllerDeviceID: stationControllerID(m.Payload),
 		Received:                  m.Created.UTC().Truncate(time.Microsecond),
 	}
 	if n := len(m.Properties.User); n > 0 {

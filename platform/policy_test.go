@@ -267,7 +267,7 @@ func TestPolicyPublish(t *testing.T) {
 				return
 			}
 			info, _ := m.Data.(*MessageInfo)
-			if m.Topic != tt.internal || m.QoS != tt.effective || info == nil || info.Class != tt.class || m.NoDeliver != tt.noDeliver || info.StationControllerDeviceID != tt.station {
+			if m.Topic != tt.internal || m.QoS != tt.effective || info == nil || info.Class != tt.class || m.NoDeliver != tt.noDeliver || NewRecord(m, info).StationControllerDeviceID != tt.station {
 				t.Fatalf("got topic %q qos %d info %+v noDeliver %v", m.Topic, m.QoS, info, m.NoDeliver)
 			}
 			if info.AccountID != tt.id.Namespace || info.WireTopic != tt.topic {
