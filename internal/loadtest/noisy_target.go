@@ -58,20 +58,21 @@ func provisionNoisy(ctx context.Context, cfg *NoisyConfig, dir string) (victim, 
 	}
 	defer st.Close()
 	svc := control.New(st)
-	if err := st.PutPlan(ctx, fleetmq.Plan{Name: "noisy-victim", MaxPublisherClients: 100, QoS2DailyPool: 1_000_000, HistoryRetentionDays: 30}); err != nil {
+	if err := svc.PutPlan(ctx, &fleetmq.Plan{Name: "noisy-victim", MaxPublisherClients: 100, QoS2DailyPool: 1_000_000, HistoryRetentionDays: 30}, unlimitedRates()); err != nil {
 		return nil, nil, err
 	}
 	ap := fleetmq.Plan{Name: "noisy-attacker", MaxPublisherClients: cfg.AttackerClients, QoS2DailyPool: 1_000_000, HistoryRetentionDays: 30}
+	rates := unlimitedRates()
 	if cfg.AttackerRates != "none" {
 		i := slices.IndexFunc(fleetmq.DefaultPlans, func(p fleetmq.Plan) bool { return p.Name == cfg.AttackerRates })
 		if i < 0 {
 			return nil, nil, fmt.Errorf("-attacker-rates %q: not a catalog plan (or none)", cfg.AttackerRates)
 		}
 		c := fleetmq.DefaultPlans[i]
-		ap.MaxPublishRate, ap.MaxPublishBytesRate = c.MaxPublishRate, c.MaxPublishBytesRate
-		ap.MaxAccountPublishRate, ap.MaxAccountPublishBytesRate = c.MaxAccountPublishRate, c.MaxAccountPublishBytesRate
+		rates = control.PlanRates{Publish: &c.MaxPublishRate, PublishBytes: &c.MaxPublishBytesRate,
+			AccountPublish: &c.MaxAccountPublishRate, AccountPublishBytes: &c.MaxAccountPublishBytesRate}
 	}
-	if err := st.PutPlan(ctx, ap); err != nil {
+	if err := svc.PutPlan(ctx, &ap, rates); err != nil {
 		return nil, nil, err
 	}
 	run := randomHex(4)

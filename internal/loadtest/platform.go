@@ -40,7 +40,7 @@ func provisionPlatform(ctx context.Context, dir string, clientIDs []string) (*pl
 	svc := control.New(store)
 	// Plenty of clients and pool, so the loads run under the real rules
 	// without the plan itself refusing them.
-	if err := store.PutPlan(ctx, fleetmq.Plan{Name: "bench", MaxPublisherClients: max(publishers, 1000), QoS2DailyPool: 100_000_000, HistoryRetentionDays: 1}); err != nil {
+	if err := svc.PutPlan(ctx, &fleetmq.Plan{Name: "bench", MaxPublisherClients: max(publishers, 1000), QoS2DailyPool: 100_000_000, HistoryRetentionDays: 1}, unlimitedRates()); err != nil {
 		return nil, err
 	}
 	acc, _, err := svc.CreateAccount(ctx, control.NewAccount{Name: "bench", OwnerEmail: "bench@fleetmq.invalid", Plan: "bench"})
@@ -95,4 +95,12 @@ func (p *platformSetup) historyCount(ctx context.Context, dir string) (int64, er
 	var n int64
 	err = store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM history WHERE account_id = ?", p.account).Scan(&n)
 	return n, err
+}
+
+// unlimitedRates are a plan's publish rates all given as 0 (unlimited), for
+// the benchmark plans whose loads the rates must not shape.
+func unlimitedRates() control.PlanRates {
+	var zero int
+	var zero64 int64
+	return control.PlanRates{Publish: &zero, AccountPublish: &zero, PublishBytes: &zero64, AccountPublishBytes: &zero64}
 }
