@@ -272,7 +272,7 @@ func (s *Service) CreateCredential(ctx context.Context, accountID string, in New
 		for _, flt := range in.Filters {
 			// Filters are stored one per line: a line break would split one
 			// into two, the second unchecked (e.g. another account's "B/#").
-			if err := topic.ValidateFilter(flt); err != nil || strings.ContainsAny(flt, "\r\n") || strings.HasPrefix(flt, "$") || !platform.Covers(a.ID+"/#", flt) {
+			if err := topic.ValidateFilter(flt); err != nil || strings.ContainsAny(flt, "\r\n") || strings.HasPrefix(flt, "$") || !topic.Covers(a.ID+"/#", flt) {
 				f["filters"] = fmt.Sprintf("%q: must be a topic filter under %s/", flt, a.ID)
 				break
 			}

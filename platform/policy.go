@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
 // Inflight is the platform's window of unacknowledged QoS 1/2 messages per
@@ -298,15 +299,15 @@ func (p *Policy) Subscribe(id *broker.Identity, _ string, sub *packet.Subscripti
 		return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s: $ topics are not available", sub.Filter)
 	}
 	switch s.Kind {
-	case KindPublisher:
+	case fleetmq.KindPublisher:
 		own := s.AccountID + "/" + s.ClientID + "/#"
-		if !Covers(own, f) {
+		if !topic.Covers(own, f) {
 			return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s is outside this client's own topics %s", f, own)
 		}
-	case KindSubscriber:
+	case fleetmq.KindSubscriber:
 		allowed := false
 		for _, g := range s.Filters {
-			if Covers(g, f) {
+			if topic.Covers(g, f) {
 				allowed = true
 				break
 			}

@@ -60,43 +60,6 @@ func StripPrefix(prefix, t string) (string, bool) {
 	return "", false
 }
 
-// Covers reports whether every topic matched by filter inner is also matched
-// by filter outer (both valid, non-shared MQTT filters). It is how a
-// subscriber's requested filter is checked against the patterns its
-// credential grants.
-func Covers(outer, inner string) bool {
-	top := true
-	for {
-		o, orest, omore := strings.Cut(outer, "/")
-		i, irest, imore := strings.Cut(inner, "/")
-		switch {
-		case o == "#":
-			// A leading wildcard does not match $-topics, so it cannot
-			// cover a filter that names one.
-			return !(top && strings.HasPrefix(i, "$"))
-		case i == "#":
-			return false
-		case o == "+":
-			if top && strings.HasPrefix(i, "$") {
-				return false
-			}
-		case o != i:
-			return false
-		}
-		top = false
-		switch {
-		case !omore && !imore:
-			return true
-		case !imore:
-			// inner ends here; "x/#" also matches "x".
-			return orest == "#"
-		case !omore:
-			return false
-		}
-		outer, inner = orest, irest
-	}
-}
-
 // EffectiveQoS applies the platform's QoS rules (docs/design.md "QoS rules") to a
 // published QoS on a topic class. poolTake is called only when a QoS 2 on
 // state/ or event/ with the add-on active needs a unit of the daily pool; it
