@@ -30,7 +30,6 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
-	"github.com/fleetmq/fleetmq/platform"
 )
 
 // QoS 0 overload policies (Options.QoS0Overload).
@@ -152,7 +151,7 @@ func (o Options) Validate() error {
 // was accepted.
 type item struct {
 	rec *fleetmq.Record
-	ack platform.Acker
+	ack Acker
 	at  time.Time
 }
 
@@ -198,8 +197,6 @@ type Writer struct {
 	dropsReportedAt time.Time
 }
 
-var _ platform.Sink = (*Writer)(nil)
-
 // New starts a Writer over store.
 func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 	if err := opts.Validate(); err != nil {
@@ -227,7 +224,7 @@ func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 // otherwise it drops the QoS 0 record from history. After Close it stores
 // nothing and never blocks: the record is not acknowledged, so a QoS 1/2
 // publisher sends it again when it reconnects.
-func (w *Writer) Accept(rec *fleetmq.Record, ack platform.Acker) {
+func (w *Writer) Accept(rec *fleetmq.Record, ack Acker) {
 	w.active.Add(1)
 	defer w.active.Add(-1)
 	if w.closed.Load() {
@@ -262,7 +259,7 @@ func (w *Writer) run() {
 	defer close(w.done)
 	b := &batch{
 		recs: make([]*fleetmq.Record, 0, w.opts.MaxBatch),
-		acks: make([]platform.Acker, 0, w.opts.MaxBatch),
+		acks: make([]Acker, 0, w.opts.MaxBatch),
 		ats:  make([]time.Time, 0, w.opts.MaxBatch),
 	}
 	linger := time.NewTimer(time.Hour)
@@ -335,7 +332,7 @@ func (w *Writer) observeLag(at, end time.Time) {
 // batch is the group being committed.
 type batch struct {
 	recs []*fleetmq.Record
-	acks []platform.Acker
+	acks []Acker
 	ats  []time.Time // when each record was accepted
 }
 
@@ -552,7 +549,7 @@ func (w *Writer) recordError(err error) bool {
 }
 
 // setAside refuses a poison record to its publisher and reports it.
-func (w *Writer) setAside(rec *fleetmq.Record, a platform.Acker, err error) {
+func (w *Writer) setAside(rec *fleetmq.Record, a Acker, err error) {
 	w.notStored.Add(1)
 	w.log.Error("ingest: the store refused a message while it took others; it is not kept and its publisher is told",
 		"account", rec.AccountID, "client_id", rec.ClientID, "topic", rec.Topic, "qos", rec.PublishedQoS, "error", err)

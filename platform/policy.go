@@ -57,8 +57,10 @@ type Sink interface {
 
 // Acker acknowledges an accepted message to its publisher (PUBACK for
 // QoS 1, PUBREC for QoS 2), or refuses it when it could not be stored after
-// all; *broker.Message is one.
-type Acker interface {
+// all; *broker.Message is one. It is an alias of an interface literal, as
+// ingest.Acker is, so that the two are one type and a sink declares the
+// Accept it implements without importing this package.
+type Acker = interface {
 	Ack()
 	Refuse(code packet.ReasonCode, reason string)
 }
