@@ -59,11 +59,11 @@ const (
 	MaxPublishBytesRateLimit = 1 << 40    // bytes per second
 )
 
-// CatchUpBurst is the catch-up bound of an account whose plan allows
-// maxPublisherClients: the retained messages one SUBSCRIBE delivers, and
-// the messages a session queues behind its inflight window, at most
-// (three per publisher client).
-func CatchUpBurst(maxPublisherClients int) int { return maxPublisherClients * 3 }
+// MaxQueued is the plan's catch-up bound: the retained messages one
+// SUBSCRIBE delivers, and the messages a session queues behind its
+// inflight window, at most: three per publisher client the plan allows.
+// An account without a plan (the zero Plan) has the bound of one client.
+func (p *Plan) MaxQueued() int { return max(p.MaxPublisherClients, 1) * 3 }
 
 // Validate checks a plan's fields.
 func (p *Plan) Validate() error {

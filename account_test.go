@@ -47,3 +47,14 @@ func TestPlanValidateRates(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanMaxQueued: the catch-up bound is three messages per publisher
+// client the plan allows; an account without a plan has one client's.
+func TestPlanMaxQueued(t *testing.T) {
+	for clients, want := range map[int]int{0: 3, 1: 3, 10: 30, 1000: 3000, 1_000_000: 3_000_000} {
+		p := fleetmq.Plan{MaxPublisherClients: clients}
+		if got := p.MaxQueued(); got != want {
+			t.Errorf("MaxQueued with %d publisher clients = %d, want %d", clients, got, want)
+		}
+	}
+}

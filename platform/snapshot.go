@@ -53,12 +53,10 @@ func (a *Account) MaxRetained() (count int, bytes int64) {
 	return a.MaxPublisherClients * RetainedPerClient, int64(a.MaxPublisherClients) * RetainedBytesPerClient
 }
 
-// MaxQueued is the plan's catch-up bound: max_publisher_clients x 3.
+// MaxQueued is the plan's catch-up bound (fleetmq.Plan.MaxQueued).
 func (a *Account) MaxQueued() int {
-	if a.MaxPublisherClients <= 0 {
-		return 3
-	}
-	return fleetmq.CatchUpBurst(a.MaxPublisherClients)
+	p := fleetmq.Plan{MaxPublisherClients: a.MaxPublisherClients}
+	return p.MaxQueued()
 }
 
 // Client is a registered MQTT client (publisher device).
