@@ -7,8 +7,6 @@
 package fleetmq
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -102,12 +100,4 @@ func CodeOf(err error) string {
 		return e.Code
 	}
 	return ""
-}
-
-// HashSecret is the stored form of a generated secret (credential
-// passwords, REST tokens): hex SHA-256. Generated secrets carry enough
-// entropy that a fast hash is right, and it keeps CONNECT storms cheap.
-func HashSecret(secret string) string {
-	h := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(h[:])
 }

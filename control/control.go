@@ -72,7 +72,7 @@ func (s *Service) CreateAccount(ctx context.Context, in NewAccount) (*fleetmq.Ac
 			return nil, "", err
 		}
 	}
-	password := randomString(20)
+	password := fleetmq.NewSecret(20)
 	hash, err := HashPassword(password)
 	if err != nil {
 		return nil, "", err
@@ -287,9 +287,9 @@ func (s *Service) CreateCredential(ctx context.Context, accountID string, in New
 	if len(f) > 0 {
 		return nil, "", fleetmq.Invalid(f)
 	}
-	secret := randomString(32)
+	secret := fleetmq.NewSecret(32)
 	now := s.now()
-	c := &fleetmq.Credential{ID: newUUID(), AccountID: accountID, Kind: in.Kind, Username: prefix + strings.ToLower(randomString(16)),
+	c := &fleetmq.Credential{ID: newUUID(), AccountID: accountID, Kind: in.Kind, Username: prefix + strings.ToLower(fleetmq.NewSecret(16)),
 		Label: strings.TrimSpace(in.Label), SecretHash: fleetmq.HashSecret(secret), Filters: in.Filters, CreatedAt: now}
 	if in.ExpiresInDays > 0 {
 		c.ExpiresAt = now.AddDate(0, 0, in.ExpiresInDays)
@@ -375,24 +375,6 @@ func (s *Service) DryRunLayout(ctx context.Context, wire string) (*DryRun, error
 		return &DryRun{Reason: fmt.Sprintf("no layout is registered for wire root %q: the publish is refused", root)}, nil
 	}
 	return &DryRun{Reason: "the wire root is registered but no rule matches: the publish is refused"}, nil
-}
-
-const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-// randomString returns n base62 characters from crypto/rand (no modulo
-// bias: bytes >= 248 are redrawn).
-func randomString(n int) string {
-	out := make([]byte, 0, n)
-	var buf [64]byte
-	for len(out) < n {
-		rand.Read(buf[:])
-		for _, b := range buf {
-			if b < 248 && len(out) < n {
-				out = append(out, base62[b%62])
-			}
-		}
-	}
-	return string(out)
 }
 
 // newUUID returns a random (version 4) UUID, lowercase 8-4-4-4-12.
