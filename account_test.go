@@ -1,6 +1,7 @@
 package fleetmq_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -56,5 +57,26 @@ func TestPlanMaxQueued(t *testing.T) {
 		if got := p.MaxQueued(); got != want {
 			t.Errorf("MaxQueued with %d publisher clients = %d, want %d", clients, got, want)
 		}
+	}
+}
+
+// TestValidName: catalog names are 1-40 lowercase letters, digits, '-'
+// or '_', starting with a letter or digit; a plan's is checked by
+// Validate with NameRule.
+func TestValidName(t *testing.T) {
+	for _, n := range []string{"a", "starter", "plan-2", "x_y", "0", strings.Repeat("a", 40)} {
+		if !fleetmq.ValidName(n) {
+			t.Errorf("ValidName(%q) = false", n)
+		}
+	}
+	for _, n := range []string{"", "-a", "_a", "Starter", "a b", "a/b", "ä", strings.Repeat("a", 41), "a\n"} {
+		if fleetmq.ValidName(n) {
+			t.Errorf("ValidName(%q) = true", n)
+		}
+	}
+	p := fleetmq.Plan{Name: "Bad Name", MaxPublisherClients: 1, HistoryRetentionDays: 1}
+	var e *fleetmq.Error
+	if err := p.Validate(); !errors.As(err, &e) || e.Fields["name"] != fleetmq.NameRule {
+		t.Errorf("Validate of a plan named %q: %v, want name: %s", p.Name, err, fleetmq.NameRule)
 	}
 }

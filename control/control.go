@@ -310,8 +310,8 @@ func (s *Service) RevokeCredential(ctx context.Context, accountID, id string) er
 // checking its rules.
 func (s *Service) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	f := map[string]string{}
-	if !layoutNameOK(l.Name) {
-		f["name"] = "must be 1-40 lowercase letters, digits, '-' or '_'"
+	if !fleetmq.ValidName(l.Name) {
+		f["name"] = fleetmq.NameRule
 	}
 	if _, err := platform.CompileLayout(l); err != nil {
 		f["rules"] = err.Error()
@@ -331,11 +331,6 @@ func (s *Service) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	}
 	l.CreatedAt = s.now()
 	return s.Store.PutLayout(ctx, l)
-}
-
-func layoutNameOK(n string) bool {
-	p := fleetmq.Plan{Name: n, MaxPublisherClients: 1, HistoryRetentionDays: 1}
-	return p.Validate() == nil
 }
 
 // DryRun is the result of matching a wire topic against the layouts.
