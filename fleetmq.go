@@ -1,9 +1,13 @@
 // Package fleetmq holds the platform's domain: accounts and their plans
 // and add-ons, MQTT clients, credentials, vendor layouts and usage, the
 // store interfaces that keep them, and the error codes every interface
-// (CLI, REST API, portal) reports. It uses the standard library only;
-// sqlstore implements the stores, platform applies the rules in the broker,
-// and control is the service the CLI, REST API and portal call.
+// (CLI, REST API, portal) reports. It also holds the words the other
+// packages share: the topic classes and the platform topic
+// {account_id}/{client_id}/{class}/..., vendor layouts compiled and their
+// one lookup (LayoutIndex.Match), a plan's catch-up bound, catalog names,
+// and generated secrets. It uses the standard library only; sqlstore
+// implements the stores, platform applies the rules in the broker, and
+// control is the service the CLI, REST API and portal call.
 package fleetmq
 
 import (

@@ -16,7 +16,6 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
-	"github.com/fleetmq/fleetmq/platform"
 )
 
 // Store is what the service needs from storage.
@@ -313,7 +312,7 @@ func (s *Service) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	if !fleetmq.ValidName(l.Name) {
 		f["name"] = fleetmq.NameRule
 	}
-	if _, err := platform.CompileLayout(l); err != nil {
+	if _, err := fleetmq.CompileLayout(l); err != nil {
 		f["rules"] = err.Error()
 	}
 	for _, r := range l.Rules {
@@ -342,7 +341,10 @@ type DryRun struct {
 	Reason   string // why nothing matched
 }
 
-// DryRunLayout shows what the broker would do with a publish on wire.
+// DryRunLayout shows what the broker would do with a publish on wire
+// outside the publisher's own topics: it looks the topic up in the stored
+// layouts the way the broker does in the layouts it has loaded
+// (fleetmq.LayoutIndex.Match).
 func (s *Service) DryRunLayout(ctx context.Context, wire string) (*DryRun, error) {
 	if err := topic.ValidateName(wire); err != nil {
 		return nil, fleetmq.Invalid(map[string]string{"topic": err.Error()})
@@ -351,22 +353,16 @@ func (s *Service) DryRunLayout(ctx context.Context, wire string) (*DryRun, error
 	if err != nil {
 		return nil, err
 	}
-	root, _, _ := strings.Cut(wire, "/")
-	rootKnown := false
-	for _, l := range ls {
-		if l.WireRoot != root {
-			continue
-		}
-		rootKnown = true
-		cl, err := platform.CompileLayout(l)
-		if err != nil {
-			return nil, err
-		}
-		if c, sp, ok := cl.Normalize(wire); ok {
-			return &DryRun{Layout: l.Name, ClientID: c, Subpath: sp, Fanout: l.Fanout}, nil
-		}
+	ix, err := fleetmq.CompileLayouts(ls)
+	if err != nil {
+		return nil, err
 	}
-	if !rootKnown {
+	l, c, sp, rootKnown := ix.Match(wire)
+	switch {
+	case l != nil:
+		return &DryRun{Layout: l.Name, ClientID: c, Subpath: sp, Fanout: l.Fanout}, nil
+	case !rootKnown:
+		root, _, _ := strings.Cut(wire, "/")
 		return &DryRun{Reason: fmt.Sprintf("no layout is registered for wire root %q: the publish is refused", root)}, nil
 	}
 	return &DryRun{Reason: "the wire root is registered but no rule matches: the publish is refused"}, nil

@@ -7,7 +7,10 @@
 // the daily QoS 2 pool and its demotion, the retained maximum age, per-plan
 // catch-up bounds, and metering.
 //
-// The rules are pure functions in rules.go and pool.go; the Policy applies
-// them to an in-memory snapshot of the control plane that is reloaded when
-// the store's change version moves, so no rule does I/O per message.
+// The rules are pure functions in rules.go and pool.go, in the root
+// package's vocabulary (topic classes, platform topics, vendor layouts and
+// their LayoutIndex.Match, the plan's catch-up bound) and mqtt/topic's
+// Covers; the Policy applies them to an in-memory snapshot of the control
+// plane that is reloaded when the store's change version moves, so no rule
+// does I/O per message.
 package platform

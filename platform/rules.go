@@ -2,50 +2,9 @@ package platform
 
 import (
 	"strings"
+
+	"github.com/fleetmq/fleetmq"
 )
-
-// Topic classes: the first subpath level under {account_id}/{client_id}/.
-const (
-	ClassState     = "state"
-	ClassEvent     = "event"
-	ClassTelemetry = "telemetry"
-	ClassSample    = "sample"
-)
-
-// ValidClass reports whether c is one of the four topic classes.
-func ValidClass(c string) bool {
-	switch c {
-	case ClassState, ClassEvent, ClassTelemetry, ClassSample:
-		return true
-	}
-	return false
-}
-
-// PlatformTopic is a topic in the platform layout.
-type PlatformTopic struct {
-	AccountID string
-	ClientID  string
-	Class     string // state, event, telemetry or sample
-	Subpath   string // everything after {client_id}/, starting with the class
-}
-
-// ParsePlatformTopic splits "{account_id}/{client_id}/{class}/{rest}".
-// It requires a valid class and at least one level after it.
-func ParsePlatformTopic(t string) (PlatformTopic, bool) {
-	acc, rest, ok := strings.Cut(t, "/")
-	if !ok || acc == "" {
-		return PlatformTopic{}, false
-	}
-	client, sub, ok := strings.Cut(rest, "/")
-	if !ok || client == "" {
-		return PlatformTopic{}, false
-	}
-	class, after, ok := strings.Cut(sub, "/")
-	if !ok || after == "" || !ValidClass(class) {
-		return PlatformTopic{}, false
-	}
-	return PlatformTopic{AccountID: acc, ClientID: client, Class: class, Subpath: sub}, true
-}
 
 // StripPrefix removes a configured topic_prefix ("legacy/site") and its
 // separator from a wire topic or filter. With no prefix configured it
@@ -69,7 +28,7 @@ func EffectiveQoS(published byte, class string, qos2AddOn bool, poolTake func() 
 	if published < 2 {
 		return published, false
 	}
-	if !qos2AddOn || (class != ClassState && class != ClassEvent) {
+	if !qos2AddOn || (class != fleetmq.ClassState && class != fleetmq.ClassEvent) {
 		return 1, false
 	}
 	if poolTake() {
