@@ -59,17 +59,17 @@ const (
 	MaxPublishBytesRateLimit = 1 << 40    // bytes per second
 )
 
-// CatchUpBurst is the catch-up bound of an account whose plan allows
-// maxPublisherClients: the retained messages one SUBSCRIBE delivers, and
-// the messages a session queues behind its inflight window, at most
-// (three per publisher client).
-func CatchUpBurst(maxPublisherClients int) int { return maxPublisherClients * 3 }
+// MaxQueued is the plan's catch-up bound: the retained messages one
+// SUBSCRIBE delivers, and the messages a session queues behind its
+// inflight window, at most: three per publisher client the plan allows.
+// An account without a plan (the zero Plan) has the bound of one client.
+func (p *Plan) MaxQueued() int { return max(p.MaxPublisherClients, 1) * 3 }
 
 // Validate checks a plan's fields.
 func (p *Plan) Validate() error {
 	f := map[string]string{}
-	if !nameRE.MatchString(p.Name) {
-		f["name"] = "must be 1-40 lowercase letters, digits, '-' or '_'"
+	if !ValidName(p.Name) {
+		f["name"] = NameRule
 	}
 	if p.MaxPublisherClients < 1 || p.MaxPublisherClients > 1_000_000 {
 		f["max_publisher_clients"] = "must be between 1 and 1000000"
@@ -97,6 +97,14 @@ func (p *Plan) Validate() error {
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,39}$`)
+
+// NameRule says what ValidName accepts, as a validation message.
+const NameRule = "must be 1-40 lowercase letters, digits, '-' or '_'"
+
+// ValidName reports whether n can name a catalog entry (a plan or a vendor
+// layout): 1-40 lowercase letters, digits, '-' or '_', starting with a
+// letter or digit.
+func ValidName(n string) bool { return nameRE.MatchString(n) }
 
 // AddOn is a paid add-on of an account's subscription.
 type AddOn string

@@ -1,6 +1,7 @@
 package fleetmq_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -45,5 +46,37 @@ func TestPlanValidateRates(t *testing.T) {
 		case tc.field != "" && (err == nil || !strings.Contains(err.Error(), tc.field)):
 			t.Errorf("%s: error %v, want one about %s", tc.name, err, tc.field)
 		}
+	}
+}
+
+// TestPlanMaxQueued: the catch-up bound is three messages per publisher
+// client the plan allows; an account without a plan has one client's.
+func TestPlanMaxQueued(t *testing.T) {
+	for clients, want := range map[int]int{0: 3, 1: 3, 10: 30, 1000: 3000, 1_000_000: 3_000_000} {
+		p := fleetmq.Plan{MaxPublisherClients: clients}
+		if got := p.MaxQueued(); got != want {
+			t.Errorf("MaxQueued with %d publisher clients = %d, want %d", clients, got, want)
+		}
+	}
+}
+
+// TestValidName: catalog names are 1-40 lowercase letters, digits, '-'
+// or '_', starting with a letter or digit; a plan's is checked by
+// Validate with NameRule.
+func TestValidName(t *testing.T) {
+	for _, n := range []string{"a", "starter", "plan-2", "x_y", "0", strings.Repeat("a", 40)} {
+		if !fleetmq.ValidName(n) {
+			t.Errorf("ValidName(%q) = false", n)
+		}
+	}
+	for _, n := range []string{"", "-a", "_a", "Starter", "a b", "a/b", "ä", strings.Repeat("a", 41), "a\n"} {
+		if fleetmq.ValidName(n) {
+			t.Errorf("ValidName(%q) = true", n)
+		}
+	}
+	p := fleetmq.Plan{Name: "Bad Name", MaxPublisherClients: 1, HistoryRetentionDays: 1}
+	var e *fleetmq.Error
+	if err := p.Validate(); !errors.As(err, &e) || e.Fields["name"] != fleetmq.NameRule {
+		t.Errorf("Validate of a plan named %q: %v, want name: %s", p.Name, err, fleetmq.NameRule)
 	}
 }

@@ -55,16 +55,6 @@ func (c *Credential) Active(now time.Time) bool {
 	return c.RevokedAt.IsZero() && (c.ExpiresAt.IsZero() || now.Before(c.ExpiresAt))
 }
 
-// Layout is a registered vendor wire layout of the platform catalog.
-type Layout struct {
-	ID        string
-	Name      string
-	WireRoot  string
-	Rules     []string // "wire pattern=platform subpath", see platform.CompileLayout
-	Fanout    bool
-	CreatedAt time.Time
-}
-
 // DailyUsage is metered usage of one account on one UTC day (or an
 // increment of it).
 type DailyUsage struct {

@@ -1,14 +1,16 @@
 // Package fleetmq holds the platform's domain: accounts and their plans
 // and add-ons, MQTT clients, credentials, vendor layouts and usage, the
 // store interfaces that keep them, and the error codes every interface
-// (CLI, REST API, portal) reports. It uses the standard library only;
-// sqlstore implements the stores, platform applies the rules in the broker,
-// and control is the service the CLI, REST API and portal call.
+// (CLI, REST API, portal) reports. It also holds the words the other
+// packages share: the topic classes and the platform topic
+// {account_id}/{client_id}/{class}/..., vendor layouts compiled and their
+// one lookup (LayoutIndex.Match), a plan's catch-up bound, catalog names,
+// and generated secrets. It uses the standard library only; sqlstore
+// implements the stores, platform applies the rules in the broker, and
+// control is the service the CLI, REST API and portal call.
 package fleetmq
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -152,12 +154,4 @@ func CodeOf(err error) string {
 		return e.Code
 	}
 	return ""
-}
-
-// HashSecret is the stored form of a generated secret (credential
-// passwords, REST tokens): hex SHA-256. Generated secrets carry enough
-// entropy that a fast hash is right, and it keeps CONNECT storms cheap.
-func HashSecret(secret string) string {
-	h := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(h[:])
 }

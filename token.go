@@ -1,8 +1,6 @@
 package fleetmq
 
 import (
-	"crypto/rand"
-	"fmt"
 	"hash/crc32"
 	"time"
 )
@@ -68,8 +66,6 @@ func RESTTokenDisplayPrefix(value string) string {
 	return value[:restTokenShown]
 }
 
-const base62Digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
 // base62Value maps a byte to its digit value, or -1 outside the alphabet.
 var base62Value = func() (t [256]int8) {
 	for i := range t {
@@ -81,25 +77,14 @@ var base62Value = func() (t [256]int8) {
 	return t
 }()
 
-// NewRESTTokenValue returns a new random token value. The random part comes
-// from crypto/rand without modulo bias (bytes of 248 and above, which would
-// favour the first digits, are drawn again): about 178 bits of entropy.
-func NewRESTTokenValue() (string, error) {
+// NewRESTTokenValue returns a new random token value: its random part is
+// appendSecret's, about 178 bits of entropy.
+func NewRESTTokenValue() string {
 	b := make([]byte, 0, restTokenLen)
 	b = append(b, RESTTokenPrefix...)
-	var buf [48]byte
-	for len(b) < restTokenBody {
-		if _, err := rand.Read(buf[:]); err != nil {
-			return "", fmt.Errorf("rest token: %w", err)
-		}
-		for _, x := range buf {
-			if x < 248 && len(b) < restTokenBody {
-				b = append(b, base62Digits[x%62])
-			}
-		}
-	}
+	b = appendSecret(b, restTokenRandom)
 	b = appendChecksum(b, restTokenChecksumOf(string(b)))
-	return string(b), nil
+	return string(b)
 }
 
 // CheckRESTTokenFormat reports whether v has the form of a REST API token:

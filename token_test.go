@@ -24,21 +24,12 @@ func wantChecksum(body string) string {
 	return string(out)
 }
 
-func newValue(t testing.TB) string {
-	t.Helper()
-	v, err := fleetmq.NewRESTTokenValue()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 func TestNewRESTTokenValue(t *testing.T) {
 	const n = 2000
 	seen := map[string]bool{}
 	freq := map[byte]int{}
 	for range n {
-		v := newValue(t)
+		v := fleetmq.NewRESTTokenValue()
 		if len(v) != 50 || !strings.HasPrefix(v, "svc_mqtt_rest_") {
 			t.Fatalf("value %q: want svc_mqtt_rest_ and 36 characters (50 in all)", v)
 		}
@@ -74,7 +65,7 @@ func TestNewRESTTokenValue(t *testing.T) {
 }
 
 func TestCheckRESTTokenFormat(t *testing.T) {
-	v := newValue(t)
+	v := fleetmq.NewRESTTokenValue()
 	if !fleetmq.CheckRESTTokenFormat(v) {
 		t.Fatalf("CheckRESTTokenFormat(%q) = false", v)
 	}
@@ -156,7 +147,7 @@ func TestRESTTokenStates(t *testing.T) {
 }
 
 func FuzzCheckRESTTokenFormat(f *testing.F) {
-	v := newValue(f)
+	v := fleetmq.NewRESTTokenValue()
 	for _, s := range []string{v, v[:49] + "x", "", "svc_mqtt_rest_", "Bearer " + v, strings.Repeat("\xff", 50)} {
 		f.Add(s)
 	}

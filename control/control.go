@@ -16,7 +16,6 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
-	"github.com/fleetmq/fleetmq/platform"
 )
 
 // Store is what the service needs from storage.
@@ -72,7 +71,7 @@ func (s *Service) CreateAccount(ctx context.Context, in NewAccount) (*fleetmq.Ac
 			return nil, "", err
 		}
 	}
-	password := randomString(20)
+	password := fleetmq.NewSecret(20)
 	hash, err := HashPassword(password)
 	if err != nil {
 		return nil, "", err
@@ -272,7 +271,7 @@ func (s *Service) CreateCredential(ctx context.Context, accountID string, in New
 		for _, flt := range in.Filters {
 			// Filters are stored one per line: a line break would split one
 			// into two, the second unchecked (e.g. another account's "B/#").
-			if err := topic.ValidateFilter(flt); err != nil || strings.ContainsAny(flt, "\r\n") || strings.HasPrefix(flt, "$") || !platform.Covers(a.ID+"/#", flt) {
+			if err := topic.ValidateFilter(flt); err != nil || strings.ContainsAny(flt, "\r\n") || strings.HasPrefix(flt, "$") || !topic.Covers(a.ID+"/#", flt) {
 				f["filters"] = fmt.Sprintf("%q: must be a topic filter under %s/", flt, a.ID)
 				break
 			}
@@ -287,9 +286,9 @@ func (s *Service) CreateCredential(ctx context.Context, accountID string, in New
 	if len(f) > 0 {
 		return nil, "", fleetmq.Invalid(f)
 	}
-	secret := randomString(32)
+	secret := fleetmq.NewSecret(32)
 	now := s.now()
-	c := &fleetmq.Credential{ID: newUUID(), AccountID: accountID, Kind: in.Kind, Username: prefix + strings.ToLower(randomString(16)),
+	c := &fleetmq.Credential{ID: newUUID(), AccountID: accountID, Kind: in.Kind, Username: prefix + strings.ToLower(fleetmq.NewSecret(16)),
 		Label: strings.TrimSpace(in.Label), SecretHash: fleetmq.HashSecret(secret), Filters: in.Filters, CreatedAt: now}
 	if in.ExpiresInDays > 0 {
 		c.ExpiresAt = now.AddDate(0, 0, in.ExpiresInDays)
@@ -310,10 +309,10 @@ func (s *Service) RevokeCredential(ctx context.Context, accountID, id string) er
 // checking its rules.
 func (s *Service) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	f := map[string]string{}
-	if !layoutNameOK(l.Name) {
-		f["name"] = "must be 1-40 lowercase letters, digits, '-' or '_'"
+	if !fleetmq.ValidName(l.Name) {
+		f["name"] = fleetmq.NameRule
 	}
-	if _, err := platform.CompileLayout(l); err != nil {
+	if _, err := fleetmq.CompileLayout(l); err != nil {
 		f["rules"] = err.Error()
 	}
 	for _, r := range l.Rules {
@@ -333,11 +332,6 @@ func (s *Service) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	return s.Store.PutLayout(ctx, l)
 }
 
-func layoutNameOK(n string) bool {
-	p := fleetmq.Plan{Name: n, MaxPublisherClients: 1, HistoryRetentionDays: 1}
-	return p.Validate() == nil
-}
-
 // DryRun is the result of matching a wire topic against the layouts.
 type DryRun struct {
 	Layout   string // "" when nothing matched
@@ -347,7 +341,10 @@ type DryRun struct {
 	Reason   string // why nothing matched
 }
 
-// DryRunLayout shows what the broker would do with a publish on wire.
+// DryRunLayout shows what the broker would do with a publish on wire
+// outside the publisher's own topics: it looks the topic up in the stored
+// layouts the way the broker does in the layouts it has loaded
+// (fleetmq.LayoutIndex.Match).
 func (s *Service) DryRunLayout(ctx context.Context, wire string) (*DryRun, error) {
 	if err := topic.ValidateName(wire); err != nil {
 		return nil, fleetmq.Invalid(map[string]string{"topic": err.Error()})
@@ -356,43 +353,19 @@ func (s *Service) DryRunLayout(ctx context.Context, wire string) (*DryRun, error
 	if err != nil {
 		return nil, err
 	}
-	root, _, _ := strings.Cut(wire, "/")
-	rootKnown := false
-	for _, l := range ls {
-		if l.WireRoot != root {
-			continue
-		}
-		rootKnown = true
-		cl, err := platform.CompileLayout(l)
-		if err != nil {
-			return nil, err
-		}
-		if c, sp, ok := cl.Normalize(wire); ok {
-			return &DryRun{Layout: l.Name, ClientID: c, Subpath: sp, Fanout: l.Fanout}, nil
-		}
+	ix, err := fleetmq.CompileLayouts(ls)
+	if err != nil {
+		return nil, err
 	}
-	if !rootKnown {
+	l, c, sp, rootKnown := ix.Match(wire)
+	switch {
+	case l != nil:
+		return &DryRun{Layout: l.Name, ClientID: c, Subpath: sp, Fanout: l.Fanout}, nil
+	case !rootKnown:
+		root, _, _ := strings.Cut(wire, "/")
 		return &DryRun{Reason: fmt.Sprintf("no layout is registered for wire root %q: the publish is refused", root)}, nil
 	}
 	return &DryRun{Reason: "the wire root is registered but no rule matches: the publish is refused"}, nil
-}
-
-const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-
-// randomString returns n base62 characters from crypto/rand (no modulo
-// bias: bytes >= 248 are redrawn).
-func randomString(n int) string {
-	out := make([]byte, 0, n)
-	var buf [64]byte
-	for len(out) < n {
-		rand.Read(buf[:])
-		for _, b := range buf {
-			if b < 248 && len(out) < n {
-				out = append(out, base62[b%62])
-			}
-		}
-	}
-	return string(out)
 }
 
 // newUUID returns a random (version 4) UUID, lowercase 8-4-4-4-12.

@@ -56,7 +56,7 @@ func (s *Service) SetOwnerPassword(ctx context.Context, accountID, password stri
 // ResetOwnerPassword is SetOwnerPassword with a new random password,
 // which it returns (to be shown once).
 func (s *Service) ResetOwnerPassword(ctx context.Context, accountID string) (password string, signedOut int64, err error) {
-	password = randomString(20)
+	password = fleetmq.NewSecret(20)
 	signedOut, err = s.SetOwnerPassword(ctx, accountID, password)
 	if err != nil {
 		return "", 0, err

@@ -36,10 +36,7 @@ func (s *Service) CreateRESTToken(ctx context.Context, accountID string, in NewR
 	if plan == nil {
 		return nil, "", fleetmq.BasePlanRequired("creating REST API tokens")
 	}
-	value, err := fleetmq.NewRESTTokenValue()
-	if err != nil {
-		return nil, "", err
-	}
+	value := fleetmq.NewRESTTokenValue()
 	// The store keeps microseconds: the token returned is the one stored.
 	now := s.now()
 	t := &fleetmq.RESTToken{ID: newUUID(), AccountID: accountID, Label: label, Prefix: fleetmq.RESTTokenDisplayPrefix(value),

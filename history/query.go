@@ -64,7 +64,7 @@ func Build(accountID string, p Params, unlimited bool) (*fleetmq.HistoryQuery, e
 	if p.ClientID != "" && !fleetmq.ValidClientID(p.ClientID) {
 		fields["client_id"] = "not a valid client id"
 	}
-	if p.Class != "" && !validClass(p.Class) {
+	if p.Class != "" && !fleetmq.ValidClass(p.Class) {
 		fields["class"] = "must be one of state, event, telemetry, sample"
 	}
 	switch {
@@ -150,14 +150,6 @@ func Build(accountID string, p Params, unlimited bool) (*fleetmq.HistoryQuery, e
 		return nil, &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "invalid history query", Fields: fields}
 	}
 	return q, nil
-}
-
-func validClass(c string) bool {
-	switch c {
-	case "state", "event", "telemetry", "sample":
-		return true
-	}
-	return false
 }
 
 func parseTime(s string) (time.Time, error) {

@@ -30,7 +30,6 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
-	"github.com/fleetmq/fleetmq/platform"
 )
 
 // QoS 0 overload policies (Options.QoS0Overload).
@@ -165,7 +164,7 @@ func (o Options) Validate() error {
 // was accepted.
 type item struct {
 	rec *fleetmq.Record
-	ack platform.Acker
+	ack Acker
 	at  time.Time
 	// quiet: the record's account sent nothing in the MaxDelay before it
 	// (set by the queue). A batch holding a quiet record is committed
@@ -216,8 +215,6 @@ type Writer struct {
 	dropsReportedAt time.Time
 }
 
-var _ platform.Sink = (*Writer)(nil)
-
 // New starts a Writer over store.
 func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 	if err := opts.Validate(); err != nil {
@@ -261,7 +258,7 @@ func New(store fleetmq.HistoryStore, opts Options) (*Writer, error) {
 // otherwise it drops the QoS 0 record from history. After Close it stores
 // nothing and never blocks: the record is not acknowledged, so a QoS 1/2
 // publisher sends it again when it reconnects.
-func (w *Writer) Accept(rec *fleetmq.Record, ack platform.Acker) {
+func (w *Writer) Accept(rec *fleetmq.Record, ack Acker) {
 	w.active.Add(1)
 	defer w.active.Add(-1)
 	if w.closed.Load() {
@@ -297,7 +294,7 @@ func (w *Writer) Accept(rec *fleetmq.Record, ack platform.Acker) {
 func (w *Writer) run(first bool) {
 	b := &batch{
 		recs: make([]*fleetmq.Record, 0, w.opts.MaxBatch),
-		acks: make([]platform.Acker, 0, w.opts.MaxBatch),
+		acks: make([]Acker, 0, w.opts.MaxBatch),
 		ats:  make([]time.Time, 0, w.opts.MaxBatch),
 	}
 	linger := time.NewTimer(time.Hour)
@@ -377,7 +374,7 @@ func (w *Writer) observeLag(at, end time.Time) {
 // batch is the group being committed.
 type batch struct {
 	recs  []*fleetmq.Record
-	acks  []platform.Acker
+	acks  []Acker
 	ats   []time.Time // when each record was accepted
 	quiet bool        // it holds a quiet account's record (item.quiet)
 	lanes []*lane     // the accounts whose records it holds (queue.release)
@@ -599,7 +596,7 @@ func (w *Writer) recordError(err error) bool {
 }
 
 // setAside refuses a poison record to its publisher and reports it.
-func (w *Writer) setAside(rec *fleetmq.Record, a platform.Acker, err error) {
+func (w *Writer) setAside(rec *fleetmq.Record, a Acker, err error) {
 	w.notStored.Add(1)
 	w.log.Error("ingest: the store refused a message while it took others; it is not kept and its publisher is told",
 		"account", rec.AccountID, "client_id", rec.ClientID, "topic", rec.Topic, "qos", rec.PublishedQoS, "error", err)

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"slices"
 	"time"
+
+	"github.com/fleetmq/fleetmq"
 )
 
 // logChanges writes the event-log lines for what changed in the control
@@ -74,8 +76,8 @@ func logChanges(log *slog.Logger, old, cur *Snapshot) {
 			log.Info("account deleted", slog.String("account", id))
 		}
 	}
-	layoutNames := func(s *Snapshot) map[string]*Layout {
-		m := map[string]*Layout{}
+	layoutNames := func(s *Snapshot) map[string]*fleetmq.CompiledLayout {
+		m := map[string]*fleetmq.CompiledLayout{}
 		for _, ls := range s.Layouts {
 			for _, l := range ls {
 				m[l.Name] = l

@@ -8,7 +8,10 @@
 // metering. The retained maximum age (24 h) is not among them: the broker
 // applies it (broker.Options.RetainedMaxAge, which internal/app sets).
 //
-// The rules are pure functions in rules.go and pool.go; the Policy applies
-// them to an in-memory snapshot of the control plane that is reloaded when
-// the store's change version moves, so no rule does I/O per message.
+// The rules are pure functions in rules.go and pool.go, in the root
+// package's vocabulary (topic classes, platform topics, vendor layouts and
+// their LayoutIndex.Match, the plan's catch-up bound) and mqtt/topic's
+// Covers; the Policy applies them to an in-memory snapshot of the control
+// plane that is reloaded when the store's change version moves, so no rule
+// does I/O per message.
 package platform

@@ -231,7 +231,7 @@ func (p *Policy) retainedState(accountID, clientID string, now time.Time) []Reta
 	if srv == nil || clientID == "" || strings.ContainsAny(clientID, "/+#") || strings.ContainsAny(accountID, "/+#") {
 		return nil
 	}
-	ms, err := srv.Retained(accountID+"/"+clientID+"/"+ClassState+"/#", MaxRetainedPerClient)
+	ms, err := srv.Retained(accountID+"/"+clientID+"/"+fleetmq.ClassState+"/#", MaxRetainedPerClient)
 	if err != nil || len(ms) == 0 {
 		return nil
 	}

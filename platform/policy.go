@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
 // Inflight is the platform's window of unacknowledged QoS 1/2 messages per
@@ -56,8 +57,10 @@ type Sink interface {
 
 // Acker acknowledges an accepted message to its publisher (PUBACK for
 // QoS 1, PUBREC for QoS 2), or refuses it when it could not be stored after
-// all; *broker.Message is one.
-type Acker interface {
+// all; *broker.Message is one. It is an alias of an interface literal, as
+// ingest.Acker is, so that the two are one type and a sink declares the
+// Accept it implements without importing this package.
+type Acker = interface {
 	Ack()
 	Refuse(code packet.ReasonCode, reason string)
 }
@@ -164,7 +167,7 @@ func (p *Policy) applyRates(snap *Snapshot) {
 // Session is the policy's data on a broker session (Identity.Data).
 type Session struct {
 	AccountID string
-	Kind      string // KindPublisher or KindSubscriber
+	Kind      string // fleetmq.KindPublisher or fleetmq.KindSubscriber
 	ClientID  string
 	CredID    string
 	Username  string
@@ -256,7 +259,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 		id.DeliverPrefix = p.opts.TopicPrefix + "/"
 	}
 	switch cred.Kind {
-	case KindPublisher:
+	case fleetmq.KindPublisher:
 		cl := acc.Clients[c.ClientID]
 		if cl == nil {
 			return known, packet.Errorf(packet.ClientIdentifierNotValid, "client id %q is not registered in account %s", c.ClientID, acc.ID)
@@ -265,7 +268,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 		id.Limits.MaxQoS = cl.MaxPublishQoS
 		id.GroupLimiter = p.AccountLimiter(acc.ID)
 		s.client = p.meter.client(acc.ID, c.ClientID)
-	case KindSubscriber:
+	case fleetmq.KindSubscriber:
 		s.Filters = cred.Filters
 		if len(s.Filters) == 0 {
 			s.Filters = []string{acc.ID + "/#"}
@@ -297,15 +300,15 @@ func (p *Policy) Subscribe(id *broker.Identity, _ string, sub *packet.Subscripti
 		return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s: $ topics are not available", sub.Filter)
 	}
 	switch s.Kind {
-	case KindPublisher:
+	case fleetmq.KindPublisher:
 		own := s.AccountID + "/" + s.ClientID + "/#"
-		if !Covers(own, f) {
+		if !topic.Covers(own, f) {
 			return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s is outside this client's own topics %s", f, own)
 		}
-	case KindSubscriber:
+	case fleetmq.KindSubscriber:
 		allowed := false
 		for _, g := range s.Filters {
-			if Covers(g, f) {
+			if topic.Covers(g, f) {
 				allowed = true
 				break
 			}
@@ -325,7 +328,7 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 	if s == nil {
 		return packet.Errorf(packet.NotAuthorized, "not a platform session")
 	}
-	if s.Kind != KindPublisher {
+	if s.Kind != fleetmq.KindPublisher {
 		return p.refuse(s, pk.Topic, packet.NotAuthorized, "subscriber credentials are read-only")
 	}
 	snap := p.snap.Load()
@@ -346,14 +349,14 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 	internal, prefixed := StripPrefix(p.opts.TopicPrefix, pk.Topic)
 	switch {
 	case prefixed && strings.HasPrefix(internal, own):
-		pt, ok := ParsePlatformTopic(internal)
+		pt, ok := fleetmq.ParsePlatformTopic(internal)
 		if !ok {
 			return p.refuse(s, pk.Topic, packet.TopicNameInvalid, classProblem(strings.TrimPrefix(internal, own)))
 		}
 		info.Class = pt.Class
 		m.Topic = internal
 	default:
-		l, clientID, subpath, known := snap.layoutFor(pk.Topic)
+		l, clientID, subpath, known := snap.Layouts.Match(pk.Topic)
 		if l == nil {
 			return p.refuse(s, pk.Topic, packet.NotAuthorized, p.outsideProblem(internal, prefixed, own, known))
 		}
@@ -361,10 +364,10 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 			return p.refuse(s, pk.Topic, packet.NotAuthorized,
 				fmt.Sprintf("layout %s maps this topic to client %q, not to this client %q", l.Name, clientID, s.ClientID))
 		}
-		if _, ok := ParsePlatformTopic(own + subpath); !ok {
+		if _, ok := fleetmq.ParsePlatformTopic(own + subpath); !ok {
 			return p.refuse(s, pk.Topic, packet.TopicNameInvalid, "layout "+l.Name+": "+classProblem(subpath))
 		}
-		pt, _ := ParsePlatformTopic(own + subpath)
+		pt, _ := fleetmq.ParsePlatformTopic(own + subpath)
 		info.Class = pt.Class
 		info.Layout = l.Name
 		m.Topic = own + subpath
@@ -435,7 +438,7 @@ func (p *Policy) refuse(s *Session, topic string, code packet.ReasonCode, reason
 func classProblem(subpath string) string {
 	class, rest, _ := strings.Cut(subpath, "/")
 	switch {
-	case !ValidClass(class):
+	case !fleetmq.ValidClass(class):
 		return fmt.Sprintf("topic class %q is not one of state, event, telemetry, sample", class+"/")
 	case rest == "":
 		return fmt.Sprintf("topic class %s/ needs at least one level after it", class)
@@ -598,7 +601,7 @@ func (p *Policy) Invalid(id *broker.Identity, now time.Time) string {
 		return "the account was deleted"
 	case acc.Suspended:
 		return "the account was suspended"
-	case s.Kind == KindPublisher && acc.Clients[s.ClientID] == nil:
+	case s.Kind == fleetmq.KindPublisher && acc.Clients[s.ClientID] == nil:
 		return "client " + s.ClientID + " was removed from the account"
 	}
 	return ""

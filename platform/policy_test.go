@@ -31,18 +31,18 @@ func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 func testSnapshot(t *testing.T) *Snapshot {
 	t.Helper()
-	acme, err := CompileLayout(&fleetmq.Layout{Name: "acme", WireRoot: "acme", Fanout: true, Rules: []string{"acme/{client_id}/status=state/summary"}})
+	acme, err := fleetmq.CompileLayout(&fleetmq.Layout{Name: "acme", WireRoot: "acme", Fanout: true, Rules: []string{"acme/{client_id}/status=state/summary"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet, err := CompileLayout(&fleetmq.Layout{Name: "quiet", WireRoot: "quiet", Rules: []string{"quiet/{client_id}/t/+=telemetry/{1}"}})
+	quiet, err := fleetmq.CompileLayout(&fleetmq.Layout{Name: "quiet", WireRoot: "quiet", Rules: []string{"quiet/{client_id}/t/+=telemetry/{1}"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cred := func(user, acc, kind string, filters ...string) *Credential {
 		return &Credential{ID: "id-" + user, AccountID: acc, Kind: kind, Username: user, SecretHash: hashSecret([]byte("pw-" + user)), Filters: filters}
 	}
-	expired := cred("sub-old", accA, KindSubscriber)
+	expired := cred("sub-old", accA, fleetmq.KindSubscriber)
 	expired.ExpiresAt = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	return &Snapshot{
 		Version: 1,
@@ -53,14 +53,14 @@ func testSnapshot(t *testing.T) *Snapshot {
 				Clients: map[string]*Client{"dev1": {ClientID: "dev1", MaxPublishQoS: 2}}},
 		},
 		Creds: map[string]*Credential{
-			"pub-a":   cred("pub-a", accA, KindPublisher),
-			"sub-a":   cred("sub-a", accA, KindSubscriber),
-			"sub-a1":  cred("sub-a1", accA, KindSubscriber, accA+"/dev1/#"),
-			"pub-b":   cred("pub-b", accB, KindPublisher),
-			"sub-b":   cred("sub-b", accB, KindSubscriber),
+			"pub-a":   cred("pub-a", accA, fleetmq.KindPublisher),
+			"sub-a":   cred("sub-a", accA, fleetmq.KindSubscriber),
+			"sub-a1":  cred("sub-a1", accA, fleetmq.KindSubscriber, accA+"/dev1/#"),
+			"pub-b":   cred("pub-b", accB, fleetmq.KindPublisher),
+			"sub-b":   cred("sub-b", accB, fleetmq.KindSubscriber),
 			"sub-old": expired,
 		},
-		Layouts: map[string][]*Layout{"acme": {acme}, "quiet": {quiet}},
+		Layouts: fleetmq.LayoutIndex{"acme": {acme}, "quiet": {quiet}},
 	}
 }
 
@@ -126,7 +126,7 @@ func TestPolicyAuthenticate(t *testing.T) {
 			if id.Namespace != tt.namespace || id.Limits.MaxInflight != Inflight {
 				t.Fatalf("identity %+v", id)
 			}
-			if SessionOf(id).Kind == KindPublisher && (!id.Limits.CapQoS || id.Limits.MaxQoS != tt.maxQoS) {
+			if SessionOf(id).Kind == fleetmq.KindPublisher && (!id.Limits.CapQoS || id.Limits.MaxQoS != tt.maxQoS) {
 				t.Fatalf("publisher limits %+v, want max QoS %d", id.Limits, tt.maxQoS)
 			}
 		})

@@ -2,50 +2,9 @@ package platform
 
 import (
 	"strings"
+
+	"github.com/fleetmq/fleetmq"
 )
-
-// Topic classes: the first subpath level under {account_id}/{client_id}/.
-const (
-	ClassState     = "state"
-	ClassEvent     = "event"
-	ClassTelemetry = "telemetry"
-	ClassSample    = "sample"
-)
-
-// ValidClass reports whether c is one of the four topic classes.
-func ValidClass(c string) bool {
-	switch c {
-	case ClassState, ClassEvent, ClassTelemetry, ClassSample:
-		return true
-	}
-	return false
-}
-
-// PlatformTopic is a topic in the platform layout.
-type PlatformTopic struct {
-	AccountID string
-	ClientID  string
-	Class     string // state, event, telemetry or sample
-	Subpath   string // everything after {client_id}/, starting with the class
-}
-
-// ParsePlatformTopic splits "{account_id}/{client_id}/{class}/{rest}".
-// It requires a valid class and at least one level after it.
-func ParsePlatformTopic(t string) (PlatformTopic, bool) {
-	acc, rest, ok := strings.Cut(t, "/")
-	if !ok || acc == "" {
-		return PlatformTopic{}, false
-	}
-	client, sub, ok := strings.Cut(rest, "/")
-	if !ok || client == "" {
-		return PlatformTopic{}, false
-	}
-	class, after, ok := strings.Cut(sub, "/")
-	if !ok || after == "" || !ValidClass(class) {
-		return PlatformTopic{}, false
-	}
-	return PlatformTopic{AccountID: acc, ClientID: client, Class: class, Subpath: sub}, true
-}
 
 // StripPrefix removes a configured topic_prefix ("legacy/site") and its
 // separator from a wire topic or filter. With no prefix configured it
@@ -60,43 +19,6 @@ func StripPrefix(prefix, t string) (string, bool) {
 	return "", false
 }
 
-// Covers reports whether every topic matched by filter inner is also matched
-// by filter outer (both valid, non-shared MQTT filters). It is how a
-// subscriber's requested filter is checked against the patterns its
-// credential grants.
-func Covers(outer, inner string) bool {
-	top := true
-	for {
-		o, orest, omore := strings.Cut(outer, "/")
-		i, irest, imore := strings.Cut(inner, "/")
-		switch {
-		case o == "#":
-			// A leading wildcard does not match $-topics, so it cannot
-			// cover a filter that names one.
-			return !(top && strings.HasPrefix(i, "$"))
-		case i == "#":
-			return false
-		case o == "+":
-			if top && strings.HasPrefix(i, "$") {
-				return false
-			}
-		case o != i:
-			return false
-		}
-		top = false
-		switch {
-		case !omore && !imore:
-			return true
-		case !imore:
-			// inner ends here; "x/#" also matches "x".
-			return orest == "#"
-		case !omore:
-			return false
-		}
-		outer, inner = orest, irest
-	}
-}
-
 // EffectiveQoS applies the platform's QoS rules (docs/design.md "QoS rules") to a
 // published QoS on a topic class. poolTake is called only when a QoS 2 on
 // state/ or event/ with the add-on active needs a unit of the daily pool; it
@@ -106,7 +28,7 @@ func EffectiveQoS(published byte, class string, qos2AddOn bool, poolTake func() 
 	if published < 2 {
 		return published, false
 	}
-	if !qos2AddOn || (class != ClassState && class != ClassEvent) {
+	if !qos2AddOn || (class != fleetmq.ClassState && class != fleetmq.ClassEvent) {
 		return 1, false
 	}
 	if poolTake() {

@@ -3,35 +3,9 @@ package platform
 import (
 	"testing"
 	"time"
-)
 
-func TestParsePlatformTopic(t *testing.T) {
-	const acc = "0b6f5a6e-7d1c-4c33-9a43-1f2e3d4c5b6a"
-	tests := []struct {
-		topic string
-		ok    bool
-		class string
-		sub   string
-	}{
-		{acc + "/dev1/state/summary", true, "state", "state/summary"},
-		{acc + "/dev1/event/change", true, "event", "event/change"},
-		{acc + "/dev1/telemetry/temp_probe", true, "telemetry", "telemetry/temp_probe"},
-		{acc + "/dev1/sample/a/b/c", true, "sample", "sample/a/b/c"},
-		{acc + "/dev1/state", false, "", ""},    // nothing after the class
-		{acc + "/dev1/state/", false, "", ""},   // empty level after the class
-		{acc + "/dev1/config/x", false, "", ""}, // unknown class
-		{acc + "/dev1", false, "", ""},          // no subpath
-		{acc + "//state/x", false, "", ""},      // empty client id
-		{"/dev1/state/x", false, "", ""},        // empty account
-		{acc + "/dev1/State/x", false, "", ""},  // classes are lower case
-	}
-	for _, tt := range tests {
-		got, ok := ParsePlatformTopic(tt.topic)
-		if ok != tt.ok || ok && (got.Class != tt.class || got.Subpath != tt.sub || got.AccountID != acc || got.ClientID != "dev1") {
-			t.Errorf("ParsePlatformTopic(%q) = %+v, %v; want class %q subpath %q ok %v", tt.topic, got, ok, tt.class, tt.sub, tt.ok)
-		}
-	}
-}
+	"github.com/fleetmq/fleetmq"
+)
 
 func TestStripPrefix(t *testing.T) {
 	tests := []struct {
@@ -53,41 +27,6 @@ func TestStripPrefix(t *testing.T) {
 	}
 }
 
-func TestCovers(t *testing.T) {
-	tests := []struct {
-		outer, inner string
-		want         bool
-	}{
-		{"A/#", "A/#", true},
-		{"A/#", "A/dev/state/x", true},
-		{"A/#", "A", true}, // "A/#" matches "A"
-		{"A/#", "A/+/telemetry/#", true},
-		{"A/#", "#", false},
-		{"A/#", "+/#", false},
-		{"A/#", "B/#", false},
-		{"A/#", "+", false},
-		{"A/+/state/#", "A/d1/state/x", true},
-		{"A/+/state/#", "A/+/state/#", true},
-		{"A/+/state/#", "A/d1/event/x", false},
-		{"A/+/state/#", "A/#", false},
-		{"A/d1/#", "A/+/state/x", false}, // + is wider than d1
-		{"A/+", "A/x", true},
-		{"A/+", "A/x/y", false},
-		{"A/+", "A/#", false},
-		{"A/x", "A/x", true},
-		{"A/x", "A/x/y", false},
-		{"#", "$SYS/x", false},
-		{"+/x", "$SYS/x", false},
-		{"#", "a/b", true},
-		{"$SYS/#", "$SYS/x", true},
-	}
-	for _, tt := range tests {
-		if got := Covers(tt.outer, tt.inner); got != tt.want {
-			t.Errorf("Covers(%q, %q) = %v, want %v", tt.outer, tt.inner, got, tt.want)
-		}
-	}
-}
-
 func TestEffectiveQoS(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -99,14 +38,14 @@ func TestEffectiveQoS(t *testing.T) {
 		demoted   bool
 		takes     bool
 	}{
-		{"qos0 stays 0", 0, ClassState, true, true, 0, false, false},
-		{"qos1 stays 1", 1, ClassTelemetry, false, false, 1, false, false},
-		{"qos2 state with add-on and pool", 2, ClassState, true, true, 2, false, true},
-		{"qos2 event with add-on and pool", 2, ClassEvent, true, true, 2, false, true},
-		{"qos2 state, pool used up: demoted", 2, ClassState, true, false, 1, true, true},
-		{"qos2 without add-on is 1", 2, ClassState, false, true, 1, false, false},
-		{"qos2 telemetry is 1 even with add-on", 2, ClassTelemetry, true, true, 1, false, false},
-		{"qos2 sample is 1", 2, ClassSample, true, true, 1, false, false},
+		{"qos0 stays 0", 0, fleetmq.ClassState, true, true, 0, false, false},
+		{"qos1 stays 1", 1, fleetmq.ClassTelemetry, false, false, 1, false, false},
+		{"qos2 state with add-on and pool", 2, fleetmq.ClassState, true, true, 2, false, true},
+		{"qos2 event with add-on and pool", 2, fleetmq.ClassEvent, true, true, 2, false, true},
+		{"qos2 state, pool used up: demoted", 2, fleetmq.ClassState, true, false, 1, true, true},
+		{"qos2 without add-on is 1", 2, fleetmq.ClassState, false, true, 1, false, false},
+		{"qos2 telemetry is 1 even with add-on", 2, fleetmq.ClassTelemetry, true, true, 1, false, false},
+		{"qos2 sample is 1", 2, fleetmq.ClassSample, true, true, 1, false, false},
 	}
 	for _, tt := range tests {
 		took := false

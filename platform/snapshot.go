@@ -1,7 +1,6 @@
 package platform
 
 import (
-	"strings"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
@@ -15,7 +14,7 @@ type Snapshot struct {
 	Version  int64
 	Accounts map[string]*Account    // by account id
 	Creds    map[string]*Credential // by username
-	Layouts  map[string][]*Layout   // by wire root (first topic level)
+	Layouts  fleetmq.LayoutIndex    // by wire root (first topic level)
 }
 
 // Account is an account as the broker needs it.
@@ -53,12 +52,10 @@ func (a *Account) MaxRetained() (count int, bytes int64) {
 	return a.MaxPublisherClients * RetainedPerClient, int64(a.MaxPublisherClients) * RetainedBytesPerClient
 }
 
-// MaxQueued is the plan's catch-up bound: max_publisher_clients x 3.
+// MaxQueued is the plan's catch-up bound (fleetmq.Plan.MaxQueued).
 func (a *Account) MaxQueued() int {
-	if a.MaxPublisherClients <= 0 {
-		return 3
-	}
-	return fleetmq.CatchUpBurst(a.MaxPublisherClients)
+	p := fleetmq.Plan{MaxPublisherClients: a.MaxPublisherClients}
+	return p.MaxQueued()
 }
 
 // Client is a registered MQTT client (publisher device).
@@ -67,12 +64,6 @@ type Client struct {
 	Label         string
 	MaxPublishQoS byte
 }
-
-// Credential kinds.
-const (
-	KindPublisher  = "publisher"
-	KindSubscriber = "subscriber"
-)
 
 // Credential is a publisher (fleet) credential or a subscriber password.
 type Credential struct {
@@ -88,29 +79,4 @@ type Credential struct {
 // Expired reports whether the credential has expired at now.
 func (c *Credential) Expired(now time.Time) bool {
 	return !c.ExpiresAt.IsZero() && !now.Before(c.ExpiresAt)
-}
-
-// Layout is a registered vendor wire layout.
-type Layout struct {
-	ID       string
-	Name     string
-	WireRoot string
-	Fanout   bool
-	// Normalize maps a wire topic to the client id it names and the
-	// platform subpath ("state/...", ...); ok is false when no rule
-	// matches.
-	Normalize func(wire string) (clientID, subpath string, ok bool)
-}
-
-// layoutFor finds the layout that maps a wire topic, if any. It reports
-// whether the topic's root is registered at all.
-func (s *Snapshot) layoutFor(wire string) (l *Layout, clientID, subpath string, rootKnown bool) {
-	root, _, _ := strings.Cut(wire, "/")
-	ls := s.Layouts[root]
-	for _, l := range ls {
-		if c, sp, ok := l.Normalize(wire); ok {
-			return l, c, sp, true
-		}
-	}
-	return nil, "", "", len(ls) > 0
 }

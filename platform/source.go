@@ -2,7 +2,6 @@ package platform
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/fleetmq/fleetmq"
 )
@@ -34,7 +33,7 @@ func (s StoreSource) Load(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap := &Snapshot{Version: v, Accounts: map[string]*Account{}, Creds: map[string]*Credential{}, Layouts: map[string][]*Layout{}}
+	snap := &Snapshot{Version: v, Accounts: map[string]*Account{}, Creds: map[string]*Credential{}}
 	for _, a := range accounts {
 		acc := &Account{ID: a.ID, Suspended: a.Suspended, QoS2AddOn: a.HasAddOn(fleetmq.AddOnQoS2), Clients: map[string]*Client{}, Record: a}
 		if p, ok := byPlan[a.Plan]; ok {
@@ -66,12 +65,8 @@ func (s StoreSource) Load(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, l := range layouts {
-		cl, err := CompileLayout(l)
-		if err != nil {
-			return nil, fmt.Errorf("layout %q: %w", l.Name, err)
-		}
-		snap.Layouts[l.WireRoot] = append(snap.Layouts[l.WireRoot], cl)
+	if snap.Layouts, err = fleetmq.CompileLayouts(layouts); err != nil {
+		return nil, err
 	}
 	return snap, nil
 }

@@ -76,7 +76,7 @@ func accountCmds(stdin io.Reader) map[string]*adminCmd {
 				if a.Plan != "" {
 					if p, err := svc.Store.Plan(ctx, a.Plan); err == nil {
 						fmt.Fprintf(out, "limits:     %d publisher clients, QoS 2 pool %d/day, history %d days, catch-up burst %d\n",
-							p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, fleetmq.CatchUpBurst(p.MaxPublisherClients))
+							p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, p.MaxQueued())
 						fmt.Fprintf(out, "publishing: per client %s; per account %s\n",
 							rateText(int64(p.MaxPublishRate), "msg/s", p.MaxPublishBytesRate),
 							rateText(int64(p.MaxAccountPublishRate), "msg/s", p.MaxAccountPublishBytesRate))

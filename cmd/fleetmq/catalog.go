@@ -28,7 +28,7 @@ func planCmds() map[string]*adminCmd {
 				}
 				return table(out, "PLAN\tMAX_PUBLISHER_CLIENTS\tQOS2_DAILY_POOL\tHISTORY_DAYS\tCATCH-UP_BURST\tPUBLISH_RATE\tPUBLISH_BYTES_RATE\tACCOUNT_PUBLISH_RATE\tACCOUNT_PUBLISH_BYTES_RATE", func(w io.Writer) {
 					for _, p := range ps {
-						fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, fleetmq.CatchUpBurst(p.MaxPublisherClients),
+						fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, p.MaxQueued(),
 							p.MaxPublishRate, p.MaxPublishBytesRate, p.MaxAccountPublishRate, p.MaxAccountPublishBytesRate)
 					}
 				})
@@ -75,7 +75,7 @@ func planCmds() map[string]*adminCmd {
 // printPlan writes a plan's fields, one per line.
 func printPlan(out io.Writer, p *fleetmq.Plan) {
 	fmt.Fprintf(out, "plan:                  %s\nmax_publisher_clients: %d\nqos2_daily_pool:       %d\nhistory_days:          %d\ncatch-up_burst:        %d\n",
-		p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, fleetmq.CatchUpBurst(p.MaxPublisherClients))
+		p.Name, p.MaxPublisherClients, p.QoS2DailyPool, p.HistoryRetentionDays, p.MaxQueued())
 	fmt.Fprintf(out, "publish_rate:          %s\naccount_publish_rate:  %s\n",
 		rateText(int64(p.MaxPublishRate), "msg/s", int64(p.MaxPublishBytesRate)),
 		rateText(int64(p.MaxAccountPublishRate), "msg/s", p.MaxAccountPublishBytesRate))

@@ -25,7 +25,8 @@ type fuzzVal struct {
 }
 
 // FuzzIndexMatch applies a decoded series of Subscribe and Unsubscribe calls to an Index
-// and to a plain map, then checks Index.Match against a brute-force loop over Match.
+// and to a plain map, then checks Index.Match against a brute-force loop over Match, and
+// Covers against Match on every pair of the subscribed filters.
 //
 // Each byte of ops either appends a level (low 3 bits 0-5 index fuzzLevels) or ends the
 // filter being built: low bits 6 subscribe, 7 unsubscribe; bits 3-4 choose one of four
@@ -102,6 +103,7 @@ func FuzzIndexMatch(f *testing.F) {
 			}
 			checkFuzzMatch(t, ix, model, name)
 		}
+		checkFuzzCovers(t, model, names)
 
 		for id := range model {
 			full := id.inner
@@ -174,6 +176,29 @@ func checkFuzzMatch(t *testing.T, ix *Index[string, fuzzVal], model map[fuzzSub]
 	}
 	if t.Failed() {
 		t.FailNow()
+	}
+}
+
+// checkFuzzCovers checks Covers against Match on the model's filters (a shared
+// subscription's inner filter among them): when one covers another, every valid name of
+// names that the inner one matches, the outer one matches too.
+func checkFuzzCovers(t *testing.T, model map[fuzzSub]fuzzVal, names []string) {
+	t.Helper()
+	filters := map[string]bool{}
+	for id := range model {
+		filters[id.inner] = true
+	}
+	for outer := range filters {
+		for inner := range filters {
+			if !Covers(outer, inner) {
+				continue
+			}
+			for _, name := range names {
+				if ValidateName(name) == nil && Match(inner, name) && !Match(outer, name) {
+					t.Fatalf("Covers(%q, %q), but name %q matches only the inner filter", outer, inner, name)
+				}
+			}
+		}
 	}
 }
 

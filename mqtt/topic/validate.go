@@ -1,4 +1,5 @@
-// Package topic validates MQTT topic names and filters and indexes subscriptions for matching.
+// Package topic validates MQTT topic names and filters, tells whether one filter covers
+// another, and indexes subscriptions for matching.
 //
 // Names are what PUBLISH carries; filters are what SUBSCRIBE carries and may contain the
 // wildcards '+' (exactly one level) and '#' (any number of trailing levels, including the

@@ -52,10 +52,10 @@ func safeNext(s string) string {
 // signinToken returns the sign-in CSRF token of the browser, setting a new
 // one when it has none.
 func (p *Portal) signinToken(w http.ResponseWriter, r *http.Request) string {
-	if c, err := r.Cookie(SigninCookie); err == nil && len(c.Value) == 43 {
+	if c, err := r.Cookie(SigninCookie); err == nil && len(c.Value) == tokenLen {
 		return c.Value
 	}
-	t := randomToken(32)
+	t := fleetmq.NewSecret(tokenLen)
 	p.setCookie(w, r, SigninCookie, t, int((24 * time.Hour).Seconds()))
 	return t
 }
@@ -205,7 +205,7 @@ func (p *Portal) prepareDummy() {
 // Callers hold the check slot.
 func (p *Portal) dummy() string {
 	p.dummyOnce.Do(func() {
-		h, err := p.hashPassword(randomToken(24))
+		h, err := p.hashPassword(fleetmq.NewSecret(32))
 		if err != nil {
 			panic("portal: dummy password hash: " + err.Error())
 		}

@@ -41,7 +41,9 @@ func TestQoS2CheckboxFollowsTheAddOn(t *testing.T) {
 	}
 
 	// Enable the add-on on the Subscriptions page.
-	s := b.get(t, "/subscriptions").has(t, `id="addon-qos2"`, `data-active="false"`, `id="addon-qos2-toggle"`, "Guaranteed delivery (QoS 2)")
+	// The starter plan's catch-up bound: 10 publisher clients x 3.
+	s := b.get(t, "/subscriptions").has(t, `id="addon-qos2"`, `data-active="false"`, `id="addon-qos2-toggle"`, "Guaranteed delivery (QoS 2)",
+		"gets at most 30 of them at once")
 	if !strings.Contains(s.element(t, "addon-qos2-toggle"), `data-testid="addon-toggle"`) {
 		t.Fatal("no toggle")
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
-	"github.com/fleetmq/fleetmq/platform"
 )
 
 // HistoryPageSize is how many records a device page lists at a time.
@@ -288,7 +287,7 @@ func numericFields(recs []*fleetmq.Record) []string {
 				continue
 			}
 			seen[f] = true
-			if r.Class == platform.ClassTelemetry {
+			if r.Class == fleetmq.ClassTelemetry {
 				tele = append(tele, f)
 			} else {
 				other = append(other, f)

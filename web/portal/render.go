@@ -139,7 +139,6 @@ func (p *Portal) funcs() template.FuncMap {
 		"hasAddOn":  func(a *fleetmq.Account, x string) bool { return a != nil && a.AddOns[fleetmq.AddOn(x)] },
 		"field":     func(m map[string]string, k string) string { return m[k] },
 		"list":      func(s ...string) []string { return s },
-		"mul3":      func(n int) int { return 3 * n },
 		"copyArgs":  func(id, value, label string) copyArgs { return copyArgs{ID: id, Value: value, Label: label} },
 		"problemsArgs": func(now time.Time, rows []problemRow, overview bool) problemsArgs {
 			return problemsArgs{Now: now, Rows: rows, Overview: overview}

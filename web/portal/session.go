@@ -3,7 +3,6 @@ package portal
 import (
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
@@ -18,7 +17,8 @@ import (
 
 // Cookies of the portal.
 const (
-	// SessionCookie holds the session id (32 random bytes, base64url).
+	// SessionCookie holds the session id (tokenLen random base62
+	// characters).
 	SessionCookie = "fleetmq_session"
 	// SigninCookie holds the sign-in form's CSRF token (before a session
 	// exists).
@@ -39,14 +39,9 @@ const maxFormBytes = 64 << 10
 // errNoSession means the request has no valid session.
 var errNoSession = errors.New("no session")
 
-// randomToken returns n random bytes, base64url.
-func randomToken(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("portal: crypto/rand: " + err.Error())
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
+// tokenLen is the length of a session id or a sign-in CSRF token
+// (fleetmq.NewSecret): 256 bits of entropy.
+const tokenLen = 43
 
 // csrfOf derives a session's CSRF token from its id: the store keeps only
 // the id's hash, so the token cannot be read from the database either.
@@ -103,7 +98,7 @@ func (p *Portal) session(r *http.Request) (*sessionState, error) {
 
 // newSession signs the account in: a new session and its cookie.
 func (p *Portal) newSession(w http.ResponseWriter, r *http.Request, accountID string) error {
-	id := randomToken(32)
+	id := fleetmq.NewSecret(tokenLen)
 	now := p.deps.Now().UTC().Truncate(time.Microsecond)
 	ps := &fleetmq.PortalSession{IDHash: fleetmq.HashSecret(id), AccountID: accountID, CreatedAt: now, LastSeenAt: now}
 	if err := p.deps.Store.CreatePortalSession(r.Context(), ps); err != nil {

@@ -1,4 +1,4 @@
-package platform
+package fleetmq_test
 
 import (
 	"slices"
@@ -8,6 +8,8 @@ import (
 	"github.com/fleetmq/fleetmq"
 )
 
+// TestCompileLayout: good rules compile; each kind of bad rule is refused with
+// an error that says what is wrong.
 func TestCompileLayout(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -48,11 +50,11 @@ func TestCompileLayout(t *testing.T) {
 		{"one bad rule of two", "acme", []string{"acme/{client_id}/s=state/s", "acme/{client_id}/t=bogus/t"}, "bogus/t"},
 	}
 	for _, tt := range tests {
-		l, err := CompileLayout(&fleetmq.Layout{Name: "n", WireRoot: tt.root, Rules: tt.rules, Fanout: true})
+		l, err := fleetmq.CompileLayout(&fleetmq.Layout{Name: "n", WireRoot: tt.root, Rules: tt.rules, Fanout: true})
 		switch {
 		case tt.err == "" && err != nil:
 			t.Errorf("%s: %v", tt.name, err)
-		case tt.err == "" && (l == nil || l.WireRoot != tt.root || !l.Fanout || l.Normalize == nil):
+		case tt.err == "" && (l == nil || l.WireRoot != tt.root || l.Name != "n" || !l.Fanout):
 			t.Errorf("%s: compiled to %+v", tt.name, l)
 		case tt.err != "" && err == nil:
 			t.Errorf("%s: compiled, want an error about %q", tt.name, tt.err)
@@ -62,8 +64,10 @@ func TestCompileLayout(t *testing.T) {
 	}
 }
 
+// TestNormalize: the first matching rule maps a wire topic to its client id
+// and subpath; a topic no rule matches maps to nothing.
 func TestNormalize(t *testing.T) {
-	l, err := CompileLayout(&fleetmq.Layout{Name: "acme", WireRoot: "acme", Rules: []string{
+	l, err := fleetmq.CompileLayout(&fleetmq.Layout{Name: "acme", WireRoot: "acme", Rules: []string{
 		"acme/{client_id}/status=state/summary",
 		"acme/{client_id}/sensor/+=telemetry/{1}",
 		"acme/{client_id}/sensor/+/+=telemetry/{2}/{1}",
@@ -106,6 +110,54 @@ func TestNormalize(t *testing.T) {
 	}
 }
 
+// TestLayoutIndexMatch: a wire topic is mapped by the first layout of its
+// root, in the store's order, that has a matching rule; Match says whether
+// the root is registered when none matches.
+func TestLayoutIndexMatch(t *testing.T) {
+	ix, err := fleetmq.CompileLayouts([]*fleetmq.Layout{
+		{Name: "acme", WireRoot: "acme", Fanout: true, Rules: []string{"acme/{client_id}/status=state/summary", "acme/{client_id}/sensor/+=telemetry/{1}"}},
+		{Name: "acme-late", WireRoot: "acme", Rules: []string{"acme/{client_id}/status=event/never", "acme/site/+/{client_id}=sample/{1}"}},
+		{Name: "quiet", WireRoot: "quiet", Rules: []string{"quiet/{client_id}/t/+=telemetry/{1}"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		wire, layout, client, subpath string
+		rootKnown                     bool
+	}{
+		{"acme/dev1/status", "acme", "dev1", "state/summary", true}, // acme-late's rule comes too late
+		{"acme/dev1/sensor/temp", "acme", "dev1", "telemetry/temp", true},
+		{"acme/site/north/dev7", "acme-late", "dev7", "sample/north", true},
+		{"quiet/dev2/t/x", "quiet", "dev2", "telemetry/x", true},
+		{"acme/dev1/other", "", "", "", true},
+		{"quiet", "", "", "", true},
+		{"acmex/dev1/status", "", "", "", false},
+		{"other/dev1/status", "", "", "", false},
+		{"", "", "", "", false},
+	}
+	for _, tt := range tests {
+		l, client, subpath, known := ix.Match(tt.wire)
+		name := ""
+		if l != nil {
+			name = l.Name
+		}
+		if name != tt.layout || client != tt.client || subpath != tt.subpath || known != tt.rootKnown {
+			t.Errorf("Match(%q) = %q, %q, %q, %v; want %q, %q, %q, %v", tt.wire, name, client, subpath, known, tt.layout, tt.client, tt.subpath, tt.rootKnown)
+		}
+	}
+	if l, _, _, known := fleetmq.LayoutIndex(nil).Match("acme/dev1/status"); l != nil || known {
+		t.Errorf("an empty index matched: %v, root known %v", l, known)
+	}
+	_, err = fleetmq.CompileLayouts([]*fleetmq.Layout{
+		{Name: "good", WireRoot: "acme", Rules: []string{"acme/{client_id}/s=state/s"}},
+		{Name: "bad", WireRoot: "acme", Rules: []string{"acme/{client_id}/s=bogus/s"}},
+	})
+	if err == nil || !strings.Contains(err.Error(), `layout "bad"`) {
+		t.Errorf("CompileLayouts with a bad layout: %v, want an error naming it", err)
+	}
+}
+
 // fuzzLayouts are fixed layouts every fuzzed wire topic is run through.
 var fuzzLayouts = [][]string{
 	{"acme/{client_id}/status=state/summary", "acme/{client_id}/sensor/+=telemetry/{1}", "acme/{client_id}/alarm/#=event/{#}"},
@@ -126,16 +178,16 @@ func FuzzLayoutNormalize(f *testing.F) {
 	f.Add("x/{client_id}/#=state/{#}", "x/a//b")
 	f.Add("acme/{client_id}=state/{1}", "acme/+")
 	f.Fuzz(func(t *testing.T, rule, wire string) {
-		layouts := make([]*Layout, 0, len(fuzzLayouts)+1)
+		layouts := make([]*fleetmq.CompiledLayout, 0, len(fuzzLayouts)+1)
 		for _, rules := range fuzzLayouts {
-			l, err := CompileLayout(&fleetmq.Layout{Name: "fixed", WireRoot: "acme", Rules: rules})
+			l, err := fleetmq.CompileLayout(&fleetmq.Layout{Name: "fixed", WireRoot: "acme", Rules: rules})
 			if err != nil {
 				t.Fatalf("fixed layout %q: %v", rules, err)
 			}
 			layouts = append(layouts, l)
 		}
 		root, _, _ := strings.Cut(strings.TrimSpace(rule), "/")
-		if l, err := CompileLayout(&fleetmq.Layout{Name: "fuzz", WireRoot: root, Rules: []string{rule}}); err == nil {
+		if l, err := fleetmq.CompileLayout(&fleetmq.Layout{Name: "fuzz", WireRoot: root, Rules: []string{rule}}); err == nil {
 			layouts = append(layouts, l)
 		}
 		levels := strings.Split(wire, "/")
@@ -151,7 +203,7 @@ func FuzzLayoutNormalize(f *testing.F) {
 				t.Fatalf("rule(s) of %s matched %q with client id %q, not one of its levels", l.Name, wire, client)
 			}
 			class, _, _ := strings.Cut(subpath, "/")
-			if !ValidClass(class) || !strings.Contains(subpath, "/") {
+			if !fleetmq.ValidClass(class) || !strings.Contains(subpath, "/") {
 				t.Fatalf("rule(s) of %s matched %q with subpath %q, which does not start with a class", l.Name, wire, subpath)
 			}
 			c2, s2, ok2 := l.Normalize(wire)

@@ -1,14 +1,14 @@
-package platform
+package fleetmq
 
 import (
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/fleetmq/fleetmq"
+	"time"
 )
 
-// A vendor layout rule maps a wire topic pattern to a platform subpath:
+// Layout is a registered vendor wire layout of the platform catalog. Its
+// rules map a wire topic pattern to a platform subpath:
 //
 //	acme/{client_id}/status=state/summary
 //	acme/{client_id}/sensor/+=telemetry/{1}
@@ -18,16 +18,35 @@ import (
 // (captured as {1}, {2}, ... in order) and a final "#" (captured as {#},
 // the rest of the topic). The subpath starts with a topic class and may use
 // the captures. The first level of every pattern is the layout's wire root.
+// CompileLayout checks the rules.
+type Layout struct {
+	ID        string
+	Name      string
+	WireRoot  string
+	Rules     []string // "wire pattern=platform subpath"
+	Fanout    bool
+	CreatedAt time.Time
+}
+
+// CompiledLayout is a layout whose rules are checked and ready to map wire
+// topics (CompileLayout).
+type CompiledLayout struct {
+	ID       string
+	Name     string
+	WireRoot string
+	Fanout   bool
+	rules    []layoutRule
+}
 
 type layoutRule struct {
 	pattern []string
 	target  []string
 }
 
-// CompileLayout checks a layout's rules and returns the broker's form of
-// it. Errors name the rule and what is wrong with it.
-func CompileLayout(l *fleetmq.Layout) (*Layout, error) {
-	if l.WireRoot == "" || strings.ContainsAny(l.WireRoot, "/+#$") || fleetmq.ValidAccountID(l.WireRoot) {
+// CompileLayout checks a layout's rules and returns its compiled form.
+// Errors name the rule and what is wrong with it.
+func CompileLayout(l *Layout) (*CompiledLayout, error) {
+	if l.WireRoot == "" || strings.ContainsAny(l.WireRoot, "/+#$") || ValidAccountID(l.WireRoot) {
 		return nil, fmt.Errorf("wire root %q: must be one topic level without wildcards or '$', and not an account id", l.WireRoot)
 	}
 	if len(l.Rules) == 0 {
@@ -45,18 +64,55 @@ func CompileLayout(l *fleetmq.Layout) (*Layout, error) {
 		}
 		rules = append(rules, lr)
 	}
-	return &Layout{
-		ID: l.ID, Name: l.Name, WireRoot: l.WireRoot, Fanout: l.Fanout,
-		Normalize: func(wire string) (string, string, bool) {
-			levels := strings.Split(wire, "/")
-			for i := range rules {
-				if c, sp, ok := rules[i].apply(levels); ok {
-					return c, sp, true
-				}
-			}
-			return "", "", false
-		},
-	}, nil
+	return &CompiledLayout{ID: l.ID, Name: l.Name, WireRoot: l.WireRoot, Fanout: l.Fanout, rules: rules}, nil
+}
+
+// Normalize maps a wire topic to the client id it names and the platform
+// subpath ("state/...", ...) by the first of the layout's rules that
+// matches it; ok is false when none does.
+func (l *CompiledLayout) Normalize(wire string) (clientID, subpath string, ok bool) {
+	levels := strings.Split(wire, "/")
+	for i := range l.rules {
+		if c, sp, ok := l.rules[i].apply(levels); ok {
+			return c, sp, true
+		}
+	}
+	return "", "", false
+}
+
+// LayoutIndex holds compiled layouts by wire root, each root's in the
+// order of the store's list.
+type LayoutIndex map[string][]*CompiledLayout
+
+// CompileLayouts compiles the registered layouts (ControlStore.Layouts)
+// into an index. The error names the first layout that does not compile.
+func CompileLayouts(ls []*Layout) (LayoutIndex, error) {
+	ix := LayoutIndex{}
+	for _, l := range ls {
+		cl, err := CompileLayout(l)
+		if err != nil {
+			return nil, fmt.Errorf("layout %q: %w", l.Name, err)
+		}
+		ix[l.WireRoot] = append(ix[l.WireRoot], cl)
+	}
+	return ix, nil
+}
+
+// Match finds the layout that maps a wire topic: the first layout
+// registered for the topic's root (its first level) one of whose rules
+// matches, with the client id and subpath it maps the topic to. l is nil
+// when none matches; rootKnown reports whether any layout is registered
+// for the root. It is the one lookup of vendor layouts: the broker's
+// publish path and the operator's dry run both use it.
+func (ix LayoutIndex) Match(wire string) (l *CompiledLayout, clientID, subpath string, rootKnown bool) {
+	root, _, _ := strings.Cut(wire, "/")
+	ls := ix[root]
+	for _, cl := range ls {
+		if c, sp, ok := cl.Normalize(wire); ok {
+			return cl, c, sp, true
+		}
+	}
+	return nil, "", "", len(ls) > 0
 }
 
 func compileRule(root, pat, tgt string) (layoutRule, error) {
