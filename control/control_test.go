@@ -14,9 +14,6 @@ import (
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
-// clock is a settable test clock.
-type clock = testkit.Clock
-
 var t0 = time.Date(2026, 3, 14, 23, 59, 30, 0, time.UTC)
 
 const (
@@ -27,7 +24,7 @@ const (
 type fixture struct {
 	svc   *control.Service
 	store *sqlstore.Store
-	clock *clock
+	clock *testkit.Clock
 	ctx   context.Context
 }
 

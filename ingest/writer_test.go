@@ -192,12 +192,9 @@ func TestAckOnlyAfterCommit(t *testing.T) {
 		w.Accept(r, a)
 	}
 	spy.waitEntered(t)
-	deadline := time.Now().Add(absence)
-	for time.Now().Before(deadline) {
-		if k := acked(t, acks); k != 0 {
-			t.Fatalf("%d records acknowledged while the database was locked", k)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var k int
+	if testkit.Within(absence, func() bool { k = acked(t, acks); return k != 0 }) {
+		t.Fatalf("%d records acknowledged while the database was locked", k)
 	}
 	if got := db.count(t, acctA); got != 0 {
 		t.Fatalf("%d records visible while the database was locked", got)
@@ -503,12 +500,8 @@ func TestLatencyObserved(t *testing.T) {
 	spy.waitEntered(t) // the first commit waits for the lock, holding a alone
 	w.Accept(rec(acctA, 1), b)
 	acceptedB := time.Now()
-	deadline := time.Now().Add(absence)
-	for time.Now().Before(deadline) {
-		if a.n.Load()+b.n.Load() != 0 {
-			t.Fatal("acknowledged while the database was locked")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if testkit.Within(absence, func() bool { return a.n.Load()+b.n.Load() != 0 }) {
+		t.Fatal("acknowledged while the database was locked")
 	}
 	stuck := time.Since(acceptedB).Seconds()
 	release()

@@ -53,7 +53,7 @@ func TestLivePublishers(t *testing.T) {
 	snap := testSnapshot(t)
 	snap.Accounts[accA].Clients["dev1"].Label = "pump 1"
 	p.SetSnapshot(snap)
-	t0 := clk.now()
+	t0 := clk.Now()
 
 	all := p.LivePublishers(accA, t0)
 	if len(all) != 2 || all[0].ClientID != "dev0" || all[1].ClientID != "dev1" {
@@ -96,14 +96,14 @@ func TestLivePublishers(t *testing.T) {
 	}
 
 	// Publishes: A's pool of 2 demotes the third QoS 2 state message.
-	clk.set(t0.Add(10 * time.Second))
+	clk.Set(t0.Add(10 * time.Second))
 	livePublish(t, p, a1, accA+"/dev1/telemetry/t", 0)
 	livePublish(t, p, a1, accA+"/dev1/telemetry/t", 1)
 	for range 3 {
 		livePublish(t, p, a1, accA+"/dev1/state/s", 2)
 	}
 	livePublish(t, p, b1, accB+"/dev1/state/s", 1)
-	now := clk.now()
+	now := clk.Now()
 	pl = mustLive(t, p, accA, "dev1", now)
 	if pl.Today != [3]int64{1, 2, 2} || !pl.LastPublish.Equal(now) {
 		t.Fatalf("A dev1 after publishing: today %v last publish %v, want [1 2 2] at %v", pl.Today, pl.LastPublish, now)
@@ -121,24 +121,24 @@ func TestLivePublishers(t *testing.T) {
 	// attaching late (it lost the race) and then ends; connection 1 ends.
 	// The client stays connected on 5 until 5 ends.
 	a5 := connect(t, p, "pub-a", "dev1")
-	clk.set(t0.Add(20 * time.Second))
+	clk.Set(t0.Add(20 * time.Second))
 	p.Connected(a5, &broker.Connection{Seq: 5, ProtocolLevel: packet.Version311, RemoteAddr: tcpAddr("10.0.0.5:5005")})
 	a4 := connect(t, p, "pub-a", "dev1")
 	p.Connected(a4, &broker.Connection{Seq: 4, ProtocolLevel: packet.Version5, WebSocket: true})
 	p.Disconnected(a4, broker.Disconnection{})
 	p.Disconnected(a1, broker.Disconnection{})
-	pl = mustLive(t, p, accA, "dev1", clk.now())
-	if !pl.Connected || pl.Protocol != "MQTT 3.1.1" || pl.RemoteAddr != "10.0.0.5:5005" || !pl.ConnectedSince.Equal(clk.now()) {
+	pl = mustLive(t, p, accA, "dev1", clk.Now())
+	if !pl.Connected || pl.Protocol != "MQTT 3.1.1" || pl.RemoteAddr != "10.0.0.5:5005" || !pl.ConnectedSince.Equal(clk.Now()) {
 		t.Fatalf("after the takeover: %+v, want connection 5", pl)
 	}
-	clk.set(t0.Add(30 * time.Second))
+	clk.Set(t0.Add(30 * time.Second))
 	p.Disconnected(a5, broker.Disconnection{})
-	pl = mustLive(t, p, accA, "dev1", clk.now())
-	if pl.Connected || !pl.ConnectedSince.IsZero() || pl.RemoteAddr != "" || !pl.LastSeen.Equal(clk.now()) ||
+	pl = mustLive(t, p, accA, "dev1", clk.Now())
+	if pl.Connected || !pl.ConnectedSince.IsZero() || pl.RemoteAddr != "" || !pl.LastSeen.Equal(clk.Now()) ||
 		pl.Protocol != "MQTT 3.1.1" || pl.Transport != TransportTCP || !pl.LastPublish.Equal(now) {
 		t.Fatalf("after disconnecting: %+v", pl)
 	}
-	if pl := mustLive(t, p, accB, "dev1", clk.now()); !pl.Connected {
+	if pl := mustLive(t, p, accB, "dev1", clk.Now()); !pl.Connected {
 		t.Fatalf("B dev1 disconnected by A's disconnect: %+v", pl)
 	}
 
@@ -147,7 +147,7 @@ func TestLivePublishers(t *testing.T) {
 	if pl := mustLive(t, p, accA, "dev1", next); pl.Today != [3]int64{} {
 		t.Fatalf("the next day before any publish: today %v", pl.Today)
 	}
-	clk.set(next)
+	clk.Set(next)
 	livePublish(t, p, b1, accB+"/dev1/state/s", 1)
 	if pl := mustLive(t, p, accB, "dev1", next); pl.Today != [3]int64{0, 1, 0} {
 		t.Fatalf("B on the next day: today %v", pl.Today)
@@ -170,11 +170,11 @@ func TestLivePublishers(t *testing.T) {
 // first by topic.
 func TestLivePublishersRetained(t *testing.T) {
 	p, clk := newTestPolicy(t, "")
-	now := clk.now()
+	now := clk.Now()
 	if pl := mustLive(t, p, accA, "dev1", now); pl.Retained != nil {
 		t.Fatalf("no broker yet: %+v", pl.Retained)
 	}
-	srv, err := broker.New(broker.Options{Policy: p, Now: clk.now})
+	srv, err := broker.New(broker.Options{Policy: p, Now: clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestLivePublishersRetained(t *testing.T) {
 		t.Fatalf("a minute later: %+v", got)
 	}
 	// And by the broker's.
-	clk.set(now.Add(2 * time.Minute))
+	clk.Set(now.Add(2 * time.Minute))
 	if got := mustLive(t, p, accA, "dev1", now).Retained; len(got) != 2 {
 		t.Fatalf("broker clock past the expiry: %+v", got)
 	}
@@ -216,7 +216,7 @@ func TestLivePublishersRetained(t *testing.T) {
 	for i := range MaxRetainedPerClient + 5 {
 		retain(fmt.Sprintf("%s/dev0/state/n/%03d", accA, i), "n", time.Time{})
 	}
-	all := p.LivePublishers(accA, clk.now())
+	all := p.LivePublishers(accA, clk.Now())
 	if r := all[0].Retained; len(r) != MaxRetainedPerClient || r[0].Topic != accA+"/dev0/state/b" || r[1].Topic != accA+"/dev0/state/n/000" ||
 		r[len(r)-1].Topic != fmt.Sprintf("%s/dev0/state/n/%03d", accA, MaxRetainedPerClient-2) {
 		t.Fatalf("dev0: %d retained, first %s, last %s", len(r), r[0].Topic, r[len(r)-1].Topic)

@@ -3,11 +3,11 @@ package platform
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -20,14 +20,6 @@ const (
 	accA = "0b6f5a6e-7d1c-4c33-9a43-1f2e3d4c5b6a"
 	accB = "9e1d2c3b-4a59-4687-8f6e-5d4c3b2a1908"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 func testSnapshot(t *testing.T) *Snapshot {
 	t.Helper()
@@ -64,9 +56,9 @@ func testSnapshot(t *testing.T) *Snapshot {
 	}
 }
 
-func newTestPolicy(t *testing.T, prefix string) (*Policy, *clock) {
-	c := &clock{t: time.Date(2026, 11, 22, 23, 59, 0, 0, time.UTC)}
-	return NewPolicy(Options{TopicPrefix: prefix, Now: c.now}, testSnapshot(t)), c
+func newTestPolicy(t *testing.T, prefix string) (*Policy, *testkit.Clock) {
+	c := testkit.NewClock(time.Date(2026, 11, 22, 23, 59, 0, 0, time.UTC))
+	return NewPolicy(Options{TopicPrefix: prefix, Now: c.Now}, testSnapshot(t)), c
 }
 
 func connect(t *testing.T, p *Policy, user, clientID string) *broker.Identity {
@@ -302,11 +294,11 @@ func TestPolicyPoolAcrossMidnight(t *testing.T) {
 	if q := publish(pubB, accB+"/dev1/state/s"); q != 1 {
 		t.Fatalf("B has no add-on: effective %d, want 1", q)
 	}
-	st := p.Pool(accA).State(clk.now(), 2)
+	st := p.Pool(accA).State(clk.Now(), 2)
 	if st.Used != 2 || st.Demotions != 2 || !st.Demoted {
 		t.Fatalf("pool state %+v", st)
 	}
-	clk.set(time.Date(2026, 11, 23, 0, 0, 1, 0, time.UTC))
+	clk.Set(time.Date(2026, 11, 23, 0, 0, 1, 0, time.UTC))
 	if q := publish(pubA, accA+"/dev1/state/s"); q != 2 {
 		t.Fatalf("after midnight: effective %d, want 2", q)
 	}

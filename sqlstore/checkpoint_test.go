@@ -2,12 +2,14 @@ package sqlstore_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
@@ -61,17 +63,16 @@ func TestSQLiteCheckpointsOffTheCommitPath(t *testing.T) {
 	// well below what was written.
 	dir, maxWAL := write(t, 20*time.Millisecond)
 	db := filepath.Join(dir, sqlstore.DatabaseFile)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.CheckFor(t, 10*time.Second, func() error {
 		fi, err := os.Stat(db)
-		if err == nil && fi.Size() >= written {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("database file %v after 10s: the checkpointer did not copy the %d bytes written", fi.Size(), written)
+		if fi.Size() < written {
+			return fmt.Errorf("database file %d bytes: the checkpointer did not copy the %d bytes written", fi.Size(), written)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if bound := int64(2 * 4096 * 4096); maxWAL > bound {
 		t.Errorf("WAL reached %d bytes for %d bytes written with a checkpoint every 20ms; want at most %d", maxWAL, written, bound)
 	}

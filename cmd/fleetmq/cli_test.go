@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,6 +27,8 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
@@ -462,107 +463,23 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
-// v5Client is a paho.golang client whose messages and server DISCONNECTs
-// land in channels.
-type v5Client struct {
-	*paho.Client
-	Msgs    chan *paho.Publish
-	Disc    chan *paho.Disconnect
-	Connack *paho.Connack
-}
-
-// tryV5 connects with a username and password; on a refusal it returns
-// the error and the client with its CONNACK (if any) instead of failing.
-func tryV5(t *testing.T, addr, clientID, user, pass string) (*v5Client, error) {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, waitFor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &v5Client{Msgs: make(chan *paho.Publish, 100), Disc: make(chan *paho.Disconnect, 4)}
-	c.Client = paho.NewClient(paho.ClientConfig{
-		ClientID: clientID,
-		Conn:     nc,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			c.Msgs <- pr.Packet
-			return true, nil
-		}},
-		OnServerDisconnect: func(d *paho.Disconnect) { c.Disc <- d },
-		OnClientError:      func(error) {},
-		PacketTimeout:      waitFor,
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	c.Connack, err = c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30,
-		Username: user, UsernameFlag: true, Password: []byte(pass), PasswordFlag: true})
-	if err != nil {
-		nc.Close()
-		return c, fmt.Errorf("connect %s as %s: %w", clientID, user, err)
-	}
-	t.Cleanup(func() {
-		c.Disconnect(&paho.Disconnect{})
-		nc.Close()
-	})
-	return c, nil
-}
-
 // connectNow connects once, without retrying: a CLI command that changed
 // the control plane returns only when serve enforces the change, so what
 // it made works on the next line. ok, when set, checks the CONNACK.
-func connectNow(t *testing.T, what, addr, clientID, user, pass string, ok func(*v5Client) bool) *v5Client {
+func connectNow(t *testing.T, what, addr, clientID, user, pass string, ok func(*mqtttest.V5) bool) *mqtttest.V5 {
 	t.Helper()
-	c, err := tryV5(t, addr, clientID, user, pass)
+	c, ack, err := mqtttest.TryV5(t, addr, mqtttest.Login(clientID, user, pass))
 	if err != nil || (ok != nil && !ok(c)) {
-		t.Fatalf("%s right after the CLI returned: %v (connack %+v)", what, err, connack(c))
+		t.Fatalf("%s right after the CLI returned: connect %s as %s: %v (connack %+v)", what, clientID, user, err, ack)
 	}
 	return c
 }
 
-func connack(c *v5Client) *paho.Connack {
-	if c == nil {
-		return nil
-	}
-	return c.Connack
-}
-
-func maxQoS(c *v5Client) int {
+func maxQoS(c *mqtttest.V5) int {
 	if c.Connack == nil || c.Connack.Properties == nil || c.Connack.Properties.MaximumQoS == nil {
 		return -1 // absent: 2
 	}
 	return int(*c.Connack.Properties.MaximumQoS)
-}
-
-func (c *v5Client) subscribe(t *testing.T, filter string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	sa, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
-	if err != nil || len(sa.Reasons) != 1 || sa.Reasons[0] >= 0x80 {
-		t.Fatalf("subscribe %s: %v %+v", filter, err, sa)
-	}
-}
-
-func (c *v5Client) publish(t *testing.T, topic string, qos byte, payload string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	r, err := c.Publish(ctx, &paho.Publish{Topic: topic, QoS: qos, Payload: []byte(payload)})
-	if err != nil || (qos > 0 && r.ReasonCode >= 0x80) {
-		t.Fatalf("publish %s: %v %+v", topic, err, r)
-	}
-}
-
-// expect receives the next message and checks its topic and payload.
-func (c *v5Client) expect(t *testing.T, topic, payload string) {
-	t.Helper()
-	select {
-	case m := <-c.Msgs:
-		if m.Topic != topic || string(m.Payload) != payload {
-			t.Fatalf("got %q on %s, want %q on %s", m.Payload, m.Topic, payload, topic)
-		}
-	case <-time.After(waitFor):
-		t.Fatalf("no message %q on %s", payload, topic)
-	}
 }
 
 // serve runs "fleetmq serve" on dir (with extra flags) until the test
@@ -589,32 +506,30 @@ func serve(t *testing.T, dir string, extra ...string) (mqttAddr, httpAddr string
 		}
 	})
 	serving := regexp.MustCompile(`fleetmq serving .* on (.*)\n`)
-	deadline := time.Now().Add(waitFor)
-	for {
-		if m := serving.FindStringSubmatch(stdout.String()); m != nil {
-			for _, u := range strings.Fields(m[1]) {
-				if a, ok := strings.CutPrefix(u, "mqtt://"); ok {
-					mqttAddr = a
-				}
-				if a, ok := strings.CutPrefix(u, "http://"); ok {
-					httpAddr = a
-				}
-			}
-			if mqttAddr == "" || httpAddr == "" {
-				t.Fatalf("serving line without mqtt:// and http:// addresses: %q", m[0])
-			}
-			return mqttAddr, httpAddr, done, cancel
+	var m []string
+	testkit.CheckFor(t, waitFor, func() error {
+		if m = serving.FindStringSubmatch(stdout.String()); m != nil {
+			return nil
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("serve returned %v before serving:\n%s", err, stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve printed no serving line:\n%s\n%s", stdout.String(), stderr.String())
+		return fmt.Errorf("serve printed no serving line:\n%s\n%s", stdout.String(), stderr.String())
+	})
+	for _, u := range strings.Fields(m[1]) {
+		if a, ok := strings.CutPrefix(u, "mqtt://"); ok {
+			mqttAddr = a
 		}
-		time.Sleep(5 * time.Millisecond)
+		if a, ok := strings.CutPrefix(u, "http://"); ok {
+			httpAddr = a
+		}
 	}
+	if mqttAddr == "" || httpAddr == "" {
+		t.Fatalf("serving line without mqtt:// and http:// addresses: %q", m[0])
+	}
+	return mqttAddr, httpAddr, done, cancel
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -669,23 +584,23 @@ func TestServeWithLiveCLI(t *testing.T) {
 	if q := maxQoS(pa); q != 1 {
 		t.Fatalf("dev1 (max_publish_qos 1 by default) got Maximum QoS %d in CONNACK, want 1", q)
 	}
-	sa.subscribe(t, A.ID+"/#")
-	sb.subscribe(t, B.ID+"/#")
+	sa.MustSubscribe(t, paho.SubscribeOptions{Topic: A.ID + "/#", QoS: 1})
+	sb.MustSubscribe(t, paho.SubscribeOptions{Topic: B.ID + "/#", QoS: 1})
 
 	// Publish/subscribe within the account; nothing crosses to B.
-	pa.publish(t, A.ID+"/dev1/state/door", 1, "open")
-	sa.expect(t, A.ID+"/dev1/state/door", "open")
-	pb.publish(t, B.ID+"/devb/event/x", 1, "b-marker")
-	sb.expect(t, B.ID+"/devb/event/x", "b-marker") // B's first message: A's never arrived
-	pa.publish(t, A.ID+"/dev1/event/y", 1, "a-marker")
-	sa.expect(t, A.ID+"/dev1/event/y", "a-marker") // and B's never reached A
+	pa.Pub(t, A.ID+"/dev1/state/door", 1, "open")
+	sa.ExpectOn(t, A.ID+"/dev1/state/door", "open")
+	pb.Pub(t, B.ID+"/devb/event/x", 1, "b-marker")
+	sb.ExpectOn(t, B.ID+"/devb/event/x", "b-marker") // B's first message: A's never arrived
+	pa.Pub(t, A.ID+"/dev1/event/y", 1, "a-marker")
+	sa.ExpectOn(t, A.ID+"/dev1/event/y", "a-marker") // and B's never reached A
 
 	// Revoking the publisher credential has ended its live session when
 	// the command returns (the DISCONNECT is on its way), and the
 	// credential is refused.
 	mustCLI(t, dir, "credential", "revoke", A.ID, pubA.ID)
-	if c, err := tryV5(t, mqttAddr, "dev1", pubA.Username, pubA.Password); err == nil || c.Connack == nil || c.Connack.ReasonCode != 0x86 {
-		t.Fatalf("the revoked credential connecting again: %v (connack %+v), want 0x86 Bad user name or password", err, c.Connack)
+	if _, ack, err := mqtttest.TryV5(t, mqttAddr, mqtttest.Login("dev1", pubA.Username, pubA.Password)); err == nil || ack == nil || ack.ReasonCode != 0x86 {
+		t.Fatalf("the revoked credential connecting again: %v (connack %+v), want 0x86 Bad user name or password", err, ack)
 	}
 	select {
 	case d := <-pa.Disc:
@@ -706,9 +621,9 @@ func TestServeWithLiveCLI(t *testing.T) {
 	// client set -max-qos 0: a new connection is told Maximum QoS 0.
 	mustCLI(t, dir, "client", "set", A.ID, "dev1", "-max-qos", "0")
 	pubA2 := createCredential(t, dir, A.ID, "-kind", "publisher")
-	pa2 := connectNow(t, "dev1 gets Maximum QoS 0", mqttAddr, "dev1", pubA2.Username, pubA2.Password, func(c *v5Client) bool { return maxQoS(c) == 0 })
-	pa2.publish(t, A.ID+"/dev1/telemetry/temp", 0, "21.5")
-	sa.expect(t, A.ID+"/dev1/telemetry/temp", "21.5") // A's subscriber is still connected
+	pa2 := connectNow(t, "dev1 gets Maximum QoS 0", mqttAddr, "dev1", pubA2.Username, pubA2.Password, func(c *mqtttest.V5) bool { return maxQoS(c) == 0 })
+	pa2.Pub(t, A.ID+"/dev1/telemetry/temp", 0, "21.5")
+	sa.ExpectOn(t, A.ID+"/dev1/telemetry/temp", "21.5") // A's subscriber is still connected
 
 	// A client added and the QoS 2 add-on switched on are usable on the
 	// next line; switched off, the next QoS 2 message is already metered
@@ -716,12 +631,12 @@ func TestServeWithLiveCLI(t *testing.T) {
 	mustCLI(t, dir, "account", "addon", A.ID, "qos2", "on")
 	mustCLI(t, dir, "client", "add", A.ID, "dev3", "-max-qos", "2")
 	pub3 := createCredential(t, dir, A.ID, "-kind", "publisher")
-	p3 := connectNow(t, "dev3 gets Maximum QoS 2", mqttAddr, "dev3", pub3.Username, pub3.Password, func(c *v5Client) bool { return maxQoS(c) == -1 }) // absent: 2
-	p3.publish(t, A.ID+"/dev3/state/valve", 2, "q2-on")
-	sa.expect(t, A.ID+"/dev3/state/valve", "q2-on")
+	p3 := connectNow(t, "dev3 gets Maximum QoS 2", mqttAddr, "dev3", pub3.Username, pub3.Password, func(c *mqtttest.V5) bool { return maxQoS(c) == -1 }) // absent: 2
+	p3.Pub(t, A.ID+"/dev3/state/valve", 2, "q2-on")
+	sa.ExpectOn(t, A.ID+"/dev3/state/valve", "q2-on")
 	mustCLI(t, dir, "account", "addon", A.ID, "qos2", "off")
-	p3.publish(t, A.ID+"/dev3/state/valve", 2, "q2-off")
-	sa.expect(t, A.ID+"/dev3/state/valve", "q2-off")
+	p3.Pub(t, A.ID+"/dev3/state/valve", 2, "q2-off")
+	sa.ExpectOn(t, A.ID+"/dev3/state/valve", "q2-off")
 
 	// serve's node row says it runs here and has applied every change.
 	st := openStore(t, dir)

@@ -16,7 +16,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -32,6 +31,7 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
@@ -287,7 +287,7 @@ func TestCrashSafety(t *testing.T) {
 
 	// Retained and the persistent session came back.
 	watcher := connectV5(t, srv.addr, "watcher", subUser, subPass, false)
-	if !watcher.present {
+	if !watcher.Connack.SessionPresent {
 		t.Error("persistent session did not survive the crash")
 	}
 	reader := connectV5(t, srv.addr, "reader", subUser, subPass, true)
@@ -295,7 +295,7 @@ func TestCrashSafety(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case m := <-reader.msgs:
+	case m := <-reader.Msgs:
 		if string(m.Payload) != `{"mode":"auto"}` || !m.Retain {
 			t.Errorf("retained after restart: %s retain=%v", m.Payload, m.Retain)
 		}
@@ -308,7 +308,7 @@ func TestCrashSafety(t *testing.T) {
 		t.Fatalf("publish after restart: %v", tok.Error())
 	}
 	select {
-	case m := <-watcher.msgs:
+	case m := <-watcher.Msgs:
 		if string(m.Payload) != "after" {
 			t.Errorf("persistent session got %q", m.Payload)
 		}
@@ -317,47 +317,21 @@ func TestCrashSafety(t *testing.T) {
 	}
 }
 
-func connectV3(t *testing.T, addr, id, user, pass string) mqtt3.Client {
+// connectV3 connects a 3.1.1 client with a clean session.
+func connectV3(t *testing.T, addr, id, user, pass string) *mqtttest.V3 {
 	t.Helper()
-	c := mqtt3.NewClient(mqtt3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetUsername(user).SetPassword(pass).
-		SetProtocolVersion(4).SetCleanSession(true).SetAutoReconnect(false).SetConnectTimeout(waitFor).
-		SetWriteTimeout(waitFor).SetMaxResumePubInFlight(0))
-	if tok := c.Connect(); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
-		t.Fatalf("connect %s: %v", id, tok.Error())
-	}
-	t.Cleanup(func() { c.Disconnect(0) })
-	return c
+	return mqtttest.DialV3(t, addr, id, mqtttest.Credentials(user, pass),
+		func(o *mqtt3.ClientOptions) { o.SetWriteTimeout(waitFor).SetMaxResumePubInFlight(0) })
 }
 
-type v5Sub struct {
-	*paho.Client
-	present bool
-	msgs    chan *paho.Publish
-}
-
-func connectV5(t *testing.T, addr, id, user, pass string, clean bool) *v5Sub {
+// connectV5 connects an MQTT 5 client whose session, unless clean, lives
+// an hour after it leaves.
+func connectV5(t *testing.T, addr, id, user, pass string, clean bool) *mqtttest.V5 {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, waitFor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &v5Sub{msgs: make(chan *paho.Publish, 100)}
-	s.Client = paho.NewClient(paho.ClientConfig{ClientID: id, Conn: nc,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-			s.msgs <- pr.Packet
-			return true, nil
-		}}})
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	ack, err := s.Connect(ctx, &paho.Connect{ClientID: id, CleanStart: clean, KeepAlive: 30,
-		Username: user, UsernameFlag: true, Password: []byte(pass), PasswordFlag: true,
-		Properties: &paho.ConnectProperties{SessionExpiryInterval: paho.Uint32(3600)}})
-	if err != nil {
-		t.Fatalf("connect %s: %v", id, err)
-	}
-	s.present = ack.SessionPresent
-	t.Cleanup(func() { nc.Close() })
-	return s
+	cp := mqtttest.Login(id, user, pass)
+	cp.CleanStart = clean
+	cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: paho.Uint32(3600)}
+	return mqtttest.DialV5(t, addr, cp)
 }
 
 // eventually polls cond until it holds or waitFor passes.

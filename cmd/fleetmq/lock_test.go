@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // stopped cancels an in-process serve or broker started by serve or
@@ -107,18 +109,17 @@ func startBrokerOut(t *testing.T, extra ...string) (done chan error, stop contex
 			t.Errorf("broker did not stop")
 		}
 	})
-	deadline := time.Now().Add(waitFor)
-	for !strings.Contains(stdout.String(), "fleetmq broker listening on ") {
+	testkit.CheckFor(t, waitFor, func() error {
+		if strings.Contains(stdout.String(), "fleetmq broker listening on ") {
+			return nil
+		}
 		select {
 		case err := <-done:
 			t.Fatalf("broker returned %v before listening:\n%s", err, stderr.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("broker printed no listening line:\n%s", stderr.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("broker printed no listening line:\n%s", stderr.String())
+	})
 	return done, cancel, &stdout
 }
 

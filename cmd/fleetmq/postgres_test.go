@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eclipse/paho.golang/paho"
+
 	"github.com/fleetmq/fleetmq/internal/pgtest"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
@@ -61,7 +63,7 @@ func TestCLIOnPostgres(t *testing.T) {
 	sub := createCredential(t, dir, A.ID, "-kind", "subscriber")
 	s := connectNow(t, "A's subscriber connects", mqttAddr, "sub-a", sub.Username, sub.Password, nil)
 	p := connectNow(t, "A's publisher connects", mqttAddr, "dev1", pub.Username, pub.Password, nil)
-	s.subscribe(t, A.ID+"/#")
-	p.publish(t, A.ID+"/dev1/state/door", 1, "open")
-	s.expect(t, A.ID+"/dev1/state/door", "open")
+	s.MustSubscribe(t, paho.SubscribeOptions{Topic: A.ID + "/#", QoS: 1})
+	p.Pub(t, A.ID+"/dev1/state/door", 1, "open")
+	s.ExpectOn(t, A.ID+"/dev1/state/door", "open")
 }

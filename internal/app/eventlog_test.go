@@ -51,7 +51,7 @@ func TestEventLogAnswersWhyDataDoesNotArrive(t *testing.T) {
 	// A device on the wrong topic class, then one above its maximum QoS.
 	dev := dialV5(t, p.MQTTAddr, "pump-17", a.PubUser, a.PubPass)
 	line("the device's connect", "client connected", "client_id", "pump-17", "kind", "publisher")
-	dev.refusedPub(t, a.topic("pump-17", "data/level"))
+	refusedPub(t, dev, a.topic("pump-17", "data/level"))
 	detail(line("the wrong class", "publish refused", "client_id", "pump-17", "topic", a.topic("pump-17", "data/level")),
 		`topic class "data/" is not one of state, event, telemetry, sample`)
 	// (3.1.1: a v5 client would not send above the Maximum QoS its CONNACK
@@ -69,7 +69,7 @@ func TestEventLogAnswersWhyDataDoesNotArrive(t *testing.T) {
 	line("the revocation", "credential revoked", "credential", a.PubCredID)
 	detail(line("the device's disconnect", "client disconnected", "client_id", "pump-17", "reason", "not_authorized"),
 		"credential "+a.PubCredID+" was revoked")
-	if dev.disconnected(t, waitFor) != 0x87 {
+	if dev.Disconnected(t, waitFor) != 0x87 {
 		t.Fatal("the device was not told Not authorized")
 	}
 }

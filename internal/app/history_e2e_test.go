@@ -63,7 +63,7 @@ func TestPlatformHistory(t *testing.T) {
 
 	// QoS 1 with v5 properties and a station controller: in history as
 	// soon as PUBACK arrives (no polling).
-	pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "telemetry/power"), QoS: 1,
+	pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "telemetry/power"), QoS: 1,
 		Payload: []byte(`{"station_controller_device_id":"sc-7","w":1200}`),
 		Properties: &paho.PublishProperties{ContentType: "application/json", PayloadFormat: paho.Byte(1),
 			User: paho.UserProperties{{Key: "site", Value: "north"}, {Key: "site", Value: "south"}}}})
@@ -86,18 +86,18 @@ func TestPlatformHistory(t *testing.T) {
 
 	// QoS 2 retained takes the one pool unit; the next QoS 2 is demoted.
 	// Both are stored by the time the QoS 2 flow completes.
-	pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "state/mode"), QoS: 2, Retain: true, Payload: []byte("auto")})
-	pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "event/door"), QoS: 2, Payload: []byte("open")})
+	pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "state/mode"), QoS: 2, Retain: true, Payload: []byte("auto")})
+	pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "event/door"), QoS: 2, Payload: []byte("open")})
 	// A vendor layout without fanout: normalized, stored, not delivered.
-	pubA.pub(t, "acme/dev1/sensor/temp", 1, "21.5")
+	pubA.Pub(t, "acme/dev1/sensor/temp", 1, "21.5")
 	// Refused: another client's prefix and a topic outside any class.
-	pubA.refusedPub(t, A.topic("dev2", "state/x"))
-	pubA.refusedPub(t, A.topic("dev1", "unknown/x"))
-	pubA.refusedPub(t, B.topic("dev1", "state/x"))
+	refusedPub(t, pubA, A.topic("dev2", "state/x"))
+	refusedPub(t, pubA, A.topic("dev1", "unknown/x"))
+	refusedPub(t, pubA, B.topic("dev1", "state/x"))
 	// QoS 0 is stored too (without an acknowledgement to wait for).
-	pubA.pub(t, A.topic("dev1", "sample/s"), 0, "s0")
-	pubB.pub(t, B.topic("dev1", "state/mode"), 1, "b-manual")
-	pubB.pub(t, B.topic("dev1", "event/door"), 0, "b-open")
+	pubA.Pub(t, A.topic("dev1", "sample/s"), 0, "s0")
+	pubB.Pub(t, B.topic("dev1", "state/mode"), 1, "b-manual")
+	pubB.Pub(t, B.topic("dev1", "event/door"), 0, "b-open")
 
 	got = p.historyCount(t, A.ID, 5)
 	type row struct {
@@ -158,7 +158,7 @@ func TestPlatformHistoryTopicPrefix(t *testing.T) {
 	A := p.newTenant(t, "A", "starter", false, "dev1")
 	p.synced(t)
 	pub := dialV5(t, p.MQTTAddr, "dev1", A.PubUser, A.PubPass)
-	pub.pub(t, "fleet/v1/"+A.topic("dev1", "state/x"), 1, "on")
+	pub.Pub(t, "fleet/v1/"+A.topic("dev1", "state/x"), 1, "on")
 	got := p.storedHistory(t, A.ID)
 	if len(got) != 1 || got[0].Topic != A.topic("dev1", "state/x") {
 		t.Fatalf("stored %v, want [%s]", topics(got), A.topic("dev1", "state/x"))
@@ -180,7 +180,7 @@ func TestPlatformCloseDrainsIngest(t *testing.T) {
 	for i := range n {
 		pub.Client.Publish(A.topic("dev1", "telemetry/seq"), 0, false, []byte{byte(i)}) // QoS 0: not waited for
 	}
-	pub.pub(t, A.topic("dev1", "telemetry/seq"), 1, false, "last") // TCP order: everything before it was read
+	pub.Pub(t, A.topic("dev1", "telemetry/seq"), 1, false, "last") // TCP order: everything before it was read
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	if err := p.Close(ctx); err != nil {

@@ -105,11 +105,11 @@ func TestLivePublishers(t *testing.T) {
 	// after the policy counted (and after the QoS 0 before them).
 	p.clock.Add(time.Minute)
 	pubTime := p.clock.Now()
-	pubA.pub(t, A.topic("dev1", "telemetry/t"), 0, "q0")
-	pubA.pub(t, A.topic("dev1", "telemetry/t"), 1, "q1")
-	pubA.pub(t, A.topic("dev1", "state/mode"), 2, "q2")
-	pubA.pub(t, A.topic("dev1", "telemetry/t"), 2, "q2 demoted by class")
-	pubB.pub(t, B.topic("dev1", "telemetry/t"), 1, "b")
+	pubA.Pub(t, A.topic("dev1", "telemetry/t"), 0, "q0")
+	pubA.Pub(t, A.topic("dev1", "telemetry/t"), 1, "q1")
+	pubA.Pub(t, A.topic("dev1", "state/mode"), 2, "q2")
+	pubA.Pub(t, A.topic("dev1", "telemetry/t"), 2, "q2 demoted by class")
+	pubB.Pub(t, B.topic("dev1", "telemetry/t"), 1, "b")
 	pl = p.live(t, A.ID, "dev1")
 	if pl.Today != [3]int64{1, 2, 1} || !pl.LastPublish.Equal(pubTime) || !pl.LastSeen.Equal(pubTime) || !pl.ConnectedSince.Equal(since) {
 		t.Fatalf("A dev1 after publishing: today %v, last publish %v, last seen %v, since %v; want [1 2 1] at %v, since %v",
@@ -122,11 +122,11 @@ func TestLivePublishers(t *testing.T) {
 	// Retained state: A's two state/ retains (one expiring in 60 s), not its
 	// retained telemetry, not B's.
 	sixty := uint32(60)
-	pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "state/config"), QoS: 1, Retain: true, Payload: []byte("A config")})
-	pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "state/blink"), QoS: 1, Retain: true, Payload: []byte("A blink"),
+	pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "state/config"), QoS: 1, Retain: true, Payload: []byte("A config")})
+	pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "state/blink"), QoS: 1, Retain: true, Payload: []byte("A blink"),
 		Properties: &paho.PublishProperties{MessageExpiry: &sixty}})
-	pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "telemetry/last"), QoS: 1, Retain: true, Payload: []byte("A telemetry")})
-	pubB.pubMsg(t, &paho.Publish{Topic: B.topic("dev1", "state/config"), QoS: 1, Retain: true, Payload: []byte("B config")})
+	pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "telemetry/last"), QoS: 1, Retain: true, Payload: []byte("A telemetry")})
+	pubB.MustPublish(t, &paho.Publish{Topic: B.topic("dev1", "state/config"), QoS: 1, Retain: true, Payload: []byte("B config")})
 	pl = p.live(t, A.ID, "dev1")
 	want := fmt.Sprint([]string{A.topic("dev1", "state/blink") + "=A blink", A.topic("dev1", "state/config") + "=A config"})
 	if got := fmt.Sprint(retainedTopics(pl)); got != want {
@@ -155,7 +155,7 @@ func TestLivePublishers(t *testing.T) {
 	if pl := p.live(t, A.ID, "dev2"); !pl.Connected || pl.Protocol != "MQTT 3.1.1" || pl.Transport != policy.TransportTCP {
 		t.Fatalf("dev2 over 3.1.1: %+v", pl)
 	}
-	v3c.pub(t, A.topic("dev2", "event/boot"), 1, false, "up")
+	v3c.Pub(t, A.topic("dev2", "event/boot"), 1, false, "up")
 	if pl := p.live(t, A.ID, "dev2"); pl.Today != [3]int64{0, 1, 0} || !pl.LastPublish.Equal(p.clock.Now()) {
 		t.Fatalf("dev2 after publishing: %+v", pl)
 	}
@@ -189,5 +189,5 @@ func TestLivePublishers(t *testing.T) {
 	if pl := p.live(t, B.ID, "dev1"); !pl.Connected || pl.RemoteAddr != pubB.Conn.LocalAddr().String() || pl.Today != [3]int64{0, 2, 0} {
 		t.Fatalf("B dev1 after A's disconnect: %+v", pl)
 	}
-	pubB.notDisconnected(t)
+	pubB.StillConnected(t)
 }

@@ -95,14 +95,14 @@ func TestMetricsAnOperatorWatches(t *testing.T) {
 	}
 
 	sub := dialV5(t, p.MQTTAddr, "dash", a.SubUser, a.SubPass)
-	sub.sub(t, a.all(), 1)
+	sub.Sub(t, a.all(), 1)
 	dev := dialV5(t, p.MQTTAddr, "pump-17", a.PubUser, a.PubPass)
-	dev.pub(t, a.topic("pump-17", "state/level"), 1, "42")
-	sub.expect(t, a.topic("pump-17", "state/level"), "42")
+	dev.Pub(t, a.topic("pump-17", "state/level"), 1, "42")
+	sub.ExpectOn(t, a.topic("pump-17", "state/level"), "42")
 	// One refusal of each kind.
 	refusedV5(t, p.MQTTAddr, "pump-17", a.PubUser, "not-the-password")
-	dev.refusedPub(t, a.topic("pump-17", "data/level"))
-	if code := sub.subCode(t, b.all(), 1); code < 0x80 {
+	refusedPub(t, dev, a.topic("pump-17", "data/level"))
+	if code := sub.SubCode(t, b.all(), 1); code < 0x80 {
 		t.Fatalf("A's subscriber subscribing to B's account: 0x%02x, want a refusal", code)
 	}
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 )
 
 func persistent(o *mqtt3.ClientOptions) { o.SetCleanSession(false) }
@@ -28,24 +29,24 @@ func TestSessionsBelongToWhoMayResumeThem(t *testing.T) {
 
 	dev := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
 	dialV5(t, addr, "dev1", A.SubUser, A.SubPass) // a subscriber with the device's client id
-	dev.pub(t, A.topic("dev1", "state/online"), 1, "still here")
-	dev.notDisconnected(t)
+	dev.Pub(t, A.topic("dev1", "state/online"), 1, "still here")
+	dev.StillConnected(t)
 
 	wide := dialV3(t, addr, "dash", A.SubUser, A.SubPass, persistent)
 	if wide.SessionPresent {
 		t.Fatal("a new client id got session present")
 	}
-	waitToken(t, "wide subscribes", wide.Subscribe(A.all(), 1, nil))
+	mqtttest.Await(t, "wide subscribes", wide.Subscribe(A.all(), 1, nil))
 	wide.Disconnect(0)
 
 	narrow := dialV3(t, addr, "dash", narrowUser, narrowPass, persistent)
 	if narrow.SessionPresent {
 		t.Fatal("the narrow password resumed the session the whole-account password created")
 	}
-	waitToken(t, "narrow subscribes", narrow.Subscribe(A.topic("dev1", "state/#"), 1, nil))
-	dev.pub(t, A.topic("dev1", "event/door"), 1, "outside the narrow filter")
-	dev.pub(t, A.topic("dev1", "state/level"), 1, "inside")
-	if m := narrow.next(t); m.Topic() != A.topic("dev1", "state/level") {
+	mqtttest.Await(t, "narrow subscribes", narrow.Subscribe(A.topic("dev1", "state/#"), 1, nil))
+	dev.Pub(t, A.topic("dev1", "event/door"), 1, "outside the narrow filter")
+	dev.Pub(t, A.topic("dev1", "state/level"), 1, "inside")
+	if m := narrow.Next(t); m.Topic() != A.topic("dev1", "state/level") {
 		t.Fatalf("the narrow password received %s %q first, want only its own filter's message", m.Topic(), m.Payload())
 	}
 	narrow.Disconnect(0)
@@ -55,7 +56,7 @@ func TestSessionsBelongToWhoMayResumeThem(t *testing.T) {
 		t.Fatal("the whole-account password lost its session to the narrow one")
 	}
 	for _, want := range []string{A.topic("dev1", "event/door"), A.topic("dev1", "state/level")} {
-		if m := wide.next(t); m.Topic() != want {
+		if m := wide.Next(t); m.Topic() != want {
 			t.Fatalf("queued for the whole-account session: %s, want %s", m.Topic(), want)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 )
 
 // MQTT reason codes and 3.1.1 return codes the tests expect.
@@ -86,7 +87,7 @@ func TestPlatformConnect(t *testing.T) {
 	// its expiry, and a session opened before is ended.
 	live := dialV5(t, addr, "subExp", expUser, expPass)
 	p.clock.Add(24*time.Hour + time.Second)
-	if rc := live.disconnected(t, disconnectWithin); rc != rcNotAuthorized {
+	if rc := live.Disconnected(t, disconnectWithin); rc != rcNotAuthorized {
 		t.Errorf("expired password's live session: DISCONNECT 0x%02x, want 0x87", rc)
 	}
 	if rc := refusedV5(t, addr, "subExp", expUser, expPass); rc != rcBadUserOrPassword {
@@ -103,14 +104,14 @@ func TestPlatformConnect(t *testing.T) {
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
 	pubB := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
-	subB.sub(t, B.all(), 1)
+	subB.Sub(t, B.all(), 1)
 	start := time.Now()
 	if err := p.Store.SetSuspended(p.ctx, A.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []*v5{pubA, subA} {
-		if rc := c.disconnected(t, disconnectWithin-time.Since(start)); rc != rcNotAuthorized {
-			t.Errorf("%s of the suspended account: DISCONNECT 0x%02x, want 0x87", c.name, rc)
+	for _, c := range []*mqtttest.V5{pubA, subA} {
+		if rc := c.Disconnected(t, disconnectWithin-time.Since(start)); rc != rcNotAuthorized {
+			t.Errorf("%s of the suspended account: DISCONNECT 0x%02x, want 0x87", c.Name, rc)
 		}
 	}
 	t.Logf("suspended account's sessions ended after %v", time.Since(start))
@@ -128,10 +129,10 @@ func TestPlatformConnect(t *testing.T) {
 		t.Errorf("wrong password on a suspended account: 0x%02x, want 0x86", rc)
 	}
 	// B carries on.
-	pubB.pub(t, B.topic("dev1", "state/x"), 1, "still here")
-	subB.expect(t, B.topic("dev1", "state/x"), "still here")
-	pubB.notDisconnected(t)
-	subB.notDisconnected(t)
+	pubB.Pub(t, B.topic("dev1", "state/x"), 1, "still here")
+	subB.ExpectOn(t, B.topic("dev1", "state/x"), "still here")
+	pubB.StillConnected(t)
+	subB.StillConnected(t)
 
 	// Lifting the suspension lets A back in.
 	if err := p.Store.SetSuspended(p.ctx, A.ID, false); err != nil {
@@ -153,32 +154,32 @@ func TestPlatformSameClientIDInTwoAccounts(t *testing.T) {
 	addr := p.MQTTAddr
 
 	a := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
-	a.sub(t, A.topic("dev1", "#"), 1)
-	a.pub(t, A.topic("dev1", "state/x"), 1, "a1")
-	a.expect(t, A.topic("dev1", "state/x"), "a1")
+	a.Sub(t, A.topic("dev1", "#"), 1)
+	a.Pub(t, A.topic("dev1", "state/x"), 1, "a1")
+	a.ExpectOn(t, A.topic("dev1", "state/x"), "a1")
 
 	b := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
-	b.sub(t, B.topic("dev1", "#"), 1)
+	b.Sub(t, B.topic("dev1", "#"), 1)
 
 	// Both still work after the other connected, in both directions.
-	a.pub(t, A.topic("dev1", "state/x"), 1, "a2")
-	a.expect(t, A.topic("dev1", "state/x"), "a2")
-	b.pub(t, B.topic("dev1", "state/x"), 1, "b1")
-	b.expect(t, B.topic("dev1", "state/x"), "b1")
+	a.Pub(t, A.topic("dev1", "state/x"), 1, "a2")
+	a.ExpectOn(t, A.topic("dev1", "state/x"), "a2")
+	b.Pub(t, B.topic("dev1", "state/x"), 1, "b1")
+	b.ExpectOn(t, B.topic("dev1", "state/x"), "b1")
 
 	// A third connection of B's dev1 takes over B's session only.
 	b2 := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
-	if rc := b.disconnected(t, waitFor); rc != 0x8E {
+	if rc := b.Disconnected(t, waitFor); rc != 0x8E {
 		t.Errorf("B's first dev1 after B's second connected: DISCONNECT 0x%02x, want 0x8E (session taken over)", rc)
 	}
-	b2.sub(t, B.topic("dev1", "#"), 1)
-	a.pub(t, A.topic("dev1", "state/x"), 1, "a3")
-	a.expect(t, A.topic("dev1", "state/x"), "a3")
-	b2.pub(t, B.topic("dev1", "state/x"), 1, "b2")
-	b2.expect(t, B.topic("dev1", "state/x"), "b2")
-	barrier(t, a, A.topic("dev1", "state/barrier"), a)
-	a.notDisconnected(t)
-	b2.notDisconnected(t)
+	b2.Sub(t, B.topic("dev1", "#"), 1)
+	a.Pub(t, A.topic("dev1", "state/x"), 1, "a3")
+	a.ExpectOn(t, A.topic("dev1", "state/x"), "a3")
+	b2.Pub(t, B.topic("dev1", "state/x"), 1, "b2")
+	b2.ExpectOn(t, B.topic("dev1", "state/x"), "b2")
+	mqtttest.Barrier(t, a, A.topic("dev1", "state/barrier"), a)
+	a.StillConnected(t)
+	b2.StillConnected(t)
 }
 
 // TestPlatformConfinement: nothing escapes an account. Escaping filters are
@@ -202,22 +203,22 @@ func TestPlatformConfinement(t *testing.T) {
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
 
 	for _, f := range []string{"#", "+/#", "+/+/state/x", "$share/g/#", "$SYS/#", B.all(), B.topic("dev1", "state/x"), "$share/g/" + B.all()} {
-		if rc := subA.subCode(t, f, 1); rc != rcNotAuthorized {
+		if rc := subA.SubCode(t, f, 1); rc != rcNotAuthorized {
 			t.Errorf("A's subscriber subscribing %q: 0x%02x, want 0x87", f, rc)
 		}
 	}
 	for _, f := range []string{A.topic("dev2", "#"), A.all(), "#", B.all()} {
-		if rc := pubA.subCode(t, f, 1); rc != rcNotAuthorized {
+		if rc := pubA.SubCode(t, f, 1); rc != rcNotAuthorized {
 			t.Errorf("A's dev1 subscribing %q: 0x%02x, want 0x87", f, rc)
 		}
 	}
-	pubA.sub(t, A.topic("dev1", "#"), 1) // its own prefix is fine
-	subA.sub(t, A.all(), 1)
-	subB.sub(t, B.all(), 1)
+	pubA.Sub(t, A.topic("dev1", "#"), 1) // its own prefix is fine
+	subA.Sub(t, A.all(), 1)
+	subB.Sub(t, B.all(), 1)
 
 	// Escaping publishes: refused, and delivered to no one.
 	for _, tc := range []struct {
-		c     *v5
+		c     *mqtttest.V5
 		topic string
 	}{
 		{pubA, B.topic("dev1", "state/x")},
@@ -229,44 +230,44 @@ func TestPlatformConfinement(t *testing.T) {
 		{subA, A.topic("dev1", "state/x")},
 		{subA, B.topic("dev1", "state/x")},
 	} {
-		rc := tc.c.refusedPub(t, tc.topic)
-		t.Logf("%s publishing %s: 0x%02x", tc.c.name, tc.topic, rc)
+		rc := refusedPub(t, tc.c, tc.topic)
+		t.Logf("%s publishing %s: 0x%02x", tc.c.Name, tc.topic, rc)
 	}
-	if rc := pubA.refusedPub(t, A.topic("dev1", "other/x")); rc != rcTopicNameInvalid {
+	if rc := refusedPub(t, pubA, A.topic("dev1", "other/x")); rc != rcTopicNameInvalid {
 		t.Errorf("class other/: 0x%02x, want 0x90", rc)
 	}
-	if rc := subA.refusedPub(t, A.topic("dev1", "state/x")); rc != rcNotAuthorized {
+	if rc := refusedPub(t, subA, A.topic("dev1", "state/x")); rc != rcNotAuthorized {
 		t.Errorf("subscriber publishing: 0x%02x, want 0x87", rc)
 	}
-	barrier(t, pubA, A.topic("dev1", "state/barrier"), subA, pubA)
-	barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
+	mqtttest.Barrier(t, pubA, A.topic("dev1", "state/barrier"), subA, pubA)
+	mqtttest.Barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
 
 	// Every class is accepted on the own prefix.
 	for _, class := range []string{"state", "event", "telemetry", "sample"} {
-		pubA.pub(t, A.topic("dev1", class+"/x"), 1, class)
-		subA.expect(t, A.topic("dev1", class+"/x"), class)
-		pubA.expect(t, A.topic("dev1", class+"/x"), class)
+		pubA.Pub(t, A.topic("dev1", class+"/x"), 1, class)
+		subA.ExpectOn(t, A.topic("dev1", class+"/x"), class)
+		pubA.ExpectOn(t, A.topic("dev1", class+"/x"), class)
 	}
 
 	// B's traffic never reaches A.
-	pubB.pub(t, B.topic("dev1", "state/x"), 1, "from B")
-	subB.expect(t, B.topic("dev1", "state/x"), "from B")
-	barrier(t, pubA, A.topic("dev1", "state/barrier"), subA, pubA)
+	pubB.Pub(t, B.topic("dev1", "state/x"), 1, "from B")
+	subB.ExpectOn(t, B.topic("dev1", "state/x"), "from B")
+	mqtttest.Barrier(t, pubA, A.topic("dev1", "state/barrier"), subA, pubA)
 
 	// A password with filters [A/dev1/#] sees dev1 only.
 	one := dialV5(t, addr, "subOne", oneUser, onePass)
 	for _, f := range []string{A.all(), A.topic("+", "state/x"), A.topic("dev2", "#"), "#"} {
-		if rc := one.subCode(t, f, 1); rc != rcNotAuthorized {
+		if rc := one.SubCode(t, f, 1); rc != rcNotAuthorized {
 			t.Errorf("dev1-only password subscribing %q: 0x%02x, want 0x87", f, rc)
 		}
 	}
-	one.sub(t, A.topic("dev1", "#"), 1)
-	pubA2.pub(t, A.topic("dev2", "state/x"), 1, "from dev2")
-	subA.expect(t, A.topic("dev2", "state/x"), "from dev2")
-	pubA.pub(t, A.topic("dev1", "state/x"), 1, "from dev1")
-	one.expect(t, A.topic("dev1", "state/x"), "from dev1") // dev2's came first and did not arrive
-	subA.expect(t, A.topic("dev1", "state/x"), "from dev1")
-	pubA.expect(t, A.topic("dev1", "state/x"), "from dev1")
+	one.Sub(t, A.topic("dev1", "#"), 1)
+	pubA2.Pub(t, A.topic("dev2", "state/x"), 1, "from dev2")
+	subA.ExpectOn(t, A.topic("dev2", "state/x"), "from dev2")
+	pubA.Pub(t, A.topic("dev1", "state/x"), 1, "from dev1")
+	one.ExpectOn(t, A.topic("dev1", "state/x"), "from dev1") // dev2's came first and did not arrive
+	subA.ExpectOn(t, A.topic("dev1", "state/x"), "from dev1")
+	pubA.ExpectOn(t, A.topic("dev1", "state/x"), "from dev1")
 }
 
 // TestPlatformTopicPrefix: with topic_prefix "fleet" the wire topics carry
@@ -285,23 +286,23 @@ func TestPlatformTopicPrefix(t *testing.T) {
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
 	for _, f := range []string{"fleet/#", "fleet/+/#", A.all(), "#", "fleet/" + B.all()} {
-		if rc := subA.subCode(t, f, 1); rc != rcNotAuthorized {
+		if rc := subA.SubCode(t, f, 1); rc != rcNotAuthorized {
 			t.Errorf("subscribing %q with topic_prefix fleet: 0x%02x, want 0x87", f, rc)
 		}
 	}
-	subA.sub(t, "fleet/"+A.all(), 1)
-	subB.sub(t, "fleet/"+B.all(), 1)
+	subA.Sub(t, "fleet/"+A.all(), 1)
+	subB.Sub(t, "fleet/"+B.all(), 1)
 
-	pubA.pub(t, "fleet/"+A.topic("dev1", "state/x"), 1, "prefixed")
-	m := subA.expect(t, "fleet/"+A.topic("dev1", "state/x"), "prefixed")
+	pubA.Pub(t, "fleet/"+A.topic("dev1", "state/x"), 1, "prefixed")
+	m := subA.ExpectOn(t, "fleet/"+A.topic("dev1", "state/x"), "prefixed")
 	if m.QoS != 1 {
 		t.Errorf("QoS %d, want 1", m.QoS)
 	}
-	pubA.refusedPub(t, A.topic("dev1", "state/x"))
-	pubA.refusedPub(t, "fleet/"+B.topic("dev1", "state/x"))
-	pubA.refusedPub(t, "other/"+A.topic("dev1", "state/x"))
-	barrier(t, pubA, "fleet/"+A.topic("dev1", "state/barrier"), subA)
-	barrier(t, pubB, "fleet/"+B.topic("dev1", "state/barrier"), subB)
+	refusedPub(t, pubA, A.topic("dev1", "state/x"))
+	refusedPub(t, pubA, "fleet/"+B.topic("dev1", "state/x"))
+	refusedPub(t, pubA, "other/"+A.topic("dev1", "state/x"))
+	mqtttest.Barrier(t, pubA, "fleet/"+A.topic("dev1", "state/barrier"), subA)
+	mqtttest.Barrier(t, pubB, "fleet/"+B.topic("dev1", "state/barrier"), subB)
 }
 
 // TestPlatformMaxPublishQoS: a client's max_publish_qos is advertised in the
@@ -330,7 +331,7 @@ func TestPlatformMaxPublishQoS(t *testing.T) {
 	addr := p.MQTTAddr
 
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
-	subA.sub(t, A.all(), 2)
+	subA.Sub(t, A.all(), 2)
 
 	// CONNACK Maximum QoS: 0 for dev0, 1 for dev1 (default), absent for 2.
 	for _, tc := range []struct {
@@ -340,8 +341,8 @@ func TestPlatformMaxPublishQoS(t *testing.T) {
 	}{{A, "dev0", 0}, {A, "dev1", 1}, {B, "dev2", -1}} {
 		c := dialV5(t, addr, tc.id, tc.tn.PubUser, tc.tn.PubPass)
 		got := -1
-		if c.Ack.Properties != nil && c.Ack.Properties.MaximumQoS != nil {
-			got = int(*c.Ack.Properties.MaximumQoS)
+		if c.Connack.Properties != nil && c.Connack.Properties.MaximumQoS != nil {
+			got = int(*c.Connack.Properties.MaximumQoS)
 		}
 		if got != tc.want {
 			t.Errorf("%s: CONNACK Maximum QoS %d, want %d (-1: absent)", tc.id, got, tc.want)
@@ -353,23 +354,23 @@ func TestPlatformMaxPublishQoS(t *testing.T) {
 	// paho.golang will not send above the advertised maximum, so the
 	// PUBLISH is written on the connection directly.
 	dev0 := dialV5(t, addr, "dev0", A.PubUser, A.PubPass)
-	dev0.pub(t, A.topic("dev0", "state/x"), 0, "qos0")
-	subA.expect(t, A.topic("dev0", "state/x"), "qos0")
-	if _, err := dev0.publishResp(t, &paho.Publish{Topic: A.topic("dev0", "state/x"), QoS: 1, Payload: []byte("x")}); err == nil {
+	dev0.Pub(t, A.topic("dev0", "state/x"), 0, "qos0")
+	subA.ExpectOn(t, A.topic("dev0", "state/x"), "qos0")
+	if _, err := dev0.TryPublish(&paho.Publish{Topic: A.topic("dev0", "state/x"), QoS: 1, Payload: []byte("x")}); err == nil {
 		t.Fatal("paho.golang sent QoS 1 above the advertised maximum")
 	}
 	raw := (&paho.Publish{Topic: A.topic("dev0", "state/x"), QoS: 1, PacketID: 999, Payload: []byte("too high")}).Packet()
 	if _, err := raw.WriteTo(dev0.Conn); err != nil {
 		t.Fatal(err)
 	}
-	if rc := dev0.disconnected(t, waitFor); rc != rcQoSNotSupported {
+	if rc := dev0.Disconnected(t, waitFor); rc != rcQoSNotSupported {
 		t.Errorf("v5 QoS 1 above max 0: DISCONNECT 0x%02x, want 0x9B", rc)
 	}
 
 	// 3.1.1 dev0: QoS 1 closes the connection.
 	v3dev0 := dialV3(t, addr, "dev0", A.PubUser, A.PubPass)
-	v3dev0.pub(t, A.topic("dev0", "state/x"), 0, false, "v3 qos0")
-	subA.expect(t, A.topic("dev0", "state/x"), "v3 qos0")
+	v3dev0.Pub(t, A.topic("dev0", "state/x"), 0, false, "v3 qos0")
+	subA.ExpectOn(t, A.topic("dev0", "state/x"), "v3 qos0")
 	v3dev0.Publish(A.topic("dev0", "state/x"), 1, false, "v3 too high")
 	select {
 	case <-v3dev0.Lost:
@@ -379,7 +380,7 @@ func TestPlatformMaxPublishQoS(t *testing.T) {
 
 	// Neither message was delivered; dev1 (max 1) publishes QoS 1 fine.
 	dev1 := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
-	barrier(t, dev1, A.topic("dev1", "state/barrier"), subA)
+	mqtttest.Barrier(t, dev1, A.topic("dev1", "state/barrier"), subA)
 	p.usage(t, A.ID, p.day(), "refused 2", func(u fleetmq.DailyUsage) bool { return u.Refused == 2 })
 	p.usage(t, B.ID, p.day(), "nothing", func(u fleetmq.DailyUsage) bool { return u.Refused == 0 })
 }
@@ -409,17 +410,17 @@ func TestPlatformEffectiveQoSAndPool(t *testing.T) {
 	pubA := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
 	pubB := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
-	subA.sub(t, A.all(), 2)
+	subA.Sub(t, A.all(), 2)
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
-	subB.sub(t, B.all(), 2)
+	subB.Sub(t, B.all(), 2)
 
-	send := func(c *v5, sub *v5, topic, payload string, wantQoS byte) {
+	send := func(c *mqtttest.V5, sub *mqtttest.V5, topic, payload string, wantQoS byte) {
 		t.Helper()
-		r, err := c.publishResp(t, &paho.Publish{Topic: topic, QoS: 2, Payload: []byte(payload)})
+		r, err := c.TryPublish(&paho.Publish{Topic: topic, QoS: 2, Payload: []byte(payload)})
 		if err != nil || r == nil || r.ReasonCode != 0 {
 			t.Fatalf("QoS 2 publish %s: %+v, %v (want a completed handshake with success)", payload, r, err)
 		}
-		m := sub.expect(t, topic, payload)
+		m := sub.ExpectOn(t, topic, payload)
 		if m.QoS != wantQoS {
 			t.Errorf("%s on %s: arrived at QoS %d, want %d", payload, topic, m.QoS, wantQoS)
 		}
@@ -437,9 +438,9 @@ func TestPlatformEffectiveQoSAndPool(t *testing.T) {
 	p.clock.Set(time.Date(2030, 3, 11, 0, 0, 1, 0, time.UTC))
 	day2 := p.day()
 	sub1 := dialV5(t, addr, "subA1", A.SubUser, A.SubPass)
-	sub1.sub(t, A.topic("dev1", "state/#"), 1)
+	sub1.Sub(t, A.topic("dev1", "state/#"), 1)
 	send(pubA, subA, A.topic("dev1", "state/x"), "s3", 2)
-	if m := sub1.expect(t, A.topic("dev1", "state/x"), "s3"); m.QoS != 1 {
+	if m := sub1.ExpectOn(t, A.topic("dev1", "state/x"), "s3"); m.QoS != 1 {
 		t.Errorf("subscriber granted QoS 1: arrived at %d", m.QoS)
 	}
 	send(pubB, subB, B.topic("dev1", "state/x"), "b3", 1)
@@ -485,21 +486,21 @@ func TestPlatformRetained(t *testing.T) {
 	pubA := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
 	pubB := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
 	long := uint32(200000)
-	pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "state/r1"), QoS: 1, Retain: true, Payload: []byte("r1")})
-	pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "state/r2"), QoS: 1, Retain: true, Payload: []byte("r2"),
+	pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "state/r1"), QoS: 1, Retain: true, Payload: []byte("r1")})
+	pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "state/r2"), QoS: 1, Retain: true, Payload: []byte("r2"),
 		Properties: &paho.PublishProperties{MessageExpiry: &long}})
-	dialV3(t, addr, "dev3", A.PubUser, A.PubPass).pub(t, A.topic("dev3", "state/r3"), 1, true, "r3")
-	pubB.pubMsg(t, &paho.Publish{Topic: B.topic("dev1", "state/rb"), QoS: 1, Retain: true, Payload: []byte("rb")})
+	dialV3(t, addr, "dev3", A.PubUser, A.PubPass).Pub(t, A.topic("dev3", "state/r3"), 1, true, "r3")
+	pubB.MustPublish(t, &paho.Publish{Topic: B.topic("dev1", "state/rb"), QoS: 1, Retain: true, Payload: []byte("rb")})
 	if n := p.Broker.Stats().Retained - before; n != 4 {
 		t.Fatalf("retained stored: %d, want 4", n)
 	}
 
 	p.clock.Add(1000 * time.Second)
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
-	subA.sub(t, A.all(), 1)
+	subA.Sub(t, A.all(), 1)
 	got := map[string]*paho.Publish{}
 	for range 3 {
-		m := subA.next(t)
+		m := subA.Next(t)
 		if !m.Retain {
 			t.Fatalf("%s: not flagged retained", m.Payload)
 		}
@@ -519,19 +520,19 @@ func TestPlatformRetained(t *testing.T) {
 		}
 	}
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
-	subB.sub(t, B.all(), 1)
-	subB.expect(t, B.topic("dev1", "state/rb"), "rb")
-	barrier(t, pubA, A.topic("dev1", "state/barrier"), subA)
-	barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
+	subB.Sub(t, B.all(), 1)
+	subB.ExpectOn(t, B.topic("dev1", "state/rb"), "rb")
+	mqtttest.Barrier(t, pubA, A.topic("dev1", "state/barrier"), subA)
+	mqtttest.Barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
 
 	// 24 h + 1 s after receipt: expired, not delivered even before the sweep.
 	p.clock.Add(24*time.Hour + time.Second - 1000*time.Second)
 	late := dialV5(t, addr, "subA2", A.SubUser, A.SubPass)
-	late.sub(t, A.all(), 1)
+	late.Sub(t, A.all(), 1)
 	lateB := dialV5(t, addr, "subB2", B.SubUser, B.SubPass)
-	lateB.sub(t, B.all(), 1)
-	barrier(t, pubA, A.topic("dev1", "state/barrier"), late, subA)
-	barrier(t, pubB, B.topic("dev1", "state/barrier"), lateB, subB)
+	lateB.Sub(t, B.all(), 1)
+	mqtttest.Barrier(t, pubA, A.topic("dev1", "state/barrier"), late, subA)
+	mqtttest.Barrier(t, pubB, B.topic("dev1", "state/barrier"), lateB, subB)
 	if n := p.Broker.Stats().Retained - before; n != 4 {
 		t.Fatalf("retained before the sweep: %d, want 4", n)
 	}
@@ -557,31 +558,31 @@ func TestPlatformRetainedBurst(t *testing.T) {
 	pubA := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
 	pubB := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
 	for i := 1; i <= 5; i++ {
-		pubA.pubMsg(t, &paho.Publish{Topic: A.topic("dev1", "state/s"+string(rune('0'+i))), QoS: 1, Retain: true, Payload: []byte("a")})
-		pubB.pubMsg(t, &paho.Publish{Topic: B.topic("dev1", "state/s"+string(rune('0'+i))), QoS: 1, Retain: true, Payload: []byte("b")})
+		pubA.MustPublish(t, &paho.Publish{Topic: A.topic("dev1", "state/s"+string(rune('0'+i))), QoS: 1, Retain: true, Payload: []byte("a")})
+		pubB.MustPublish(t, &paho.Publish{Topic: B.topic("dev1", "state/s"+string(rune('0'+i))), QoS: 1, Retain: true, Payload: []byte("b")})
 	}
 
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
-	subA.sub(t, A.all(), 1)
+	subA.Sub(t, A.all(), 1)
 	for i := range 3 {
-		if m := subA.next(t); !m.Retain || string(m.Payload) != "a" {
+		if m := subA.Next(t); !m.Retain || string(m.Payload) != "a" {
 			t.Fatalf("retained %d: %q on %s (retain %v)", i, m.Payload, m.Topic, m.Retain)
 		}
 	}
 	for i := range 5 { // live messages after the burst all arrive
-		pubA.pub(t, A.topic("dev1", "event/live"), 1, "live")
-		if m := subA.expect(t, A.topic("dev1", "event/live"), "live"); m.Retain {
+		pubA.Pub(t, A.topic("dev1", "event/live"), 1, "live")
+		if m := subA.ExpectOn(t, A.topic("dev1", "event/live"), "live"); m.Retain {
 			t.Errorf("live message %d flagged retained", i)
 		}
 	}
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
-	subB.sub(t, B.all(), 1)
+	subB.Sub(t, B.all(), 1)
 	for i := range 5 {
-		if m := subB.next(t); !m.Retain || string(m.Payload) != "b" {
+		if m := subB.Next(t); !m.Retain || string(m.Payload) != "b" {
 			t.Fatalf("B retained %d: %q on %s (retain %v)", i, m.Payload, m.Topic, m.Retain)
 		}
 	}
-	barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
+	mqtttest.Barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
 
 	p.usage(t, A.ID, p.day(), "retained_burst drops 2", func(u fleetmq.DailyUsage) bool { return u.Drops["retained_burst"] == 2 })
 	p.usage(t, B.ID, p.day(), "no drops", func(u fleetmq.DailyUsage) bool { return u.Messages[1] == 6 && len(u.Drops) == 0 })
@@ -611,33 +612,33 @@ func TestPlatformVendorLayouts(t *testing.T) {
 	pubA := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
 	pubB := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
-	subA.sub(t, A.all(), 1)
+	subA.Sub(t, A.all(), 1)
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
-	subB.sub(t, B.all(), 1)
+	subB.Sub(t, B.all(), 1)
 
-	pubA.pub(t, "acme/dev1/status", 1, "a-status")
-	subA.expect(t, A.topic("dev1", "state/summary"), "a-status")
-	pubA.pub(t, "acme/dev1/sensor/temp", 1, "21.5")
-	subA.expect(t, A.topic("dev1", "telemetry/temp"), "21.5")
-	barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
+	pubA.Pub(t, "acme/dev1/status", 1, "a-status")
+	subA.ExpectOn(t, A.topic("dev1", "state/summary"), "a-status")
+	pubA.Pub(t, "acme/dev1/sensor/temp", 1, "21.5")
+	subA.ExpectOn(t, A.topic("dev1", "telemetry/temp"), "21.5")
+	mqtttest.Barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
 
-	pubB.pub(t, "acme/dev1/status", 1, "b-status")
-	subB.expect(t, B.topic("dev1", "state/summary"), "b-status")
-	barrier(t, pubA, A.topic("dev1", "state/barrier"), subA)
+	pubB.Pub(t, "acme/dev1/status", 1, "b-status")
+	subB.ExpectOn(t, B.topic("dev1", "state/summary"), "b-status")
+	mqtttest.Barrier(t, pubA, A.topic("dev1", "state/barrier"), subA)
 
-	if rc := pubA.refusedPub(t, "acme/dev2/status"); rc != rcNotAuthorized {
+	if rc := refusedPub(t, pubA, "acme/dev2/status"); rc != rcNotAuthorized {
 		t.Errorf("acme/dev2/status as dev1: 0x%02x, want 0x87", rc)
 	}
-	pubA.refusedPub(t, "vendorx/dev1/x")
-	pubA.refusedPub(t, "acme/dev1/unknown")
+	refusedPub(t, pubA, "vendorx/dev1/x")
+	refusedPub(t, pubA, "acme/dev1/unknown")
 
 	// Without fanout: accepted, not delivered.
-	r, err := pubA.publishResp(t, &paho.Publish{Topic: "bolt/dev1/status", QoS: 1, Payload: []byte("quiet")})
+	r, err := pubA.TryPublish(&paho.Publish{Topic: "bolt/dev1/status", QoS: 1, Payload: []byte("quiet")})
 	if err != nil || r == nil || r.ReasonCode != 0 {
 		t.Fatalf("bolt (fanout off): %+v, %v, want PUBACK success", r, err)
 	}
-	barrier(t, pubA, A.topic("dev1", "state/barrier"), subA)
-	barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
+	mqtttest.Barrier(t, pubA, A.topic("dev1", "state/barrier"), subA)
+	mqtttest.Barrier(t, pubB, B.topic("dev1", "state/barrier"), subB)
 }
 
 // TestPlatformRevokeAndDelete: revoking a publisher credential or deleting a
@@ -656,17 +657,17 @@ func TestPlatformRevokeAndDelete(t *testing.T) {
 	dev1 := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
 	dev2 := dialV5(t, addr, "dev2", pub2User, pub2Pass)
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
-	subA.sub(t, A.all(), 1)
+	subA.Sub(t, A.all(), 1)
 	pubB := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
 	pubB2 := dialV5(t, addr, "dev2", B.PubUser, B.PubPass)
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
-	subB.sub(t, B.all(), 1)
+	subB.Sub(t, B.all(), 1)
 
 	start := time.Now()
 	if err := p.Service.RevokeCredential(p.ctx, A.ID, A.PubCredID); err != nil {
 		t.Fatal(err)
 	}
-	if rc := dev1.disconnected(t, disconnectWithin); rc != rcNotAuthorized {
+	if rc := dev1.Disconnected(t, disconnectWithin); rc != rcNotAuthorized {
 		t.Errorf("revoked credential's session: DISCONNECT 0x%02x, want 0x87", rc)
 	}
 	t.Logf("revoked session ended after %v", time.Since(start))
@@ -674,16 +675,16 @@ func TestPlatformRevokeAndDelete(t *testing.T) {
 		t.Errorf("reconnect with the revoked credential: 0x%02x, want 0x86", rc)
 	}
 	// dev2 (another credential) and B carry on.
-	dev2.pub(t, A.topic("dev2", "state/x"), 1, "dev2 ok")
-	subA.expect(t, A.topic("dev2", "state/x"), "dev2 ok")
-	pubB.pub(t, B.topic("dev1", "state/x"), 1, "B ok")
-	subB.expect(t, B.topic("dev1", "state/x"), "B ok")
+	dev2.Pub(t, A.topic("dev2", "state/x"), 1, "dev2 ok")
+	subA.ExpectOn(t, A.topic("dev2", "state/x"), "dev2 ok")
+	pubB.Pub(t, B.topic("dev1", "state/x"), 1, "B ok")
+	subB.ExpectOn(t, B.topic("dev1", "state/x"), "B ok")
 
 	start = time.Now()
 	if err := p.Service.DeleteClient(p.ctx, A.ID, "dev2"); err != nil {
 		t.Fatal(err)
 	}
-	if rc := dev2.disconnected(t, disconnectWithin); rc != rcNotAuthorized {
+	if rc := dev2.Disconnected(t, disconnectWithin); rc != rcNotAuthorized {
 		t.Errorf("deleted client's session: DISCONNECT 0x%02x, want 0x87", rc)
 	}
 	t.Logf("deleted client's session ended after %v", time.Since(start))
@@ -691,9 +692,9 @@ func TestPlatformRevokeAndDelete(t *testing.T) {
 		t.Errorf("reconnect of the deleted client: 0x%02x, want 0x85", rc)
 	}
 	// B's dev2 (same id, other account) is untouched; A's subscriber too.
-	pubB2.pub(t, B.topic("dev2", "state/x"), 1, "B dev2 ok")
-	subB.expect(t, B.topic("dev2", "state/x"), "B dev2 ok")
-	for _, c := range []*v5{subA, pubB, pubB2, subB} {
-		c.notDisconnected(t)
+	pubB2.Pub(t, B.topic("dev2", "state/x"), 1, "B dev2 ok")
+	subB.ExpectOn(t, B.topic("dev2", "state/x"), "B dev2 ok")
+	for _, c := range []*mqtttest.V5{subA, pubB, pubB2, subB} {
+		c.StillConnected(t)
 	}
 }

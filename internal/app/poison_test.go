@@ -29,12 +29,12 @@ func TestPoisonMessageRefusedOthersFlow(t *testing.T) {
 	devA := dialV5(t, p.MQTTAddr, "dev1", A.PubUser, A.PubPass)
 	devB := dialV5(t, p.MQTTAddr, "dev1", B.PubUser, B.PubPass)
 
-	r, err := devA.publishResp(t, &paho.Publish{Topic: A.topic("dev1", "state/poison/x"), QoS: 1, Payload: []byte("p")})
+	r, err := devA.TryPublish(&paho.Publish{Topic: A.topic("dev1", "state/poison/x"), QoS: 1, Payload: []byte("p")})
 	if r == nil || r.ReasonCode != 0x83 || !strings.Contains(r.Properties.ReasonString, "store refused") {
 		t.Fatalf("the poison message's PUBACK: %+v %v, want 0x83 with the reason", r, err)
 	}
-	devA.pub(t, A.topic("dev1", "state/fine"), 1, "ok")
-	devB.pub(t, B.topic("dev1", "state/fine"), 1, "ok")
+	devA.Pub(t, A.topic("dev1", "state/fine"), 1, "ok")
+	devB.Pub(t, B.topic("dev1", "state/fine"), 1, "ok")
 
 	dev3 := dialV3(t, p.MQTTAddr, "dev3", A.PubUser, A.PubPass)
 	dev3.Publish(A.topic("dev3", "state/poison/y"), 1, false, "p")

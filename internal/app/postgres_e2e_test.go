@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/pgtest"
 )
 
@@ -34,23 +35,23 @@ func TestPlatformOnPostgres(t *testing.T) {
 	addr := p.MQTTAddr
 
 	subA := dialV5(t, addr, "subA", A.SubUser, A.SubPass)
-	subA.sub(t, A.all(), 2)
+	subA.Sub(t, A.all(), 2)
 	subB := dialV5(t, addr, "subB", B.SubUser, B.SubPass)
-	subB.sub(t, B.all(), 2)
+	subB.Sub(t, B.all(), 2)
 	pubA := dialV5(t, addr, "dev1", A.PubUser, A.PubPass)
 	pubB := dialV5(t, addr, "dev1", B.PubUser, B.PubPass)
 
-	pubA.pub(t, A.topic("dev1", "state/door"), 2, "open")
-	if m := subA.expect(t, A.topic("dev1", "state/door"), "open"); m.QoS != 2 {
+	pubA.Pub(t, A.topic("dev1", "state/door"), 2, "open")
+	if m := subA.ExpectOn(t, A.topic("dev1", "state/door"), "open"); m.QoS != 2 {
 		t.Fatalf("A's QoS 2 state message (add-on, pool) arrived at QoS %d", m.QoS)
 	}
-	pubA.pub(t, A.topic("dev1", "event/alarm"), 1, "smoke")
-	subA.expect(t, A.topic("dev1", "event/alarm"), "smoke")
-	pubA.pub(t, A.topic("dev1", "telemetry/temp"), 0, "21.5")
-	subA.expect(t, A.topic("dev1", "telemetry/temp"), "21.5")
-	pubB.pub(t, B.topic("dev1", "state/door"), 1, "closed")
-	subB.expect(t, B.topic("dev1", "state/door"), "closed")  // B's first: none of A's crossed
-	barrier(t, pubA, A.topic("dev1", "event/barrier"), subA) // and none of B's reached A
+	pubA.Pub(t, A.topic("dev1", "event/alarm"), 1, "smoke")
+	subA.ExpectOn(t, A.topic("dev1", "event/alarm"), "smoke")
+	pubA.Pub(t, A.topic("dev1", "telemetry/temp"), 0, "21.5")
+	subA.ExpectOn(t, A.topic("dev1", "telemetry/temp"), "21.5")
+	pubB.Pub(t, B.topic("dev1", "state/door"), 1, "closed")
+	subB.ExpectOn(t, B.topic("dev1", "state/door"), "closed")         // B's first: none of A's crossed
+	mqtttest.Barrier(t, pubA, A.topic("dev1", "event/barrier"), subA) // and none of B's reached A
 
 	p.usage(t, A.ID, p.day(), "A: messages [1 2 1], pool 1", func(u fleetmq.DailyUsage) bool {
 		return u.Messages == [3]int64{1, 2, 1} && u.PoolUsed == 1
@@ -86,12 +87,12 @@ func TestPlatformOnPostgres(t *testing.T) {
 		t.Fatalf("the second process sees A's pool use %d, want 1", used)
 	}
 	subA2 := dialV5(t, a2.MQTTAddr, "subA2", A.SubUser, A.SubPass)
-	subA2.sub(t, A.all(), 1)
+	subA2.Sub(t, A.all(), 1)
 	pubB2 := dialV5(t, a2.MQTTAddr, "dev1", B.PubUser, B.PubPass)
 	pubA2 := dialV5(t, a2.MQTTAddr, "dev1", A.PubUser, A.PubPass)
-	pubB2.pub(t, B.topic("dev1", "state/door"), 1, "open again")
-	pubA2.pub(t, A.topic("dev1", "event/alarm"), 1, "smoke again")
-	subA2.expect(t, A.topic("dev1", "event/alarm"), "smoke again") // B's message did not reach A
+	pubB2.Pub(t, B.topic("dev1", "state/door"), 1, "open again")
+	pubA2.Pub(t, A.topic("dev1", "event/alarm"), 1, "smoke again")
+	subA2.ExpectOn(t, A.topic("dev1", "event/alarm"), "smoke again") // B's message did not reach A
 
 	// Closing flushes the second process's usage into the shared rows and
 	// writes its broker state into its own data directory.

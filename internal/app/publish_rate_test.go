@@ -37,7 +37,7 @@ func TestPublishRatePlan(t *testing.T) {
 		var lat []time.Duration
 		for range 50 {
 			start := time.Now()
-			other.pub(t, B.topic("dev1", "event/door"), 1, "open")
+			other.Pub(t, B.topic("dev1", "event/door"), 1, "open")
 			lat = append(lat, time.Since(start))
 		}
 		slices.Sort(lat)
@@ -47,7 +47,7 @@ func TestPublishRatePlan(t *testing.T) {
 	t.Logf("QoS 1 acknowledgements alone: p50 %v, p99 %v", base50, base99)
 
 	sub := dialV5(t, p.MQTTAddr, "dash", A.SubUser, A.SubPass)
-	sub.sub(t, A.all(), 0)
+	sub.Sub(t, A.all(), 0)
 	var got atomic.Int64
 	go func() {
 		for range sub.Msgs {
@@ -119,7 +119,7 @@ func TestPublishRatePlan(t *testing.T) {
 	if r := rateOver(2 * time.Second); r < 2 || r > 8 {
 		t.Fatalf("after the plan's per-client rate went down to 4 msg/s, the connected device got %.0f msg/s through", r)
 	}
-	dev.notDisconnected(t)
+	dev.StillConnected(t)
 
 	fams := scrape(t, "http://"+p.MetricsAddr+"/metrics")
 	if v, _ := sample(fams, "fleetmq_mqtt_publish_throttled_total"); v < 1 {

@@ -7,6 +7,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	fleetplatform "github.com/fleetmq/fleetmq/platform"
 )
 
@@ -24,9 +25,9 @@ func TestRetainedStateBoundedPerAccount(t *testing.T) {
 	p.synced(t)
 	devA := dialV5(t, p.MQTTAddr, "dev1", A.PubUser, A.PubPass)
 	devB := dialV5(t, p.MQTTAddr, "dev1", B.PubUser, B.PubPass)
-	retain := func(c *v5, topic, payload string) byte {
+	retain := func(c *mqtttest.V5, topic, payload string) byte {
 		t.Helper()
-		r, err := c.publishResp(t, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte(payload)})
+		r, err := c.TryPublish(&paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte(payload)})
 		if r == nil {
 			t.Fatalf("retain %s: no PUBACK: %v", topic, err)
 		}

@@ -86,7 +86,7 @@ func TestStalledExportsHoldNoStoreConnection(t *testing.T) {
 	hc := &http.Client{Timeout: 5 * time.Second}
 	for i := range 5 {
 		start := time.Now()
-		dev.pub(t, B.topic("dev1", "event/e"), 1, fmt.Sprint(i)) // its PUBACK waits for the store
+		dev.Pub(t, B.topic("dev1", "event/e"), 1, fmt.Sprint(i)) // its PUBACK waits for the store
 		req, _ := http.NewRequest("GET", "http://"+p.HTTPAddr+"/api/v1/subscriber/history?limit=10", nil)
 		req.Header.Set("Authorization", "Bearer "+tokens[B.ID])
 		resp, err := hc.Do(req)

@@ -44,9 +44,9 @@ func TestValuesEveryStoreTakes(t *testing.T) {
 			p.synced(t)
 
 			dev := dialV5(t, p.MQTTAddr, "dev1", A.PubUser, A.PubPass)
-			dev.pub(t, A.topic("dev1", "state/sc"), 1, `{"station_controller_device_id":"sc\u0000-7","v":1}`)
-			dev.pub(t, A.topic("dev1", "state/sc"), 1, `{"station_controller_device_id":"sc\u0007-8","v":2}`)
-			dev.pub(t, A.topic("dev1", "state/sc"), 1, `{"station_controller_device_id":"sc-9","v":3}`)
+			dev.Pub(t, A.topic("dev1", "state/sc"), 1, `{"station_controller_device_id":"sc\u0000-7","v":1}`)
+			dev.Pub(t, A.topic("dev1", "state/sc"), 1, `{"station_controller_device_id":"sc\u0007-8","v":2}`)
+			dev.Pub(t, A.topic("dev1", "state/sc"), 1, `{"station_controller_device_id":"sc-9","v":3}`)
 			recs := p.storedHistory(t, A.ID)
 			if len(recs) != 3 || recs[0].StationControllerDeviceID != "" || recs[1].StationControllerDeviceID != "" || recs[2].StationControllerDeviceID != "sc-9" {
 				t.Fatalf("stored %d records; station controllers %q, want every message stored, the ids with control characters left out", len(recs), stationIDs(recs))
@@ -89,7 +89,7 @@ func TestValuesEveryStoreTakes(t *testing.T) {
 				}
 			}
 			// The writer is not stuck: one more message is acknowledged and stored.
-			dev.pub(t, A.topic("dev1", "event/after"), 1, "after")
+			dev.Pub(t, A.topic("dev1", "event/after"), 1, "after")
 			if n := len(p.storedHistory(t, A.ID)); n != 4 {
 				t.Fatalf("%d records stored after the bad requests, want 4", n)
 			}

@@ -14,7 +14,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -135,31 +134,9 @@ func (c *conn) flush() error {
 // read reads one packet. The returned packet may alias c's buffer until the
 // next read.
 func (c *conn) read() (packet.Packet, error) {
-	var hdr [5]byte
-	n := 0
-	for {
-		b, err := c.r.ReadByte()
-		if err != nil {
-			return nil, err
-		}
-		hdr[n] = b
-		n++
-		if n >= 2 && b < 0x80 || n == 5 {
-			break
-		}
-	}
-	h, rem, _, err := packet.ParseHeader(hdr[:n])
-	if err != nil {
-		return nil, err
-	}
-	if cap(c.body) < rem {
-		c.body = make([]byte, rem)
-	}
-	body := c.body[:rem]
-	if _, err := io.ReadFull(c.r, body); err != nil {
-		return nil, err
-	}
-	return packet.Decode(h, body, c.version)
+	p, body, err := packet.ReadPacket(c.r, c.body, c.version)
+	c.body = body
+	return p, err
 }
 
 func (c *conn) close() { c.nc.Close() }

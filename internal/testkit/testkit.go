@@ -50,13 +50,34 @@ func (c *Clock) Add(d time.Duration) {
 // the test naming what it waited for when within passes first.
 func Eventually(tb testing.TB, within time.Duration, what string, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(within)
+	if !Within(within, cond) {
+		tb.Fatalf("timed out after %v waiting for %s", within, what)
+	}
+}
+
+// CheckFor polls check every few milliseconds until it returns nil, and
+// fails the test with the last error it returned when within passes first:
+// Eventually for a wait whose failure should say what was seen last.
+func CheckFor(tb testing.TB, within time.Duration, check func() error) {
+	tb.Helper()
+	var err error
+	if !Within(within, func() bool { err = check(); return err == nil }) {
+		tb.Fatalf("after %v: %v", within, err)
+	}
+}
+
+// Within polls cond every few milliseconds until it holds (true) or d
+// passes (false). It does not fail the test: use it to wait for something
+// that may not come, such as a proof that something does not happen.
+func Within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", within, what)
+			return false
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	return true
 }
 
 // ChromiumPath is Debian's chromium, which scripts/test.sh installs.

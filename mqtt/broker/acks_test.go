@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -75,18 +75,18 @@ var akVersions = []struct {
 
 // akUsable checks that rc is still served and that nothing came before
 // the answer: a PINGREQ gets PINGRESP as the next packet.
-func akUsable(tb testing.TB, rc *rawClient) {
+func akUsable(tb testing.TB, rc *mqtttest.Raw) {
 	tb.Helper()
-	rc.must(tb, &packet.Pingreq{})
-	rc.expect(tb, packet.PINGRESP)
+	rc.Must(tb, &packet.Pingreq{})
+	rc.Expect(tb, packet.PINGRESP)
 }
 
 // akExpectAck reads an acknowledgement of kind for pid with reason code
 // code (v5; a 3.1.1 acknowledgement carries none and reads as Success).
-func akExpectAck(tb testing.TB, rc *rawClient, kind packet.Type, pid uint16, code packet.ReasonCode) {
+func akExpectAck(tb testing.TB, rc *mqtttest.Raw, kind packet.Type, pid uint16, code packet.ReasonCode) {
 	tb.Helper()
 	a := hcExpectAck(tb, rc, kind, pid)
-	if rc.version != packet.Version5 {
+	if rc.Version != packet.Version5 {
 		code = packet.Success
 	}
 	if a.ReasonCode != code {
@@ -97,10 +97,10 @@ func akExpectAck(tb testing.TB, rc *rawClient, kind packet.Type, pid uint16, cod
 // akEndedByProtocolError checks that the server ended rc for a protocol
 // error: a 3.1.1 connection is closed with nothing before, a v5 client gets
 // DISCONNECT 0x82 first.
-func akEndedByProtocolError(tb testing.TB, rc *rawClient) {
+func akEndedByProtocolError(tb testing.TB, rc *mqtttest.Raw) {
 	tb.Helper()
-	got := rc.closed(tb)
-	if rc.version != packet.Version5 {
+	got := rc.Closed(tb)
+	if rc.Version != packet.Version5 {
 		if len(got) != 0 {
 			tb.Fatalf("got %+v before the close, want nothing", got)
 		}
@@ -116,7 +116,7 @@ func akEndedByProtocolError(tb testing.TB, rc *rawClient) {
 
 // akDeliver sends a message at qos to rc (subscribed to ak/#) and returns
 // the PUBLISH it received.
-func akDeliver(tb testing.TB, b *testBroker, rc *rawClient, qos byte, payload string) *packet.Publish {
+func akDeliver(tb testing.TB, b *testBroker, rc *mqtttest.Raw, qos byte, payload string) *packet.Publish {
 	tb.Helper()
 	b.Publish(&broker.Message{Topic: "ak/x", QoS: qos, Payload: []byte(payload)})
 	return hcExpectPub(tb, rc, payload, qos, false)
@@ -128,75 +128,77 @@ func akDeliver(tb testing.TB, b *testBroker, rc *rawClient, qos byte, payload st
 // staying usable) and the close counted when the server ends it.
 func TestAcknowledgementsOfTheWrongKind(t *testing.T) {
 	const unknown = 4242 // a packet id the server is not using
-	ack := func(rc *rawClient, kind packet.Type, pid uint16) { rc.must(t, &packet.Ack{Kind: kind, PacketID: pid}) }
+	ack := func(rc *mqtttest.Raw, kind packet.Type, pid uint16) {
+		rc.Must(t, &packet.Ack{Kind: kind, PacketID: pid})
+	}
 	cases := []struct {
 		name  string
 		ends  bool // the server ends the connection (protocol error)
-		drive func(t *testing.T, b *testBroker, rc *rawClient)
+		drive func(t *testing.T, b *testBroker, rc *mqtttest.Raw)
 	}{
-		{"PUBREC for a QoS 1 PUBLISH", true, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBREC for a QoS 1 PUBLISH", true, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			p := akDeliver(t, b, rc, 1, "q1")
 			ack(rc, packet.PUBREC, p.PacketID)
 		}},
-		{"PUBCOMP for a QoS 1 PUBLISH", true, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBCOMP for a QoS 1 PUBLISH", true, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			p := akDeliver(t, b, rc, 1, "q1")
 			ack(rc, packet.PUBCOMP, p.PacketID)
 		}},
-		{"PUBACK for a QoS 2 PUBLISH awaiting PUBREC", true, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBACK for a QoS 2 PUBLISH awaiting PUBREC", true, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			p := akDeliver(t, b, rc, 2, "q2")
 			ack(rc, packet.PUBACK, p.PacketID)
 		}},
-		{"PUBACK for a QoS 2 PUBLISH awaiting PUBCOMP", true, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBACK for a QoS 2 PUBLISH awaiting PUBCOMP", true, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			p := akDeliver(t, b, rc, 2, "q2")
 			ack(rc, packet.PUBREC, p.PacketID)
 			akExpectAck(t, rc, packet.PUBREL, p.PacketID, packet.Success)
 			ack(rc, packet.PUBACK, p.PacketID)
 		}},
-		{"PUBCOMP when waiting for PUBREC", true, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBCOMP when waiting for PUBREC", true, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			p := akDeliver(t, b, rc, 2, "q2")
 			ack(rc, packet.PUBCOMP, p.PacketID)
 		}},
-		{"PUBREC when waiting for PUBCOMP", false, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBREC when waiting for PUBCOMP", false, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			p := akDeliver(t, b, rc, 2, "q2")
 			ack(rc, packet.PUBREC, p.PacketID)
 			akExpectAck(t, rc, packet.PUBREL, p.PacketID, packet.Success)
 			ack(rc, packet.PUBREC, p.PacketID) // a repeated PUBREC: PUBREL again
 			akExpectAck(t, rc, packet.PUBREL, p.PacketID, packet.Success)
 			// v5: whatever its reason code (3.1.1 sends none).
-			rc.must(t, &packet.Ack{Kind: packet.PUBREC, PacketID: p.PacketID, ReasonCode: packet.UnspecifiedError})
+			rc.Must(t, &packet.Ack{Kind: packet.PUBREC, PacketID: p.PacketID, ReasonCode: packet.UnspecifiedError})
 			akExpectAck(t, rc, packet.PUBREL, p.PacketID, packet.Success)
 			akUsable(t, rc)
 			ack(rc, packet.PUBCOMP, p.PacketID) // and the flow completes
 			hcQueues(t, b, 0, 0)
 		}},
-		{"PUBACK for an unknown packet id", false, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBACK for an unknown packet id", false, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			ack(rc, packet.PUBACK, unknown)
 			akUsable(t, rc) // nothing answered
 		}},
-		{"PUBACK again after the flow completed", false, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBACK again after the flow completed", false, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			p := akDeliver(t, b, rc, 1, "q1")
 			ack(rc, packet.PUBACK, p.PacketID)
 			ack(rc, packet.PUBACK, p.PacketID)
 			akUsable(t, rc)
 			hcQueues(t, b, 0, 0)
 		}},
-		{"PUBREC for an unknown packet id", false, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBREC for an unknown packet id", false, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			ack(rc, packet.PUBREC, unknown)
 			akExpectAck(t, rc, packet.PUBREL, unknown, packet.PacketIdentifierNotFound)
 			akUsable(t, rc)
 		}},
-		{"PUBCOMP for an unknown packet id", false, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBCOMP for an unknown packet id", false, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			ack(rc, packet.PUBCOMP, unknown)
 			akUsable(t, rc) // nothing answered
 		}},
-		{"PUBREL for an unknown packet id", false, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBREL for an unknown packet id", false, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			ack(rc, packet.PUBREL, unknown)
 			akExpectAck(t, rc, packet.PUBCOMP, unknown, packet.PacketIdentifierNotFound)
 			akUsable(t, rc)
 		}},
-		{"PUBREL before the server's PUBREC", true, func(t *testing.T, b *testBroker, rc *rawClient) {
+		{"PUBREL before the server's PUBREC", true, func(t *testing.T, b *testBroker, rc *mqtttest.Raw) {
 			// The policy has not acknowledged (stored) the message yet.
-			rc.must(t, &packet.Publish{Topic: "ak/held/x", QoS: 2, PacketID: 9, Payload: []byte("held")})
+			rc.Must(t, &packet.Publish{Topic: "ak/held/x", QoS: 2, PacketID: 9, Payload: []byte("held")})
 			hcExpectPub(t, rc, "held", 2, false) // routed to the subscription: delivered before it is stored
 			ack(rc, packet.PUBREL, 9)
 		}},
@@ -207,15 +209,15 @@ func TestAcknowledgementsOfTheWrongKind(t *testing.T) {
 			b := startBroker(t, broker.Options{Policy: policy})
 			var ended, left int64 // closes counted as protocol_error and client_disconnect
 			for _, tc := range cases {
-				rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "ak-wrong", CleanStart: true, KeepAlive: 30, ProtocolLevel: v.version})
+				rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "ak-wrong", CleanStart: true, KeepAlive: 30, ProtocolLevel: v.version})
 				hcSubscribe(t, rc, "ak/#", 2, 0)
 				tc.drive(t, b, rc)
 				if tc.ends {
 					akEndedByProtocolError(t, rc)
 					ended++
 				} else {
-					rc.must(t, &packet.Disconnect{})
-					rc.closed(t)
+					rc.Must(t, &packet.Disconnect{})
+					rc.Closed(t)
 					left++
 				}
 				eventually(t, tc.name+": closes counted", func() bool {
@@ -245,17 +247,17 @@ func TestAcknowledgementsOnResumedSession(t *testing.T) {
 				}
 				return c
 			}
-			rc, _ := connectRaw(t, b.Addr, cp(true))
+			rc, _ := mqtttest.ConnectRaw(t, b.Addr, cp(true))
 			hcSubscribe(t, rc, "ak/#", 2, 0)
 			p1 := akDeliver(t, b, rc, 1, "one")
 			p2 := akDeliver(t, b, rc, 2, "two")
 			p3 := akDeliver(t, b, rc, 2, "three")
-			rc.must(t, &packet.Ack{Kind: packet.PUBREC, PacketID: p3.PacketID})
+			rc.Must(t, &packet.Ack{Kind: packet.PUBREC, PacketID: p3.PacketID})
 			akExpectAck(t, rc, packet.PUBREL, p3.PacketID, packet.Success)
-			rc.nc.Close()
+			rc.Conn.Close()
 			hcConns(t, b, 0)
 
-			rc, ack := connectRaw(t, b.Addr, cp(false))
+			rc, ack := mqtttest.ConnectRaw(t, b.Addr, cp(false))
 			if !ack.SessionPresent {
 				t.Fatal("session not present")
 			}
@@ -267,12 +269,12 @@ func TestAcknowledgementsOnResumedSession(t *testing.T) {
 				{Kind: packet.PUBREC, PacketID: p3.PacketID}, // repeated from the first connection
 				{Kind: packet.PUBREC, PacketID: p2.PacketID},
 			} {
-				rc.must(t, &a)
+				rc.Must(t, &a)
 			}
 			akExpectAck(t, rc, packet.PUBREL, p3.PacketID, packet.Success)
 			akExpectAck(t, rc, packet.PUBREL, p2.PacketID, packet.Success)
-			rc.must(t, &packet.Ack{Kind: packet.PUBCOMP, PacketID: p3.PacketID})
-			rc.must(t, &packet.Ack{Kind: packet.PUBCOMP, PacketID: p2.PacketID})
+			rc.Must(t, &packet.Ack{Kind: packet.PUBCOMP, PacketID: p3.PacketID})
+			rc.Must(t, &packet.Ack{Kind: packet.PUBCOMP, PacketID: p2.PacketID})
 			akUsable(t, rc)
 			hcQueues(t, b, 0, 0)
 			if n := b.Stats().Closes[broker.CloseProtocolError]; n != 0 {
@@ -285,36 +287,25 @@ func TestAcknowledgementsOnResumedSession(t *testing.T) {
 // akSub is a paho subscriber to rt/# at QoS 2 (paho.golang for MQTT 5,
 // paho.mqtt.golang for 3.1.1) that gives its messages in arrival order.
 type akSub struct {
-	next func(tb testing.TB) string
+	Next func(tb testing.TB) string
 }
 
 func dialAkSub(tb testing.TB, b *testBroker, version byte) *akSub {
 	tb.Helper()
 	if version == packet.Version5 {
-		c := dialV5(tb, b.Addr, clean("rt-sub"))
-		c.subscribe(tb, paho.SubscribeOptions{Topic: "rt/#", QoS: 2})
-		return &akSub{next: func(tb testing.TB) string { tb.Helper(); return string(c.next(tb).Payload) }}
+		c := mqtttest.DialV5(tb, b.Addr, mqtttest.Clean("rt-sub"))
+		c.MustSubscribe(tb, paho.SubscribeOptions{Topic: "rt/#", QoS: 2})
+		return &akSub{Next: func(tb testing.TB) string { tb.Helper(); return string(c.Next(tb).Payload) }}
 	}
-	msgs := make(chan string, 100)
-	c := dialV3(tb, b.Addr, "rt-sub")
-	wait(tb, "subscribe", c.Subscribe("rt/#", 2, func(_ mqtt3.Client, m mqtt3.Message) { msgs <- string(m.Payload()) }))
-	return &akSub{next: func(tb testing.TB) string {
-		tb.Helper()
-		select {
-		case m := <-msgs:
-			return m
-		case <-time.After(waitFor):
-			tb.Fatal("no message arrived")
-			return ""
-		}
-	}}
+	in := mqtttest.DialV3(tb, b.Addr, "rt-sub").Subscription(tb, "rt/#", 2)
+	return &akSub{Next: func(tb testing.TB) string { tb.Helper(); return string(mqtttest.NextV3(tb, in).Payload()) }}
 }
 
 // expect checks that the next messages are payloads, in order.
-func (s *akSub) expect(tb testing.TB, payloads ...string) {
+func (s *akSub) Expect(tb testing.TB, payloads ...string) {
 	tb.Helper()
 	for _, want := range payloads {
-		if got := s.next(tb); got != want {
+		if got := s.Next(tb); got != want {
 			tb.Fatalf("subscriber got %q, want %q", got, want)
 		}
 	}
@@ -326,7 +317,7 @@ func (s *akSub) once(tb testing.TB, b *testBroker, name string) {
 	tb.Helper()
 	marker := "marker " + name
 	b.Publish(&broker.Message{Topic: "rt/marker", QoS: 1, Payload: []byte(marker)})
-	if got := s.next(tb); got != marker {
+	if got := s.Next(tb); got != marker {
 		tb.Fatalf("subscriber got %q again, or another message, before %q", got, marker)
 	}
 }
@@ -348,7 +339,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 			b := startBroker(t, broker.Options{Policy: policy, ReceiveMaximum: recvMax})
 			sub := dialAkSub(t, b, v.version)
 			// connect opens the publisher's session (first) or resumes it.
-			connect := func(t *testing.T, id string, first bool) *rawClient {
+			connect := func(t *testing.T, id string, first bool) *mqtttest.Raw {
 				t.Helper()
 				c := &packet.Connect{ClientID: id, CleanStart: first, KeepAlive: 30, ProtocolLevel: v.version}
 				if v.version == packet.Version5 {
@@ -356,40 +347,40 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 				} else {
 					c.CleanStart = false // a persistent 3.1.1 session
 				}
-				rc, ack := connectRaw(t, b.Addr, c)
+				rc, ack := mqtttest.ConnectRaw(t, b.Addr, c)
 				if ack.SessionPresent == first {
 					t.Fatalf("%s: session present %v", id, ack.SessionPresent)
 				}
 				return rc
 			}
-			publish := func(t *testing.T, rc *rawClient, topic string, pid uint16, payload string, dup bool) {
+			publish := func(t *testing.T, rc *mqtttest.Raw, topic string, pid uint16, payload string, dup bool) {
 				t.Helper()
-				rc.must(t, &packet.Publish{Topic: topic, QoS: 2, PacketID: pid, Payload: []byte(payload), Dup: dup})
+				rc.Must(t, &packet.Publish{Topic: topic, QoS: 2, PacketID: pid, Payload: []byte(payload), Dup: dup})
 			}
 			// finish sends PUBREL and expects PUBCOMP.
-			finish := func(t *testing.T, rc *rawClient, pid uint16) {
+			finish := func(t *testing.T, rc *mqtttest.Raw, pid uint16) {
 				t.Helper()
 				hcAck(t, rc, packet.PUBREL, pid)
 				akExpectAck(t, rc, packet.PUBCOMP, pid, packet.Success)
 			}
 			// drop closes the publisher's socket and waits until the
 			// session is offline (only the subscriber is connected).
-			drop := func(t *testing.T, rc *rawClient) {
+			drop := func(t *testing.T, rc *mqtttest.Raw) {
 				t.Helper()
-				rc.nc.Close()
+				rc.Conn.Close()
 				hcConns(t, b, 1)
 			}
 			// receiveMaximumHolds checks that the connection counts
 			// exactly the QoS 2 messages it has not completed: recvMax
 			// more are taken, one over ends the connection.
-			receiveMaximumHolds := func(t *testing.T, rc *rawClient) {
+			receiveMaximumHolds := func(t *testing.T, rc *mqtttest.Raw) {
 				t.Helper()
 				for i := range recvMax {
 					publish(t, rc, "rm/x", uint16(100+i), fmt.Sprintf("rm %s %d", t.Name(), i), false)
 					akExpectAck(t, rc, packet.PUBREC, uint16(100+i), packet.Success)
 				}
 				publish(t, rc, "rm/x", 100+recvMax, "rm over", false)
-				got := rc.closed(t)
+				got := rc.Closed(t)
 				if code, ok := lastDisconnect(got); v.version == packet.Version5 && (!ok || code != packet.ReceiveMaximumExceeded) {
 					t.Fatalf("got %+v before the close, want DISCONNECT 0x93", got)
 				}
@@ -405,7 +396,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 				rc := connect(t, "rt-a", true)
 				publish(t, rc, "rt/now/a", 7, "A", false)
 				akExpectAck(t, rc, packet.PUBREC, 7, packet.Success)
-				sub.expect(t, "A")
+				sub.Expect(t, "A")
 				drop(t, rc)
 				rc = connect(t, "rt-a", false)
 				publish(t, rc, "rt/now/a", 7, "A", true)
@@ -419,7 +410,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 			t.Run("PUBREC did not reach the client", func(t *testing.T) {
 				rc := connect(t, "rt-b", true)
 				publish(t, rc, "rt/now/b", 8, "B", false)
-				sub.expect(t, "B") // handled (and PUBREC written) before the socket closes unread
+				sub.Expect(t, "B") // handled (and PUBREC written) before the socket closes unread
 				drop(t, rc)
 				rc = connect(t, "rt-b", false)
 				publish(t, rc, "rt/now/b", 8, "B", true)
@@ -433,7 +424,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 				rc := connect(t, "rt-c", true)
 				publish(t, rc, "rt/now/c", 9, "C", false)
 				akExpectAck(t, rc, packet.PUBREC, 9, packet.Success)
-				sub.expect(t, "C")
+				sub.Expect(t, "C")
 				drop(t, rc)
 				rc = connect(t, "rt-c", false)
 				finish(t, rc, 9)
@@ -443,7 +434,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 				publish(t, rc, "rt/now/c", 9, "C2", false)
 				akExpectAck(t, rc, packet.PUBREC, 9, packet.Success)
 				finish(t, rc, 9)
-				sub.expect(t, "C2")
+				sub.Expect(t, "C2")
 				sub.once(t, b, "C2")
 				receiveMaximumHolds(t, rc)
 			})
@@ -451,7 +442,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 			t.Run("still being stored when the connection dropped", func(t *testing.T) {
 				rc := connect(t, "rt-d", true)
 				publish(t, rc, "rt/held/d", 10, "D", false)
-				sub.expect(t, "D") // delivered before it is stored
+				sub.Expect(t, "D") // delivered before it is stored
 				m := policy.take(t, "D")
 				akUsable(t, rc) // no PUBREC: not stored yet
 				drop(t, rc)
@@ -470,7 +461,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 			t.Run("stored while the client was away", func(t *testing.T) {
 				rc := connect(t, "rt-e", true)
 				publish(t, rc, "rt/held/e", 11, "E", false)
-				sub.expect(t, "E")
+				sub.Expect(t, "E")
 				m := policy.take(t, "E")
 				drop(t, rc)
 				m.Ack() // the PUBREC has no connection to go to
@@ -487,7 +478,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 				// the store again, and not routed again.
 				rc := connect(t, "rt-g", true)
 				publish(t, rc, "rt/held/g", 12, "G", false)
-				sub.expect(t, "G")
+				sub.Expect(t, "G")
 				m := policy.take(t, "G")
 				drop(t, rc)
 				m.Refuse(packet.ImplementationSpecificError, "the store is down")
@@ -506,7 +497,7 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 			t.Run("not stored after all, the client connected", func(t *testing.T) {
 				rc := connect(t, "rt-f", true)
 				publish(t, rc, "rt/held/f", 13, "F", false)
-				sub.expect(t, "F")
+				sub.Expect(t, "F")
 				m := policy.take(t, "F")
 				m.Refuse(packet.ImplementationSpecificError, "the store is down")
 				if v.version == packet.Version5 {
@@ -516,13 +507,13 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 					publish(t, rc, "rt/now/f", 13, "F2", false)
 					akExpectAck(t, rc, packet.PUBREC, 13, packet.Success)
 					finish(t, rc, 13)
-					sub.expect(t, "F2")
+					sub.Expect(t, "F2")
 					sub.once(t, b, "F")
 					return
 				}
 				// 3.1.1 cannot be told: the connection ends so that the
 				// client sends the message again, which is stored then.
-				if got := rc.closed(t); len(got) != 0 {
+				if got := rc.Closed(t); len(got) != 0 {
 					t.Fatalf("got %+v before the close, want nothing", got)
 				}
 				eventually(t, "message_not_stored close counted", func() bool { return b.Stats().Closes[broker.CloseNotStored] == 1 })

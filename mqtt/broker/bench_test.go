@@ -7,14 +7,15 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // dialBench connects a raw MQTT 5 client for benchmarks.
-func dialBench(tb testing.TB, addr, id string) *rawClient {
+func dialBench(tb testing.TB, addr, id string) *mqtttest.Raw {
 	tb.Helper()
-	c, _ := connectRaw(tb, addr, &packet.Connect{CleanStart: true, ClientID: id})
+	c, _ := mqtttest.ConnectRaw(tb, addr, &packet.Connect{CleanStart: true, ClientID: id})
 	return c
 }
 
@@ -59,10 +60,10 @@ func benchFanIn(b *testing.B, qos byte, overlap bool) {
 		if overlap {
 			s.Properties.SubscriptionIDs = []uint32{uint32(i + 1)}
 		}
-		if err := sub.send(s, true); err != nil {
+		if err := sub.Send(s, true); err != nil {
 			b.Fatal(err)
 		}
-		if p, err := sub.read(); err != nil || p.Type() != packet.SUBACK {
+		if p, err := sub.ReadPacket(); err != nil || p.Type() != packet.SUBACK {
 			b.Fatalf("want SUBACK, got %v %v", p, err)
 		}
 	}
@@ -99,26 +100,26 @@ func benchFanIn(b *testing.B, qos byte, overlap bool) {
 			select {
 			case window <- struct{}{}:
 			default:
-				pub.flush()
+				pub.Flush()
 				window <- struct{}{}
 			}
 			p.PacketID = uint16(i%60000 + 1)
 		}
-		if err := pub.send(p, i%64 == 63); err != nil {
+		if err := pub.Send(p, i%64 == 63); err != nil {
 			b.Fatal(err)
 		}
 	}
-	pub.flush()
+	pub.Flush()
 	if err := <-subDone; err != nil {
 		b.Fatal(err)
 	}
 }
 
 // subscriberLoop reads n PUBLISH packets, acknowledging each flow.
-func subscriberLoop(c *rawClient, n int) error {
+func subscriberLoop(c *mqtttest.Raw, n int) error {
 	got := 0
 	for got < n {
-		p, err := c.read()
+		p, err := c.ReadPacket()
 		if err != nil {
 			return fmt.Errorf("subscriber after %d messages: %w", got, err)
 		}
@@ -138,19 +139,19 @@ func subscriberLoop(c *rawClient, n int) error {
 			}
 		}
 		if reply != nil {
-			if err := c.send(reply, c.r.Buffered() == 0); err != nil {
+			if err := c.Send(reply, c.Buffered() == 0); err != nil {
 				return err
 			}
 		}
 	}
-	return c.flush()
+	return c.Flush()
 }
 
 // subscriberLoopLast is subscriberLoop until the first PUBLISH whose
 // payload starts with 1 (the last message).
-func subscriberLoopLast(c *rawClient) error {
+func subscriberLoopLast(c *mqtttest.Raw) error {
 	for {
-		p, err := c.read()
+		p, err := c.ReadPacket()
 		if err != nil {
 			return fmt.Errorf("subscriber: %w", err)
 		}
@@ -158,7 +159,7 @@ func subscriberLoopLast(c *rawClient) error {
 		switch p := p.(type) {
 		case *packet.Publish:
 			if p.Payload[0] == 1 {
-				return c.flush()
+				return c.Flush()
 			}
 			switch p.QoS {
 			case 1:
@@ -172,7 +173,7 @@ func subscriberLoopLast(c *rawClient) error {
 			}
 		}
 		if reply != nil {
-			if err := c.send(reply, c.r.Buffered() == 0); err != nil {
+			if err := c.Send(reply, c.Buffered() == 0); err != nil {
 				return err
 			}
 		}
@@ -180,9 +181,9 @@ func subscriberLoopLast(c *rawClient) error {
 }
 
 // publisherAcks completes the publisher's flows and frees window slots.
-func publisherAcks(c *rawClient, window chan struct{}) {
+func publisherAcks(c *mqtttest.Raw, window chan struct{}) {
 	for {
-		p, err := c.read()
+		p, err := c.ReadPacket()
 		if err != nil {
 			return
 		}
@@ -194,7 +195,7 @@ func publisherAcks(c *rawClient, window chan struct{}) {
 		case packet.PUBACK, packet.PUBCOMP:
 			<-window
 		case packet.PUBREC:
-			if c.send(&packet.Ack{Kind: packet.PUBREL, PacketID: a.PacketID}, c.r.Buffered() == 0) != nil {
+			if c.Send(&packet.Ack{Kind: packet.PUBREL, PacketID: a.PacketID}, c.Buffered() == 0) != nil {
 				return
 			}
 		}
@@ -219,11 +220,11 @@ func BenchmarkConnect(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		c, ack := connectRaw(b, addr, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version311, CleanStart: true, ClientID: "bench-connect"})
+		c, ack := mqtttest.ConnectRaw(b, addr, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version311, CleanStart: true, ClientID: "bench-connect"})
 		if ack.ReasonCode != 0 {
 			b.Fatalf("CONNACK 0x%02x", byte(ack.ReasonCode))
 		}
-		c.send(&packet.Disconnect{}, true)
-		c.nc.Close()
+		c.Send(&packet.Disconnect{}, true)
+		c.Conn.Close()
 	}
 }

@@ -1,7 +1,6 @@
 package broker_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -22,23 +22,6 @@ import (
 // which is counted in Stats().Closes, logged once, and (where the protocol
 // allows one) sent to a v5 client as a DISCONNECT reason code. Timeouts
 // are shortened through Options so the tests stay fast.
-
-// rawOver wraps an open connection (TLS, WebSocket) as a raw client.
-func rawOver(tb testing.TB, nc net.Conn, version byte) *rawClient {
-	tb.Helper()
-	tb.Cleanup(func() { nc.Close() })
-	return &rawClient{nc: nc, version: version, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10)}
-}
-
-// connectOver sends CONNECT on rc and checks the CONNACK accepts it.
-func connectOver(tb testing.TB, rc *rawClient, c *packet.Connect) {
-	tb.Helper()
-	c.ProtocolName, c.ProtocolLevel = "MQTT", rc.version
-	rc.must(tb, c)
-	if ack := rc.expect(tb, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.Success {
-		tb.Fatalf("connect %s refused: %v", c.ClientID, ack.ReasonCode)
-	}
-}
 
 // lastDisconnect returns the reason code of the DISCONNECT among pkts, and
 // whether there was one.
@@ -80,8 +63,8 @@ func expectClose(t *testing.T, b *testBroker, sink *testkit.LogSink, want broker
 // TestCloseReasons ends a connection in every way the broker knows and
 // checks what the client, the counters and the log say about it.
 func TestCloseReasons(t *testing.T) {
-	v5 := func(t *testing.T, b *testBroker, id string, ka uint16) *rawClient {
-		rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: id, CleanStart: true, KeepAlive: ka})
+	v5 := func(t *testing.T, b *testBroker, id string, ka uint16) *mqtttest.Raw {
+		rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: id, CleanStart: true, KeepAlive: ka})
 		return rc
 	}
 	cases := []struct {
@@ -91,80 +74,80 @@ func TestCloseReasons(t *testing.T) {
 		code   packet.ReasonCode // the DISCONNECT a v5 client gets; 0: none
 		msg    string            // the log line
 		detail string            // in the logged detail
-		run    func(t *testing.T, b *testBroker) *rawClient
+		run    func(t *testing.T, b *testBroker) *mqtttest.Raw
 	}{
 		{"the client's DISCONNECT", broker.Options{}, broker.CloseClientDisconnect, 0, "client disconnected", "",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-disc", 30)
-				rc.must(t, &packet.Disconnect{})
+				rc.Must(t, &packet.Disconnect{})
 				return rc
 			}},
 		{"the client closes the socket", broker.Options{}, broker.CloseConnectionLost, 0, "client disconnected", "without DISCONNECT",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-lost", 30)
-				rc.nc.(*net.TCPConn).CloseWrite()
+				rc.Conn.(*net.TCPConn).CloseWrite()
 				return rc
 			}},
 		{"no CONNECT in time", broker.Options{ConnectTimeout: 200 * time.Millisecond}, broker.CloseConnectTimeout, 0, "connection closed before CONNECT", "no CONNECT within 200ms",
-			func(t *testing.T, b *testBroker) *rawClient {
-				rc := dialRaw(t, b.Addr, packet.Version5)
-				rc.nc.Write([]byte{0x10, 0x20}) // a CONNECT that never completes
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
+				rc := mqtttest.DialRaw(t, b.Addr, packet.Version5)
+				rc.Conn.Write([]byte{0x10, 0x20}) // a CONNECT that never completes
 				return rc
 			}},
 		{"CONNECT refused", broker.Options{Policy: hdCapPolicy{}}, broker.CloseConnectRefused, 0, "connect refused", "",
-			func(t *testing.T, b *testBroker) *rawClient {
-				rc := dialRaw(t, b.Addr, packet.Version5)
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
+				rc := mqtttest.DialRaw(t, b.Addr, packet.Version5)
 				c := &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version5, ClientID: "c-refused"}
 				c.Properties.SetString(packet.PropAuthMethod, "SCRAM")
-				rc.must(t, c)
-				if ack := rc.expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.BadAuthenticationMethod {
+				rc.Must(t, c)
+				if ack := rc.Expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.BadAuthenticationMethod {
 					t.Fatalf("CONNACK %v", ack.ReasonCode)
 				}
 				return rc
 			}},
 		{"keep alive timeout", broker.Options{}, broker.CloseKeepAliveTimeout, packet.KeepAliveTimeout, "client disconnected", "keep alive 1s",
-			func(t *testing.T, b *testBroker) *rawClient { return v5(t, b, "c-ka", 1) }},
+			func(t *testing.T, b *testBroker) *mqtttest.Raw { return v5(t, b, "c-ka", 1) }},
 		{"malformed packet", broker.Options{}, broker.CloseMalformedPacket, packet.MalformedPacket, "client disconnected", "",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-malformed", 30)
 				// PUBLISH QoS 0, topic of length 1 holding 0xFF (not UTF-8).
-				rc.nc.Write([]byte{0x30, 0x04, 0x00, 0x01, 0xFF, 0x00})
+				rc.Conn.Write([]byte{0x30, 0x04, 0x00, 0x01, 0xFF, 0x00})
 				return rc
 			}},
 		{"packet too large", broker.Options{MaxPacketSize: 256}, broker.ClosePacketTooLarge, packet.PacketTooLarge, "client disconnected", "over the maximum of 256",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-large", 30)
-				rc.must(t, &packet.Publish{Topic: "big", Payload: make([]byte, 1000)})
+				rc.Must(t, &packet.Publish{Topic: "big", Payload: make([]byte, 1000)})
 				return rc
 			}},
 		{"a second CONNECT", broker.Options{}, broker.CloseProtocolError, packet.ProtocolError, "client disconnected", "second CONNECT",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-twice", 30)
-				rc.must(t, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version5, ClientID: "c-twice"})
+				rc.Must(t, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version5, ClientID: "c-twice"})
 				return rc
 			}},
 		{"Receive Maximum exceeded", broker.Options{ReceiveMaximum: 2, Policy: holdPolicy{}}, broker.CloseProtocolError, packet.ReceiveMaximumExceeded, "client disconnected", "Receive Maximum",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-recvmax", 30)
 				for i := range 3 {
-					rc.must(t, &packet.Publish{Topic: "held/x", QoS: 1, PacketID: uint16(i + 1), Payload: []byte("x")})
+					rc.Must(t, &packet.Publish{Topic: "held/x", QoS: 1, PacketID: uint16(i + 1), Payload: []byte("x")})
 				}
 				return rc
 			}},
 		{"QoS above the client's maximum", broker.Options{Policy: hdCapPolicy{}}, broker.CloseQoSNotAllowed, packet.QoSNotSupported, "client disconnected", "above this client's maximum QoS 1",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "capped-close", 30)
-				rc.must(t, &packet.Publish{Topic: "q/x", QoS: 2, PacketID: 1, Payload: []byte("x")})
+				rc.Must(t, &packet.Publish{Topic: "q/x", QoS: 2, PacketID: 1, Payload: []byte("x")})
 				return rc
 			}},
 		{"session taken over", broker.Options{}, broker.CloseTakenOver, packet.SessionTakenOver, "client disconnected", "took over the session",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-twin", 30)
 				v5(t, b, "c-twin", 30)
 				return rc
 			}},
 		{"not authorized any more", broker.Options{}, broker.CloseNotAuthorized, packet.NotAuthorized, "client disconnected", "credential revoked",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-revoked", 30)
 				other := v5(t, b, "c-kept", 30)
 				n := b.Disconnect(func(id *broker.Identity) string {
@@ -176,12 +159,12 @@ func TestCloseReasons(t *testing.T) {
 				if n != 1 {
 					t.Fatalf("Disconnect ended %d connections, want 1", n)
 				}
-				other.must(t, &packet.Pingreq{})
-				other.expect(t, packet.PINGRESP)
+				other.Must(t, &packet.Pingreq{})
+				other.Expect(t, packet.PINGRESP)
 				return rc
 			}},
 		{"server shutdown", broker.Options{}, broker.CloseShutdown, packet.ServerShuttingDown, "client disconnected", "shutting down",
-			func(t *testing.T, b *testBroker) *rawClient {
+			func(t *testing.T, b *testBroker) *mqtttest.Raw {
 				rc := v5(t, b, "c-shutdown", 30)
 				go b.Close(context.Background())
 				return rc
@@ -193,7 +176,7 @@ func TestCloseReasons(t *testing.T) {
 			tc.opts.Logger = log
 			b := startBroker(t, tc.opts)
 			rc := tc.run(t, b)
-			pkts := rc.closed(t)
+			pkts := rc.Closed(t)
 			code, got := lastDisconnect(pkts)
 			if tc.code != 0 && (!got || code != tc.code) {
 				t.Fatalf("client got %v before the close, want DISCONNECT %v", pkts, tc.code)
@@ -232,24 +215,24 @@ func TestWriteTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stuck := rawOver(t, nc, packet.Version5)
-	connectOver(t, stuck, &packet.Connect{ClientID: "stuck", CleanStart: true, KeepAlive: 60})
-	stuck.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "flood/#"}}})
-	stuck.expect(t, packet.SUBACK)
-	reader := dialV5(t, b.Addr, clean("reader"))
-	reader.subscribe(t, paho.SubscribeOptions{Topic: "flood/#"})
+	stuck := mqtttest.RawOver(t, nc, packet.Version5)
+	stuck.Connect(t, &packet.Connect{ClientID: "stuck", CleanStart: true, KeepAlive: 60})
+	stuck.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "flood/#"}}})
+	stuck.Expect(t, packet.SUBACK)
+	reader := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("reader"))
+	reader.MustSubscribe(t, paho.SubscribeOptions{Topic: "flood/#"})
 
 	pub := v5Pub(t, b.Addr, "flooder")
 	payload := make([]byte, 32<<10)
-	deadline := time.Now().Add(waitFor)
-	for b.Stats().Closes[broker.CloseWriteTimeout] == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stuck subscriber was never disconnected")
+	eventually(t, "the stuck subscriber to be disconnected", func() bool {
+		if b.Stats().Closes[broker.CloseWriteTimeout] != 0 {
+			return true
 		}
-		pub.must(t, &packet.Publish{Topic: "flood/x", Payload: payload})
-		pub.must(t, &packet.Pingreq{}) // paced by the broker's answers
-		pub.expect(t, packet.PINGRESP)
-	}
+		pub.Must(t, &packet.Publish{Topic: "flood/x", Payload: payload})
+		pub.Must(t, &packet.Pingreq{}) // paced by the broker's answers
+		pub.Expect(t, packet.PINGRESP)
+		return false
+	})
 	if t.Failed() {
 		return
 	}
@@ -260,15 +243,15 @@ func TestWriteTimeout(t *testing.T) {
 	}()
 	expectClose(t, b, sink, broker.CloseWriteTimeout, "client disconnected")
 	// The others were not affected.
-	pub.must(t, &packet.Publish{Topic: "flood/end", QoS: 1, PacketID: 1, Payload: []byte("end")})
-	pub.expect(t, packet.PUBACK)
-	for m := reader.next(t); m.Topic != "flood/end"; m = reader.next(t) {
+	pub.Must(t, &packet.Publish{Topic: "flood/end", QoS: 1, PacketID: 1, Payload: []byte("end")})
+	pub.Expect(t, packet.PUBACK)
+	for m := reader.Next(t); m.Topic != "flood/end"; m = reader.Next(t) {
 	}
 }
 
 // v5Pub is a raw v5 client that publishes.
-func v5Pub(tb testing.TB, addr, id string) *rawClient {
-	rc, _ := connectRaw(tb, addr, &packet.Connect{ClientID: id, CleanStart: true, KeepAlive: 60})
+func v5Pub(tb testing.TB, addr, id string) *mqtttest.Raw {
+	rc, _ := mqtttest.ConnectRaw(tb, addr, &packet.Connect{ClientID: id, CleanStart: true, KeepAlive: 60})
 	return rc
 }
 
@@ -290,9 +273,9 @@ func TestKeepAliveTimeoutOverTLSAndWebSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rc := range []*rawClient{rawOver(t, tc, packet.Version5), rawOver(t, hdDialWS(t, wsURL(wln.Addr().String()), "mqtt"), packet.Version5)} {
-		connectOver(t, rc, &packet.Connect{ClientID: "ka-" + rc.nc.LocalAddr().String(), CleanStart: true, KeepAlive: 1})
-		if code, ok := lastDisconnect(rc.closed(t)); !ok || code != packet.KeepAliveTimeout {
+	for _, rc := range []*mqtttest.Raw{mqtttest.RawOver(t, tc, packet.Version5), mqtttest.RawOver(t, hdDialWS(t, wsURL(wln.Addr().String()), "mqtt"), packet.Version5)} {
+		rc.Connect(t, &packet.Connect{ClientID: "ka-" + rc.Conn.LocalAddr().String(), CleanStart: true, KeepAlive: 1})
+		if code, ok := lastDisconnect(rc.Closed(t)); !ok || code != packet.KeepAliveTimeout {
 			t.Fatalf("got DISCONNECT %v (%v), want 0x8D", code, ok)
 		}
 	}
@@ -319,8 +302,8 @@ func TestWebSocketCloseDoesNotBlock(t *testing.T) {
 	// and 5; the clients read nothing more, so they never answer a close
 	// frame.
 	for _, v := range []byte{packet.Version311, packet.Version5} {
-		rc := rawOver(t, hdDialWS(t, wsURL(wln.Addr().String()), "mqtt"), v)
-		connectOver(t, rc, &packet.Connect{ClientID: fmt.Sprintf("ws-silent-%d", v), CleanStart: true, KeepAlive: 60})
+		rc := mqtttest.RawOver(t, hdDialWS(t, wsURL(wln.Addr().String()), "mqtt"), v)
+		rc.Connect(t, &packet.Connect{ClientID: fmt.Sprintf("ws-silent-%d", v), CleanStart: true, KeepAlive: 60})
 	}
 	start := time.Now()
 	if n := b.Disconnect(func(id *broker.Identity) string { return "revoked" }, packet.NotAuthorized); n != 2 {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,16 +14,11 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	mqtt3packets "github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
-
-// hAClock is an injectable clock for Options.Now that tests move forward.
-type hAClock struct{ off atomic.Int64 }
-
-func (c *hAClock) now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
-func (c *hAClock) advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // hADrops returns the drop counter for the named reason (a DropNames entry).
 func hADrops(tb testing.TB, b *testBroker, reason string) int64 {
@@ -49,24 +43,24 @@ func hAConns(tb testing.TB, b *testBroker, n int64) {
 // server writes before it closes the connection.
 func hARefusalBytes(tb testing.TB, addr string, cp *packet.Connect) []byte {
 	tb.Helper()
-	rc := dialRaw(tb, addr, cp.ProtocolLevel)
-	rc.must(tb, cp)
-	rc.nc.SetReadDeadline(time.Now().Add(waitFor))
-	got, err := io.ReadAll(rc.r)
+	rc := mqtttest.DialRaw(tb, addr, cp.ProtocolLevel)
+	rc.Must(tb, cp)
+	rc.Conn.SetReadDeadline(time.Now().Add(waitFor))
+	got, err := io.ReadAll(rc)
 	if err != nil {
 		tb.Fatalf("connection not closed after refusal: %v (got % x)", err, got)
 	}
-	rc.nc.Close() // the server's drain ends with it
+	rc.Conn.Close() // the server's drain ends with it
 	return got
 }
 
 // hAUntilClosed reads packets until the server closes the connection; it
 // does not fail the test, so it can run in a goroutine.
-func hAUntilClosed(rc *rawClient, limit time.Duration) ([]packet.Packet, error) {
-	rc.nc.SetReadDeadline(time.Now().Add(limit))
+func hAUntilClosed(rc *mqtttest.Raw, limit time.Duration) ([]packet.Packet, error) {
+	rc.Conn.SetReadDeadline(time.Now().Add(limit))
 	var got []packet.Packet
 	for {
-		p, err := rc.read()
+		p, err := rc.ReadPacket()
 		if err != nil {
 			var ne net.Error
 			var pe *packet.Error
@@ -81,9 +75,9 @@ func hAUntilClosed(rc *rawClient, limit time.Duration) ([]packet.Packet, error) 
 
 // hAExpectDisconnect waits for the server to close rc and checks that the
 // only packet before the close was a DISCONNECT with code.
-func hAExpectDisconnect(tb testing.TB, rc *rawClient, code packet.ReasonCode) {
+func hAExpectDisconnect(tb testing.TB, rc *mqtttest.Raw, code packet.ReasonCode) {
 	tb.Helper()
-	got := rc.closed(tb)
+	got := rc.Closed(tb)
 	if len(got) != 1 {
 		tb.Fatalf("before close got %d packets %+v, want one DISCONNECT 0x%02x", len(got), got, byte(code))
 	}
@@ -102,15 +96,15 @@ func hAExpectDisconnect(tb testing.TB, rc *rawClient, code packet.ReasonCode) {
 func TestConnectProtocolLevels(t *testing.T) {
 	log, sink := testkit.NewLog()
 	b := startBroker(t, broker.Options{Logger: log})
-	c3 := dialV3(t, b.Addr, "level4")
+	c3 := mqtttest.DialV3(t, b.Addr, "level4")
 	if !c3.IsConnected() {
 		t.Fatal("3.1.1 client not connected")
 	}
-	c5 := dialV5(t, b.Addr, clean("level5"))
-	if c5.Props.ReasonCode != 0 {
-		t.Fatalf("v5 CONNACK reason 0x%02x", c5.Props.ReasonCode)
+	c5 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("level5"))
+	if c5.Connack.ReasonCode != 0 {
+		t.Fatalf("v5 CONNACK reason 0x%02x", c5.Connack.ReasonCode)
 	}
-	if c31 := dialV3(t, b.Addr, "level3", func(o *mqtt3.ClientOptions) { o.SetProtocolVersion(3) }); !c31.IsConnected() {
+	if c31 := mqtttest.DialV3(t, b.Addr, "level3", func(o *mqtt3.ClientOptions) { o.SetProtocolVersion(3) }); !c31.IsConnected() {
 		t.Fatal("3.1 client not connected")
 	}
 
@@ -136,8 +130,8 @@ func TestConnectProtocolLevels(t *testing.T) {
 		t.Errorf("%d refusals of MQTT level 6 logged", n)
 	}
 	// The refused connections did not disturb the accepted ones.
-	c5.subscribe(t, paho.SubscribeOptions{Topic: "lv", QoS: 1})
-	c5.barrier(t, c5, "lv")
+	c5.MustSubscribe(t, paho.SubscribeOptions{Topic: "lv", QoS: 1})
+	mqtttest.Barrier(t, c5, "lv", c5)
 }
 
 // TestConnectEmptyClientID: a v5 client without a client id gets an
@@ -146,32 +140,32 @@ func TestConnectProtocolLevels(t *testing.T) {
 func TestConnectEmptyClientID(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 
-	a := dialV5(t, b.Addr, &paho.Connect{CleanStart: true, KeepAlive: 30,
+	a := mqtttest.DialV5(t, b.Addr, &paho.Connect{CleanStart: true, KeepAlive: 30,
 		Properties: &paho.ConnectProperties{SessionExpiryInterval: paho.Uint32(300)}})
-	other := dialV5(t, b.Addr, clean(""))
-	id := a.Props.Properties.AssignedClientID
-	if id == "" || other.Props.Properties.AssignedClientID == "" || id == other.Props.Properties.AssignedClientID {
-		t.Fatalf("assigned ids %q and %q: want two distinct non-empty ids", id, other.Props.Properties.AssignedClientID)
+	other := mqtttest.DialV5(t, b.Addr, mqtttest.Clean(""))
+	id := a.Connack.Properties.AssignedClientID
+	if id == "" || other.Connack.Properties.AssignedClientID == "" || id == other.Connack.Properties.AssignedClientID {
+		t.Fatalf("assigned ids %q and %q: want two distinct non-empty ids", id, other.Connack.Properties.AssignedClientID)
 	}
-	a.subscribe(t, paho.SubscribeOptions{Topic: "assigned/#", QoS: 1})
+	a.MustSubscribe(t, paho.SubscribeOptions{Topic: "assigned/#", QoS: 1})
 	a.Disconnect(&paho.Disconnect{})
 	hAConns(t, b, 1)
 	// The assigned id resumes the session, subscription included.
-	again := dialV5(t, b.Addr, &paho.Connect{ClientID: id, KeepAlive: 30,
+	again := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: id, KeepAlive: 30,
 		Properties: &paho.ConnectProperties{SessionExpiryInterval: paho.Uint32(300)}})
-	if !again.Props.SessionPresent {
+	if !again.Connack.SessionPresent {
 		t.Fatalf("session of assigned id %q not present", id)
 	}
-	if again.Props.Properties.AssignedClientID != "" {
-		t.Fatalf("id assigned to a client that sent one: %q", again.Props.Properties.AssignedClientID)
+	if again.Connack.Properties.AssignedClientID != "" {
+		t.Fatalf("id assigned to a client that sent one: %q", again.Connack.Properties.AssignedClientID)
 	}
-	other.publish(t, &paho.Publish{Topic: "assigned/x", QoS: 1, Payload: []byte("hi")})
-	again.expect(t, "hi")
+	other.MustPublish(t, &paho.Publish{Topic: "assigned/x", QoS: 1, Payload: []byte("hi")})
+	again.Expect(t, "hi")
 
 	// 3.1.1: empty id with clean session is accepted ...
-	dialV3(t, b.Addr, "")
+	mqtttest.DialV3(t, b.Addr, "")
 	// ... and refused with identifier rejected (0x02) without it.
-	_, err := tryV3(t, b.Addr, "", func(o *mqtt3.ClientOptions) { o.SetCleanSession(false) })
+	_, _, err := mqtttest.TryV3(t, b.Addr, "", func(o *mqtt3.ClientOptions) { o.SetCleanSession(false) })
 	if !errors.Is(err, mqtt3packets.ErrorRefusedIDRejected) {
 		t.Fatalf("3.1.1 empty id, persistent session: err %v, want identifier rejected", err)
 	}
@@ -186,23 +180,23 @@ func TestConnectEmptyClientID(t *testing.T) {
 // an AUTH packet on an established connection is a protocol error.
 func TestConnectAuthMethodRefused(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	_, ack, err := tryV5(t, b.Addr, &paho.Connect{ClientID: "scram", CleanStart: true, KeepAlive: 30,
+	_, ack, err := mqtttest.TryV5(t, b.Addr, &paho.Connect{ClientID: "scram", CleanStart: true, KeepAlive: 30,
 		Properties: &paho.ConnectProperties{AuthMethod: "SCRAM-SHA-256", AuthData: []byte("client-first")}})
 	if err == nil || ack == nil || ack.ReasonCode != byte(packet.BadAuthenticationMethod) {
 		t.Fatalf("connect with auth method: err %v connack %+v, want reason 0x8C", err, ack)
 	}
 
-	rc := dialRaw(t, b.Addr, packet.Version5)
+	rc := mqtttest.DialRaw(t, b.Addr, packet.Version5)
 	cp := &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version5, CleanStart: true, ClientID: "scram2", KeepAlive: 30}
 	cp.Properties.SetString(packet.PropAuthMethod, "SCRAM-SHA-256")
-	rc.must(t, cp)
-	got := rc.closed(t)
+	rc.Must(t, cp)
+	got := rc.Closed(t)
 	if len(got) != 1 || got[0].(*packet.Connack).ReasonCode != packet.BadAuthenticationMethod {
 		t.Fatalf("got %+v, want CONNACK 0x8C then close", got)
 	}
 
-	rc, _ = connectRaw(t, b.Addr, &packet.Connect{CleanStart: true, ClientID: "auth-later", KeepAlive: 30})
-	rc.must(t, &packet.Auth{ReasonCode: packet.ReAuthenticate})
+	rc, _ = mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{CleanStart: true, ClientID: "auth-later", KeepAlive: 30})
+	rc.Must(t, &packet.Auth{ReasonCode: packet.ReAuthenticate})
 	hAExpectDisconnect(t, rc, packet.ProtocolError)
 	// The broker sends the DISCONNECT before it drops the session, so the
 	// count reaches zero just after the client sees the packet.
@@ -215,28 +209,28 @@ func TestConnectAuthMethodRefused(t *testing.T) {
 // is advertised as Server Keep Alive.
 func TestKeepAliveTimeout(t *testing.T) {
 	b := startBroker(t, broker.Options{MaxKeepAlive: 1})
-	watcher := dialV5(t, b.Addr, clean("ka-watch"))
-	watcher.subscribe(t, paho.SubscribeOptions{Topic: "ka/#", QoS: 1})
+	watcher := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("ka-watch"))
+	watcher.MustSubscribe(t, paho.SubscribeOptions{Topic: "ka/#", QoS: 1})
 
-	idle, ack := connectRaw(t, b.Addr, &packet.Connect{ClientID: "ka-idle", CleanStart: true, KeepAlive: 1,
+	idle, ack := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "ka-idle", CleanStart: true, KeepAlive: 1,
 		Will: &packet.Will{Topic: "ka/will", Payload: []byte("idle gone"), QoS: 1}})
 	idleSince := time.Now()
 	if ack.Properties.Has(packet.PropServerKeepAlive) {
 		t.Fatalf("keep alive 1 under a cap of 1 was overridden: %d", ack.Properties.ServerKeepAlive)
 	}
-	capped, ack := connectRaw(t, b.Addr, &packet.Connect{ClientID: "ka-capped", CleanStart: true, KeepAlive: 60})
+	capped, ack := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "ka-capped", CleanStart: true, KeepAlive: 60})
 	cappedSince := time.Now()
 	if !ack.Properties.Has(packet.PropServerKeepAlive) || ack.Properties.ServerKeepAlive != 1 {
 		t.Fatalf("keep alive 60 under a cap of 1: CONNACK %+v, want Server Keep Alive 1", ack.Properties)
 	}
-	pinger, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "ka-pinger", CleanStart: true, KeepAlive: 1})
+	pinger, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "ka-pinger", CleanStart: true, KeepAlive: 1})
 
 	type result struct {
 		after time.Duration
 		pkts  []packet.Packet
 		err   error
 	}
-	watch := func(rc *rawClient, since time.Time) chan result {
+	watch := func(rc *mqtttest.Raw, since time.Time) chan result {
 		ch := make(chan result, 1)
 		go func() {
 			pkts, err := hAUntilClosed(rc, waitFor)
@@ -250,8 +244,8 @@ func TestKeepAliveTimeout(t *testing.T) {
 	// gone, and is still served afterwards.
 	var results []result
 	for len(results) < 2 {
-		pinger.must(t, &packet.Pingreq{})
-		pinger.expect(t, packet.PINGRESP)
+		pinger.Must(t, &packet.Pingreq{})
+		pinger.Expect(t, packet.PINGRESP)
 		select {
 		case r := <-idleDone:
 			results = append(results, r)
@@ -275,9 +269,9 @@ func TestKeepAliveTimeout(t *testing.T) {
 			}
 		}
 	}
-	pinger.must(t, &packet.Pingreq{})
-	pinger.expect(t, packet.PINGRESP)
-	if m := watcher.next(t); m.Topic != "ka/will" || string(m.Payload) != "idle gone" {
+	pinger.Must(t, &packet.Pingreq{})
+	pinger.Expect(t, packet.PINGRESP)
+	if m := watcher.Next(t); m.Topic != "ka/will" || string(m.Payload) != "idle gone" {
 		t.Fatalf("got %q on %s, want the idle client's will", m.Payload, m.Topic)
 	}
 }
@@ -290,8 +284,8 @@ func TestServerKeepAlive(t *testing.T) {
 		ka   uint16
 		want uint16 // 0: not advertised
 	}{{60, 30}, {0, 30}, {10, 0}, {30, 0}} {
-		c := dialV5(t, b.Addr, &paho.Connect{ClientID: "ska", CleanStart: true, KeepAlive: tc.ka})
-		got := c.Props.Properties.ServerKeepAlive
+		c := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "ska", CleanStart: true, KeepAlive: tc.ka})
+		got := c.Connack.Properties.ServerKeepAlive
 		switch {
 		case tc.want == 0 && got != nil:
 			t.Errorf("keep alive %d: Server Keep Alive %d advertised, want none", tc.ka, *got)
@@ -312,7 +306,7 @@ func TestMaxKeepAliveRefusesV3(t *testing.T) {
 		ka      time.Duration
 		refused bool
 	}{{60 * time.Second, true}, {0, true}, {10 * time.Second, false}, {30 * time.Second, false}} {
-		c, err := tryV3(t, b.Addr, fmt.Sprintf("ka3-%d", int(tc.ka.Seconds())), func(o *mqtt3.ClientOptions) { o.SetKeepAlive(tc.ka) })
+		c, _, err := mqtttest.TryV3(t, b.Addr, fmt.Sprintf("ka3-%d", int(tc.ka.Seconds())), func(o *mqtt3.ClientOptions) { o.SetKeepAlive(tc.ka) })
 		switch {
 		case tc.refused && !errors.Is(err, mqtt3packets.ErrorRefusedIDRejected):
 			t.Errorf("3.1.1 keep alive %v under a cap of 30 s: %v, want refused with identifier rejected", tc.ka, err)
@@ -334,11 +328,11 @@ func TestMaxKeepAliveRefusesV3(t *testing.T) {
 func TestMaxPacketSizeInbound(t *testing.T) {
 	const limit = 512
 	b := startBroker(t, broker.Options{MaxPacketSize: limit})
-	sub := dialV5(t, b.Addr, clean("mps-sub"))
-	if p := sub.Props.Properties.MaximumPacketSize; p == nil || *p != limit {
+	sub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("mps-sub"))
+	if p := sub.Connack.Properties.MaximumPacketSize; p == nil || *p != limit {
 		t.Fatalf("advertised Maximum Packet Size %v, want %d", p, limit)
 	}
-	sub.subscribe(t, paho.SubscribeOptions{Topic: "mps/#", QoS: 1})
+	sub.MustSubscribe(t, paho.SubscribeOptions{Topic: "mps/#", QoS: 1})
 
 	sized := func(size int, version byte) *packet.Publish {
 		p := &packet.Publish{Topic: "mps/in", QoS: 1, PacketID: 1}
@@ -351,24 +345,24 @@ func TestMaxPacketSizeInbound(t *testing.T) {
 		t.Fatalf("cannot build a PUBLISH of %d bytes", size)
 		return nil
 	}
-	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "mps-pub", CleanStart: true, KeepAlive: 30})
-	pub.must(t, sized(limit, packet.Version5))
-	if a := pub.expect(t, packet.PUBACK).(*packet.Ack); a.ReasonCode != packet.Success {
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "mps-pub", CleanStart: true, KeepAlive: 30})
+	pub.Must(t, sized(limit, packet.Version5))
+	if a := pub.Expect(t, packet.PUBACK).(*packet.Ack); a.ReasonCode != packet.Success {
 		t.Fatalf("PUBACK %v for a packet of exactly the maximum size", a.ReasonCode)
 	}
-	if m := sub.next(t); len(m.Payload) != len(sized(limit, packet.Version5).Payload) {
+	if m := sub.Next(t); len(m.Payload) != len(sized(limit, packet.Version5).Payload) {
 		t.Fatalf("got %d-byte payload", len(m.Payload))
 	}
-	pub.must(t, sized(limit+1, packet.Version5))
+	pub.Must(t, sized(limit+1, packet.Version5))
 	hAExpectDisconnect(t, pub, packet.PacketTooLarge)
 
-	pub3, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "mps-pub3", CleanStart: true, KeepAlive: 30})
-	pub3.must(t, sized(limit+1, packet.Version311))
-	if got := pub3.closed(t); len(got) != 0 {
+	pub3, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "mps-pub3", CleanStart: true, KeepAlive: 30})
+	pub3.Must(t, sized(limit+1, packet.Version311))
+	if got := pub3.Closed(t); len(got) != 0 {
 		t.Fatalf("3.1.1 client got %+v before close", got)
 	}
 	// Nothing of the oversized packets was delivered.
-	sub.barrier(t, sub, "mps/barrier")
+	mqtttest.Barrier(t, sub, "mps/barrier", sub)
 }
 
 // TestMaxPacketSizeOutbound: a message larger than the subscriber's Maximum
@@ -376,20 +370,20 @@ func TestMaxPacketSizeInbound(t *testing.T) {
 // smaller ones, before and after, arrive; other subscribers get it.
 func TestMaxPacketSizeOutbound(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	small := dialV5(t, b.Addr, &paho.Connect{ClientID: "mpo-small", CleanStart: true, KeepAlive: 30,
+	small := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "mpo-small", CleanStart: true, KeepAlive: 30,
 		Properties: &paho.ConnectProperties{MaximumPacketSize: paho.Uint32(200)}})
-	small.subscribe(t, paho.SubscribeOptions{Topic: "mpo/#", QoS: 1})
-	big := dialV5(t, b.Addr, clean("mpo-big"))
-	big.subscribe(t, paho.SubscribeOptions{Topic: "mpo/#", QoS: 1})
-	pub := dialV5(t, b.Addr, clean("mpo-pub"))
+	small.MustSubscribe(t, paho.SubscribeOptions{Topic: "mpo/#", QoS: 1})
+	big := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("mpo-big"))
+	big.MustSubscribe(t, paho.SubscribeOptions{Topic: "mpo/#", QoS: 1})
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("mpo-pub"))
 
 	large := strings.Repeat("x", 300)
-	pub.publish(t, &paho.Publish{Topic: "mpo/a", QoS: 1, Payload: []byte("before")})
-	pub.publish(t, &paho.Publish{Topic: "mpo/a", QoS: 1, Payload: []byte(large)})
-	pub.publish(t, &paho.Publish{Topic: "mpo/a", QoS: 0, Payload: []byte(large)})
-	pub.publish(t, &paho.Publish{Topic: "mpo/a", QoS: 1, Payload: []byte("after")})
-	small.expect(t, "before", "after")
-	big.expect(t, "before", large, large, "after")
+	pub.MustPublish(t, &paho.Publish{Topic: "mpo/a", QoS: 1, Payload: []byte("before")})
+	pub.MustPublish(t, &paho.Publish{Topic: "mpo/a", QoS: 1, Payload: []byte(large)})
+	pub.MustPublish(t, &paho.Publish{Topic: "mpo/a", QoS: 0, Payload: []byte(large)})
+	pub.MustPublish(t, &paho.Publish{Topic: "mpo/a", QoS: 1, Payload: []byte("after")})
+	small.Expect(t, "before", "after")
+	big.Expect(t, "before", large, large, "after")
 	if n := hADrops(t, b, "packet_too_large"); n != 2 {
 		t.Fatalf("packet_too_large drops %d, want 2", n)
 	}
@@ -402,36 +396,36 @@ func TestMaxPacketSizeOutbound(t *testing.T) {
 // gets DISCONNECT 0x93; releasing (PUBREL) frees the quota.
 func TestReceiveMaximumInbound(t *testing.T) {
 	b := startBroker(t, broker.Options{ReceiveMaximum: 3})
-	sub := dialV5(t, b.Addr, clean("rmi-sub"))
-	if rm := sub.Props.Properties.ReceiveMaximum; rm == nil || *rm != 3 {
+	sub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("rmi-sub"))
+	if rm := sub.Connack.Properties.ReceiveMaximum; rm == nil || *rm != 3 {
 		t.Fatalf("advertised Receive Maximum %v, want 3", rm)
 	}
-	sub.subscribe(t, paho.SubscribeOptions{Topic: "rmi/#", QoS: 2})
+	sub.MustSubscribe(t, paho.SubscribeOptions{Topic: "rmi/#", QoS: 2})
 
-	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "rmi-pub", CleanStart: true, KeepAlive: 30})
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "rmi-pub", CleanStart: true, KeepAlive: 30})
 	send := func(pid uint16) {
-		pub.must(t, &packet.Publish{Topic: "rmi/x", QoS: 2, PacketID: pid, Payload: []byte{byte('0' + pid)}})
+		pub.Must(t, &packet.Publish{Topic: "rmi/x", QoS: 2, PacketID: pid, Payload: []byte{byte('0' + pid)}})
 	}
 	for pid := uint16(1); pid <= 3; pid++ {
 		send(pid)
-		if a := pub.expect(t, packet.PUBREC).(*packet.Ack); a.PacketID != pid || a.ReasonCode != packet.Success {
+		if a := pub.Expect(t, packet.PUBREC).(*packet.Ack); a.PacketID != pid || a.ReasonCode != packet.Success {
 			t.Fatalf("PUBREC %+v for %d", a, pid)
 		}
 	}
 	for pid := uint16(1); pid <= 3; pid++ {
-		pub.must(t, &packet.Ack{Kind: packet.PUBREL, PacketID: pid})
-		if a := pub.expect(t, packet.PUBCOMP).(*packet.Ack); a.PacketID != pid {
+		pub.Must(t, &packet.Ack{Kind: packet.PUBREL, PacketID: pid})
+		if a := pub.Expect(t, packet.PUBCOMP).(*packet.Ack); a.PacketID != pid {
 			t.Fatalf("PUBCOMP %+v for %d", a, pid)
 		}
 	}
 	for pid := uint16(4); pid <= 6; pid++ {
 		send(pid)
-		pub.expect(t, packet.PUBREC)
+		pub.Expect(t, packet.PUBREC)
 	}
 	send(7)
 	hAExpectDisconnect(t, pub, packet.ReceiveMaximumExceeded)
-	sub.expect(t, "1", "2", "3", "4", "5", "6")
-	sub.barrier(t, sub, "rmi/barrier")
+	sub.Expect(t, "1", "2", "3", "4", "5", "6")
+	mqtttest.Barrier(t, sub, "rmi/barrier", sub)
 }
 
 // TestReceiveMaximumOutbound: a subscriber with Receive Maximum 2 never has
@@ -441,13 +435,13 @@ func TestReceiveMaximumOutbound(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	cp := &packet.Connect{ClientID: "rmo-sub", CleanStart: true, KeepAlive: 30}
 	cp.Properties.SetUint16(packet.PropReceiveMaximum, 2)
-	sub, _ := connectRaw(t, b.Addr, cp)
-	sub.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "rmo/#", QoS: 1}}})
-	sub.expect(t, packet.SUBACK)
+	sub, _ := mqtttest.ConnectRaw(t, b.Addr, cp)
+	sub.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "rmo/#", QoS: 1}}})
+	sub.Expect(t, packet.SUBACK)
 
-	pub := dialV5(t, b.Addr, clean("rmo-pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("rmo-pub"))
 	for i := range 5 {
-		pub.publish(t, &paho.Publish{Topic: "rmo/x", QoS: 1, Payload: []byte{byte('0' + i)}})
+		pub.MustPublish(t, &paho.Publish{Topic: "rmo/x", QoS: 1, Payload: []byte{byte('0' + i)}})
 	}
 	state := func(inflight, queued int64) {
 		t.Helper()
@@ -458,13 +452,13 @@ func TestReceiveMaximumOutbound(t *testing.T) {
 	}
 	recv := func(want byte) uint16 {
 		t.Helper()
-		p := sub.expect(t, packet.PUBLISH).(*packet.Publish)
+		p := sub.Expect(t, packet.PUBLISH).(*packet.Publish)
 		if p.QoS != 1 || len(p.Payload) != 1 || p.Payload[0] != want {
 			t.Fatalf("got %+v, want QoS 1 payload %q", p, want)
 		}
 		return p.PacketID
 	}
-	ack := func(pid uint16) { sub.must(t, &packet.Ack{Kind: packet.PUBACK, PacketID: pid}) }
+	ack := func(pid uint16) { sub.Must(t, &packet.Ack{Kind: packet.PUBACK, PacketID: pid}) }
 
 	p0, p1 := recv('0'), recv('1')
 	state(2, 3) // two sent, three held back by the client's Receive Maximum
@@ -484,10 +478,10 @@ func TestReceiveMaximumOutbound(t *testing.T) {
 // alone (and can be remapped); subscribers see full topic names.
 func TestTopicAliasInbound(t *testing.T) {
 	b := startBroker(t, broker.Options{TopicAliasMaximum: 2})
-	sub := dialV5(t, b.Addr, clean("tai-sub"))
-	sub.subscribe(t, paho.SubscribeOptions{Topic: "ta/#", QoS: 1})
-	pub := dialV5(t, b.Addr, clean("tai-pub"))
-	if m := pub.Props.Properties.TopicAliasMaximum; m == nil || *m != 2 {
+	sub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("tai-sub"))
+	sub.MustSubscribe(t, paho.SubscribeOptions{Topic: "ta/#", QoS: 1})
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("tai-pub"))
+	if m := pub.Connack.Properties.TopicAliasMaximum; m == nil || *m != 2 {
 		t.Fatalf("advertised Topic Alias Maximum %v, want 2", m)
 	}
 	steps := []struct {
@@ -500,11 +494,11 @@ func TestTopicAliasInbound(t *testing.T) {
 		{"ta/z", 2, "ta/z"}, {"", 2, "ta/z"}, {"", 1, "ta/y"},
 	}
 	for i, s := range steps {
-		pub.publish(t, &paho.Publish{Topic: s.topic, QoS: 1, Payload: []byte{byte('a' + i)},
+		pub.MustPublish(t, &paho.Publish{Topic: s.topic, QoS: 1, Payload: []byte{byte('a' + i)},
 			Properties: &paho.PublishProperties{TopicAlias: paho.Uint16(s.alias)}})
 	}
 	for i, s := range steps {
-		m := sub.next(t)
+		m := sub.Next(t)
 		if m.Topic != s.want || m.Payload[0] != byte('a'+i) {
 			t.Fatalf("message %d: got %q on %q, want %q", i, m.Payload, m.Topic, s.want)
 		}
@@ -525,10 +519,10 @@ func TestTopicAliasInvalid(t *testing.T) {
 		code  packet.ReasonCode
 	}{{"tai/x", 3, packet.TopicAliasInvalid}, {"tai/x", 0, packet.TopicAliasInvalid}, {"", 2, packet.ProtocolError}} {
 		t.Run(fmt.Sprintf("topic=%q,alias=%d", tc.topic, tc.alias), func(t *testing.T) {
-			rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "tai-bad", CleanStart: true, KeepAlive: 30})
+			rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "tai-bad", CleanStart: true, KeepAlive: 30})
 			p := &packet.Publish{Topic: tc.topic, QoS: 1, PacketID: 1, Payload: []byte("x")}
 			p.Properties.SetTopicAlias(tc.alias)
-			rc.must(t, p)
+			rc.Must(t, p)
 			hAExpectDisconnect(t, rc, tc.code)
 		})
 	}
@@ -541,9 +535,9 @@ func TestTopicAliasOutbound(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	cp := &packet.Connect{ClientID: "tao-raw", CleanStart: true, KeepAlive: 30}
 	cp.Properties.SetUint16(packet.PropTopicAliasMaximum, 2)
-	raw, _ := connectRaw(t, b.Addr, cp)
-	raw.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "oa/#"}}})
-	raw.expect(t, packet.SUBACK)
+	raw, _ := mqtttest.ConnectRaw(t, b.Addr, cp)
+	raw.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "oa/#"}}})
+	raw.Expect(t, packet.SUBACK)
 
 	type routed struct{ route, payload string }
 	got := make(chan routed, 100)
@@ -551,12 +545,12 @@ func TestTopicAliasOutbound(t *testing.T) {
 	for _, r := range []string{"oa/1", "oa/2", "oa/3"} {
 		router.RegisterHandler(r, func(p *paho.Publish) { got <- routed{r, string(p.Payload)} })
 	}
-	ph := dialV5(t, b.Addr, &paho.Connect{ClientID: "tao-paho", CleanStart: true, KeepAlive: 30,
+	ph := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "tao-paho", CleanStart: true, KeepAlive: 30,
 		Properties: &paho.ConnectProperties{TopicAliasMaximum: paho.Uint16(2)}},
 		func(cfg *paho.ClientConfig) { cfg.Router = router })
-	ph.subscribe(t, paho.SubscribeOptions{Topic: "oa/#"})
+	ph.MustSubscribe(t, paho.SubscribeOptions{Topic: "oa/#"})
 
-	pub := dialV5(t, b.Addr, clean("tao-pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("tao-pub"))
 	steps := []struct {
 		topic     string
 		wireTopic string
@@ -567,10 +561,10 @@ func TestTopicAliasOutbound(t *testing.T) {
 		{"oa/1", "", 1}, {"oa/2", "", 2},
 	}
 	for i, s := range steps {
-		pub.publish(t, &paho.Publish{Topic: s.topic, QoS: 1, Payload: []byte{byte('a' + i)}})
+		pub.MustPublish(t, &paho.Publish{Topic: s.topic, QoS: 1, Payload: []byte{byte('a' + i)}})
 	}
 	for i, s := range steps {
-		p := raw.expect(t, packet.PUBLISH).(*packet.Publish)
+		p := raw.Expect(t, packet.PUBLISH).(*packet.Publish)
 		alias := uint16(0)
 		if p.Properties.Has(packet.PropTopicAlias) {
 			alias = p.Properties.TopicAlias
@@ -594,13 +588,13 @@ func TestTopicAliasOutbound(t *testing.T) {
 // subscriber intact, message expiry counts down while a message waits in
 // an offline session, and a message that expires there is dropped.
 func TestPropertiesPassThrough(t *testing.T) {
-	clock := &hAClock{}
-	b := startBroker(t, broker.Options{Now: clock.now})
+	clock := testkit.NewClock(time.Now())
+	b := startBroker(t, broker.Options{Now: clock.Now})
 	persistent := &paho.Connect{ClientID: "pp-sub", KeepAlive: 30,
 		Properties: &paho.ConnectProperties{SessionExpiryInterval: paho.Uint32(300)}}
-	sub := dialV5(t, b.Addr, persistent)
-	sub.subscribe(t, paho.SubscribeOptions{Topic: "pp/#", QoS: 1})
-	pub := dialV5(t, b.Addr, clean("pp-pub"))
+	sub := mqtttest.DialV5(t, b.Addr, persistent)
+	sub.MustSubscribe(t, paho.SubscribeOptions{Topic: "pp/#", QoS: 1})
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pp-pub"))
 
 	props := func(expiry uint32) *paho.PublishProperties {
 		return &paho.PublishProperties{
@@ -632,41 +626,41 @@ func TestPropertiesPassThrough(t *testing.T) {
 			t.Fatalf("message expiry %v, want %d", p.MessageExpiry, expiry)
 		}
 	}
-	pub.publish(t, &paho.Publish{Topic: "pp/live", QoS: 1, Payload: []byte(`{"n":1}`), Properties: props(100)})
-	check(sub.next(t), 100)
+	pub.MustPublish(t, &paho.Publish{Topic: "pp/live", QoS: 1, Payload: []byte(`{"n":1}`), Properties: props(100)})
+	check(sub.Next(t), 100)
 
 	// Offline: one message expires while queued, the other counts down.
 	sub.Disconnect(&paho.Disconnect{})
 	hAConns(t, b, 1)
-	pub.publish(t, &paho.Publish{Topic: "pp/short", QoS: 1, Payload: []byte("short"), Properties: props(30)})
-	pub.publish(t, &paho.Publish{Topic: "pp/long", QoS: 1, Payload: []byte("long"), Properties: props(100)})
-	clock.advance(40 * time.Second)
-	sub = dialV5(t, b.Addr, persistent)
-	m := sub.expect(t, "long")[0]
+	pub.MustPublish(t, &paho.Publish{Topic: "pp/short", QoS: 1, Payload: []byte("short"), Properties: props(30)})
+	pub.MustPublish(t, &paho.Publish{Topic: "pp/long", QoS: 1, Payload: []byte("long"), Properties: props(100)})
+	clock.Add(40 * time.Second)
+	sub = mqtttest.DialV5(t, b.Addr, persistent)
+	m := sub.Expect(t, "long")[0]
 	check(m, 60)
 	if n := hADrops(t, b, "expired"); n != 1 {
 		t.Fatalf("expired drops %d, want 1", n)
 	}
 
 	// A request/response round trip uses the properties as sent.
-	responder := dialV5(t, b.Addr, clean("pp-responder"))
-	responder.subscribe(t, paho.SubscribeOptions{Topic: "svc/req", QoS: 1})
-	requester := dialV5(t, b.Addr, &paho.Connect{ClientID: "pp-req", CleanStart: true, KeepAlive: 30,
+	responder := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pp-responder"))
+	responder.MustSubscribe(t, paho.SubscribeOptions{Topic: "svc/req", QoS: 1})
+	requester := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "pp-req", CleanStart: true, KeepAlive: 30,
 		Properties: &paho.ConnectProperties{RequestResponseInfo: true}})
-	info := requester.Props.Properties.ResponseInfo
+	info := requester.Connack.Properties.ResponseInfo
 	if info == "" {
 		t.Fatal("no Response Information for a client that requested it")
 	}
-	if sub.Props.Properties.ResponseInfo != "" {
-		t.Fatalf("Response Information %q sent unrequested", sub.Props.Properties.ResponseInfo)
+	if sub.Connack.Properties.ResponseInfo != "" {
+		t.Fatalf("Response Information %q sent unrequested", sub.Connack.Properties.ResponseInfo)
 	}
-	requester.subscribe(t, paho.SubscribeOptions{Topic: info + "/#", QoS: 1})
-	requester.publish(t, &paho.Publish{Topic: "svc/req", QoS: 1, Payload: []byte("ping"),
+	requester.MustSubscribe(t, paho.SubscribeOptions{Topic: info + "/#", QoS: 1})
+	requester.MustPublish(t, &paho.Publish{Topic: "svc/req", QoS: 1, Payload: []byte("ping"),
 		Properties: &paho.PublishProperties{ResponseTopic: info + "/1", CorrelationData: []byte("c-42")}})
-	req := responder.next(t)
-	responder.publish(t, &paho.Publish{Topic: req.Properties.ResponseTopic, QoS: 1, Payload: []byte("pong"),
+	req := responder.Next(t)
+	responder.MustPublish(t, &paho.Publish{Topic: req.Properties.ResponseTopic, QoS: 1, Payload: []byte("pong"),
 		Properties: &paho.PublishProperties{CorrelationData: req.Properties.CorrelationData}})
-	resp := requester.next(t)
+	resp := requester.Next(t)
 	if string(resp.Payload) != "pong" || resp.Topic != info+"/1" || string(resp.Properties.CorrelationData) != "c-42" {
 		t.Fatalf("response %q on %s correlation %q", resp.Payload, resp.Topic, resp.Properties.CorrelationData)
 	}

@@ -1,10 +1,8 @@
 package broker_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"reflect"
 	"slices"
@@ -14,6 +12,8 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -27,7 +27,7 @@ const hcAbsence = 200 * time.Millisecond
 
 // hcConnect connects a raw v5 client. expiry is the Session Expiry Interval
 // (0: none); recvMax, when not 0, is the client's Receive Maximum.
-func hcConnect(tb testing.TB, addr, id string, cleanStart bool, expiry uint32, recvMax uint16) (*rawClient, *packet.Connack) {
+func hcConnect(tb testing.TB, addr, id string, cleanStart bool, expiry uint32, recvMax uint16) (*mqtttest.Raw, *packet.Connack) {
 	tb.Helper()
 	cp := &packet.Connect{ClientID: id, CleanStart: cleanStart, KeepAlive: 30}
 	if expiry > 0 {
@@ -36,18 +36,18 @@ func hcConnect(tb testing.TB, addr, id string, cleanStart bool, expiry uint32, r
 	if recvMax > 0 {
 		cp.Properties.SetUint16(packet.PropReceiveMaximum, recvMax)
 	}
-	return connectRaw(tb, addr, cp)
+	return mqtttest.ConnectRaw(tb, addr, cp)
 }
 
 // hcSubscribe subscribes a raw client to one filter and checks the grant.
-func hcSubscribe(tb testing.TB, rc *rawClient, filter string, qos byte, subID uint32) {
+func hcSubscribe(tb testing.TB, rc *mqtttest.Raw, filter string, qos byte, subID uint32) {
 	tb.Helper()
 	s := &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: filter, QoS: qos}}}
 	if subID != 0 {
 		s.Properties.SubscriptionIDs = []uint32{subID}
 	}
-	rc.must(tb, s)
-	sa := rc.expect(tb, packet.SUBACK).(*packet.Suback)
+	rc.Must(tb, s)
+	sa := rc.Expect(tb, packet.SUBACK).(*packet.Suback)
 	if len(sa.ReasonCodes) != 1 || sa.ReasonCodes[0] != packet.ReasonCode(qos) {
 		tb.Fatalf("subscribe %s qos %d: suback %v", filter, qos, sa.ReasonCodes)
 	}
@@ -59,43 +59,43 @@ func hcPayload(i int) string { return fmt.Sprintf("m%03d", i) }
 // hcPublishN publishes n numbered messages (payloads hcPayload(first..))
 // from a raw client at qos with packet ids 1..n, pipelined, and returns
 // once every flow has completed (PUBACK, or PUBREC/PUBREL/PUBCOMP).
-func hcPublishN(tb testing.TB, pub *rawClient, topic string, qos byte, first, n int) {
+func hcPublishN(tb testing.TB, pub *mqtttest.Raw, topic string, qos byte, first, n int) {
 	tb.Helper()
 	for i := range n {
 		p := &packet.Publish{Topic: topic, QoS: qos, Payload: []byte(hcPayload(first + i))}
 		if qos > 0 {
 			p.PacketID = uint16(i + 1)
 		}
-		if err := pub.send(p, false); err != nil {
+		if err := pub.Send(p, false); err != nil {
 			tb.Fatal(err)
 		}
 	}
-	if err := pub.flush(); err != nil {
+	if err := pub.Flush(); err != nil {
 		tb.Fatal(err)
 	}
 	switch qos {
 	case 1:
 		for i := range n {
-			a := pub.expect(tb, packet.PUBACK).(*packet.Ack)
+			a := pub.Expect(tb, packet.PUBACK).(*packet.Ack)
 			if a.PacketID != uint16(i+1) || a.ReasonCode != packet.Success {
 				tb.Fatalf("puback %d: %+v", i+1, a)
 			}
 		}
 	case 2:
 		for i := range n {
-			a := pub.expect(tb, packet.PUBREC).(*packet.Ack)
+			a := pub.Expect(tb, packet.PUBREC).(*packet.Ack)
 			if a.PacketID != uint16(i+1) || a.ReasonCode != packet.Success {
 				tb.Fatalf("pubrec %d: %+v", i+1, a)
 			}
-			if err := pub.send(&packet.Ack{Kind: packet.PUBREL, PacketID: a.PacketID}, false); err != nil {
+			if err := pub.Send(&packet.Ack{Kind: packet.PUBREL, PacketID: a.PacketID}, false); err != nil {
 				tb.Fatal(err)
 			}
 		}
-		if err := pub.flush(); err != nil {
+		if err := pub.Flush(); err != nil {
 			tb.Fatal(err)
 		}
 		for i := range n {
-			a := pub.expect(tb, packet.PUBCOMP).(*packet.Ack)
+			a := pub.Expect(tb, packet.PUBCOMP).(*packet.Ack)
 			if a.PacketID != uint16(i+1) || a.ReasonCode != packet.Success {
 				tb.Fatalf("pubcomp %d: %+v", i+1, a)
 			}
@@ -104,9 +104,9 @@ func hcPublishN(tb testing.TB, pub *rawClient, topic string, qos byte, first, n 
 }
 
 // hcExpectPub reads a PUBLISH and checks its payload, QoS and DUP flag.
-func hcExpectPub(tb testing.TB, rc *rawClient, payload string, qos byte, dup bool) *packet.Publish {
+func hcExpectPub(tb testing.TB, rc *mqtttest.Raw, payload string, qos byte, dup bool) *packet.Publish {
 	tb.Helper()
-	p := rc.expect(tb, packet.PUBLISH).(*packet.Publish)
+	p := rc.Expect(tb, packet.PUBLISH).(*packet.Publish)
 	if string(p.Payload) != payload || p.QoS != qos || p.Dup != dup {
 		tb.Fatalf("got PUBLISH %q qos %d dup %v pid %d, want %q qos %d dup %v", p.Payload, p.QoS, p.Dup, p.PacketID, payload, qos, dup)
 	}
@@ -114,9 +114,9 @@ func hcExpectPub(tb testing.TB, rc *rawClient, payload string, qos byte, dup boo
 }
 
 // hcExpectAck reads an ack of the given kind for pid.
-func hcExpectAck(tb testing.TB, rc *rawClient, kind packet.Type, pid uint16) *packet.Ack {
+func hcExpectAck(tb testing.TB, rc *mqtttest.Raw, kind packet.Type, pid uint16) *packet.Ack {
 	tb.Helper()
-	a := rc.expect(tb, kind).(*packet.Ack)
+	a := rc.Expect(tb, kind).(*packet.Ack)
 	if a.PacketID != pid {
 		tb.Fatalf("got %v for packet id %d, want %d", kind, a.PacketID, pid)
 	}
@@ -124,17 +124,17 @@ func hcExpectAck(tb testing.TB, rc *rawClient, kind packet.Type, pid uint16) *pa
 }
 
 // hcAck sends an ack of kind for pid.
-func hcAck(tb testing.TB, rc *rawClient, kind packet.Type, pid uint16) {
+func hcAck(tb testing.TB, rc *mqtttest.Raw, kind packet.Type, pid uint16) {
 	tb.Helper()
-	rc.must(tb, &packet.Ack{Kind: kind, PacketID: pid})
+	rc.Must(tb, &packet.Ack{Kind: kind, PacketID: pid})
 }
 
 // hcAbsent checks that nothing arrives on rc for hcAbsence.
-func hcAbsent(tb testing.TB, rc *rawClient, what string) {
+func hcAbsent(tb testing.TB, rc *mqtttest.Raw, what string) {
 	tb.Helper()
-	rc.nc.SetReadDeadline(time.Now().Add(hcAbsence))
-	defer rc.nc.SetReadDeadline(time.Time{})
-	p, err := rc.read()
+	rc.Conn.SetReadDeadline(time.Now().Add(hcAbsence))
+	defer rc.Conn.SetReadDeadline(time.Time{})
+	p, err := rc.ReadPacket()
 	if err == nil {
 		tb.Fatalf("%s: unexpected %v %+v", what, p.Type(), p)
 	}
@@ -165,18 +165,12 @@ func hcConns(tb testing.TB, b *testBroker, n int64) {
 // hcQueues waits until the server's inflight and queued gauges are as given.
 func hcQueues(tb testing.TB, b *testBroker, inflight, queued int64) {
 	tb.Helper()
-	var st broker.Stats
-	deadline := time.Now().Add(waitFor)
-	for {
-		st = b.Stats()
-		if st.Inflight == inflight && st.Queued == queued {
-			return
+	testkit.CheckFor(tb, waitFor, func() error {
+		if st := b.Stats(); st.Inflight != inflight || st.Queued != queued {
+			return fmt.Errorf("inflight %d queued %d, want %d and %d", st.Inflight, st.Queued, inflight, queued)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("inflight %d queued %d, want %d and %d", st.Inflight, st.Queued, inflight, queued)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // hcDropPolicy is the open policy that records Policy.Dropped calls.
@@ -286,7 +280,7 @@ func TestDeliveryInflightWindow(t *testing.T) {
 				}
 				next := window + k
 				for next < total || open > 0 {
-					switch p := sub.next(t).(type) {
+					switch p := sub.Next(t).(type) {
 					case *packet.Publish:
 						if next >= total || string(p.Payload) != hcPayload(next) || p.QoS != qos || p.Dup {
 							t.Fatalf("got PUBLISH %q qos %d dup %v, want %s", p.Payload, p.QoS, p.Dup, hcPayload(next))
@@ -363,7 +357,7 @@ func TestDeliveryOfflineQueue(t *testing.T) {
 	}
 	hcSubscribe(t, sub, "off/#", 1, 0)
 	pub, _ := hcConnect(t, b.Addr, "off-pub", true, 0, 0)
-	sub.nc.Close()
+	sub.Conn.Close()
 	hcConns(t, b, 1)
 
 	hcPublishN(t, pub, "off/q0", 0, 100, 3) // QoS 0: not queued
@@ -417,7 +411,7 @@ func TestDeliveryResume(t *testing.T) {
 	// Only message 2 gets its PUBREC (and the server's PUBREL).
 	hcAck(t, sub, packet.PUBREC, got[2].PacketID)
 	hcExpectAck(t, sub, packet.PUBREL, got[2].PacketID)
-	sub.nc.Close()
+	sub.Conn.Close()
 	hcConns(t, b, 1)
 	hcQueues(t, b, 4, 0)
 
@@ -466,7 +460,7 @@ func TestDeliveryResume(t *testing.T) {
 	hcQueues(t, b, 0, 0)
 
 	// A second resume has nothing to resend: the next packet is new.
-	sub.nc.Close()
+	sub.Conn.Close()
 	hcConns(t, b, 1)
 	sub, _ = hcConnect(t, b.Addr, "res-sub", false, 300, 0)
 	hcPublishN(t, pub, "res/c", 1, 6, 1)
@@ -478,32 +472,32 @@ func TestDeliveryResume(t *testing.T) {
 // publisher reconnects to its session, is delivered once.
 func TestDeliveryInboundQoS2Dedupe(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	sub := dialV5(t, b.Addr, clean("dd-sub"))
-	sub.subscribe(t, paho.SubscribeOptions{Topic: "dd/#", QoS: 2})
-	marker := dialV5(t, b.Addr, clean("dd-marker"))
+	sub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("dd-sub"))
+	sub.MustSubscribe(t, paho.SubscribeOptions{Topic: "dd/#", QoS: 2})
+	marker := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("dd-marker"))
 
 	pub, _ := hcConnect(t, b.Addr, "dd-pub", true, 300, 0)
 	msg := &packet.Publish{Topic: "dd/x", QoS: 2, PacketID: 7, Payload: []byte("once")}
-	pub.must(t, msg)
+	pub.Must(t, msg)
 	hcExpectAck(t, pub, packet.PUBREC, 7)
 	dup := *msg
 	dup.Dup = true
-	pub.must(t, &dup)
+	pub.Must(t, &dup)
 	// The retransmission is acknowledged again, not routed again.
 	hcExpectAck(t, pub, packet.PUBREC, 7)
 	hcAck(t, pub, packet.PUBREL, 7)
 	if a := hcExpectAck(t, pub, packet.PUBCOMP, 7); a.ReasonCode != packet.Success {
 		t.Fatalf("pubcomp reason %v", a.ReasonCode)
 	}
-	sub.expect(t, "once")
-	sub.barrier(t, marker, "dd/marker")
+	sub.Expect(t, "once")
+	mqtttest.Barrier(t, marker, "dd/marker", sub)
 
 	// Across a reconnect: the publisher sent the PUBLISH, lost the
 	// connection before PUBREC, and resends it on its resumed session.
 	msg = &packet.Publish{Topic: "dd/x", QoS: 2, PacketID: 8, Payload: []byte("twice?")}
-	pub.must(t, msg)
-	sub.expect(t, "twice?")
-	pub.nc.Close()
+	pub.Must(t, msg)
+	sub.Expect(t, "twice?")
+	pub.Conn.Close()
 	hcConns(t, b, 2)
 	pub, ack := hcConnect(t, b.Addr, "dd-pub", false, 300, 0)
 	if !ack.SessionPresent {
@@ -511,26 +505,26 @@ func TestDeliveryInboundQoS2Dedupe(t *testing.T) {
 	}
 	dup = *msg
 	dup.Dup = true
-	pub.must(t, &dup)
+	pub.Must(t, &dup)
 	hcExpectAck(t, pub, packet.PUBREC, 8)
 	hcAck(t, pub, packet.PUBREL, 8)
 	if a := hcExpectAck(t, pub, packet.PUBCOMP, 8); a.ReasonCode != packet.Success {
 		t.Fatalf("pubcomp reason %v", a.ReasonCode)
 	}
-	sub.barrier(t, marker, "dd/marker")
+	mqtttest.Barrier(t, marker, "dd/marker", sub)
 
 	// Once released, the id is free: the same id carries a new message.
 	msg = &packet.Publish{Topic: "dd/x", QoS: 2, PacketID: 8, Payload: []byte("new")}
-	pub.must(t, msg)
+	pub.Must(t, msg)
 	hcExpectAck(t, pub, packet.PUBREC, 8)
 	hcAck(t, pub, packet.PUBREL, 8)
 	hcExpectAck(t, pub, packet.PUBCOMP, 8)
-	sub.expect(t, "new")
+	sub.Expect(t, "new")
 }
 
 // hcCounted is a raw client whose socket bytes are counted both ways.
 type hcCounted struct {
-	*rawClient
+	*mqtttest.Raw
 	in, out *hcCount
 }
 
@@ -551,25 +545,21 @@ func (c *hcCount) get() int64 {
 	return c.n
 }
 
-type hcCountReader struct {
-	r io.Reader
-	c *hcCount
+// hcCountConn counts the bytes read from and written to a connection.
+type hcCountConn struct {
+	net.Conn
+	in, out *hcCount
 }
 
-func (r hcCountReader) Read(b []byte) (int, error) {
-	n, err := r.r.Read(b)
-	r.c.add(n)
+func (c hcCountConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.in.add(n)
 	return n, err
 }
 
-type hcCountWriter struct {
-	w io.Writer
-	c *hcCount
-}
-
-func (w hcCountWriter) Write(b []byte) (int, error) {
-	n, err := w.w.Write(b)
-	w.c.add(n)
+func (c hcCountConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.out.add(n)
 	return n, err
 }
 
@@ -577,15 +567,14 @@ func (w hcCountWriter) Write(b []byte) (int, error) {
 // the bytes it sends (out) and receives (in), CONNECT and CONNACK included.
 func hcConnectCounted(tb testing.TB, addr, id string, version byte) *hcCounted {
 	tb.Helper()
-	rc := dialRaw(tb, addr, version)
-	c := &hcCounted{rawClient: rc, in: &hcCount{}, out: &hcCount{}}
-	rc.r = bufio.NewReaderSize(hcCountReader{rc.nc, c.in}, 64<<10)
-	rc.w = bufio.NewWriterSize(hcCountWriter{rc.nc, c.out}, 64<<10)
-	rc.must(tb, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: version, CleanStart: true, KeepAlive: 30, ClientID: id})
-	if ack := rc.expect(tb, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.Success {
-		tb.Fatalf("connect %s: %v", id, ack.ReasonCode)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return c
+	in, out := &hcCount{}, &hcCount{}
+	rc := mqtttest.RawOver(tb, hcCountConn{Conn: nc, in: in, out: out}, version)
+	rc.Connect(tb, &packet.Connect{CleanStart: true, KeepAlive: 30, ClientID: id})
+	return &hcCounted{Raw: rc, in: in, out: out}
 }
 
 // TestDeliveryCounters: after a known exchange, every counter of
@@ -594,41 +583,41 @@ func TestDeliveryCounters(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	pub := hcConnectCounted(t, b.Addr, "cnt-pub", packet.Version5)
 	sub := hcConnectCounted(t, b.Addr, "cnt-sub", packet.Version5)
-	hcSubscribe(t, sub.rawClient, "cnt/#", 2, 0)
+	hcSubscribe(t, sub.Raw, "cnt/#", 2, 0)
 
 	// v5 publisher: one message at each QoS.
-	pub.must(t, &packet.Publish{Topic: "cnt/0", QoS: 0, Payload: []byte("zero")})
-	pub.must(t, &packet.Publish{Topic: "cnt/1", QoS: 1, PacketID: 1, Payload: []byte("one")})
-	hcExpectAck(t, pub.rawClient, packet.PUBACK, 1)
-	pub.must(t, &packet.Publish{Topic: "cnt/2", QoS: 2, PacketID: 2, Payload: []byte("two")})
-	hcExpectAck(t, pub.rawClient, packet.PUBREC, 2)
-	hcAck(t, pub.rawClient, packet.PUBREL, 2)
-	hcExpectAck(t, pub.rawClient, packet.PUBCOMP, 2)
+	pub.Must(t, &packet.Publish{Topic: "cnt/0", QoS: 0, Payload: []byte("zero")})
+	pub.Must(t, &packet.Publish{Topic: "cnt/1", QoS: 1, PacketID: 1, Payload: []byte("one")})
+	hcExpectAck(t, pub.Raw, packet.PUBACK, 1)
+	pub.Must(t, &packet.Publish{Topic: "cnt/2", QoS: 2, PacketID: 2, Payload: []byte("two")})
+	hcExpectAck(t, pub.Raw, packet.PUBREC, 2)
+	hcAck(t, pub.Raw, packet.PUBREL, 2)
+	hcExpectAck(t, pub.Raw, packet.PUBCOMP, 2)
 
-	hcExpectPub(t, sub.rawClient, "zero", 0, false)
-	p1 := hcExpectPub(t, sub.rawClient, "one", 1, false)
-	hcAck(t, sub.rawClient, packet.PUBACK, p1.PacketID)
-	p2 := hcExpectPub(t, sub.rawClient, "two", 2, false)
-	hcAck(t, sub.rawClient, packet.PUBREC, p2.PacketID)
-	hcExpectAck(t, sub.rawClient, packet.PUBREL, p2.PacketID)
-	hcAck(t, sub.rawClient, packet.PUBCOMP, p2.PacketID)
+	hcExpectPub(t, sub.Raw, "zero", 0, false)
+	p1 := hcExpectPub(t, sub.Raw, "one", 1, false)
+	hcAck(t, sub.Raw, packet.PUBACK, p1.PacketID)
+	p2 := hcExpectPub(t, sub.Raw, "two", 2, false)
+	hcAck(t, sub.Raw, packet.PUBREC, p2.PacketID)
+	hcExpectAck(t, sub.Raw, packet.PUBREL, p2.PacketID)
+	hcAck(t, sub.Raw, packet.PUBCOMP, p2.PacketID)
 
 	// A 3.1.1 publisher: one QoS 1 message, a ping, a normal disconnect.
 	v3 := hcConnectCounted(t, b.Addr, "cnt-v3", packet.Version311)
-	v3.must(t, &packet.Publish{Topic: "cnt/3", QoS: 1, PacketID: 1, Payload: []byte("three")})
-	hcExpectAck(t, v3.rawClient, packet.PUBACK, 1)
-	v3.must(t, &packet.Pingreq{})
-	v3.expect(t, packet.PINGRESP)
-	v3.must(t, &packet.Disconnect{})
-	v3.closed(t)
-	p3 := hcExpectPub(t, sub.rawClient, "three", 1, false)
-	hcAck(t, sub.rawClient, packet.PUBACK, p3.PacketID)
+	v3.Must(t, &packet.Publish{Topic: "cnt/3", QoS: 1, PacketID: 1, Payload: []byte("three")})
+	hcExpectAck(t, v3.Raw, packet.PUBACK, 1)
+	v3.Must(t, &packet.Pingreq{})
+	v3.Expect(t, packet.PINGRESP)
+	v3.Must(t, &packet.Disconnect{})
+	v3.Closed(t)
+	p3 := hcExpectPub(t, sub.Raw, "three", 1, false)
+	hcAck(t, sub.Raw, packet.PUBACK, p3.PacketID)
 
 	// A ping on each remaining connection: everything before it has been
 	// read and counted by the server.
 	for _, c := range []*hcCounted{pub, sub} {
-		c.must(t, &packet.Pingreq{})
-		c.expect(t, packet.PINGRESP)
+		c.Must(t, &packet.Pingreq{})
+		c.Expect(t, packet.PINGRESP)
 	}
 
 	clients := []*hcCounted{pub, sub, v3}
@@ -653,20 +642,15 @@ func TestDeliveryCounters(t *testing.T) {
 	for typ, n := range out {
 		want.PacketsOut[typ] = n
 	}
-	var got broker.Stats
-	deadline := time.Now().Add(waitFor)
-	for {
+	testkit.CheckFor(t, waitFor, func() error {
 		want.BytesIn, want.BytesOut = 0, 0
 		for _, c := range clients {
 			want.BytesIn += c.out.get()
 			want.BytesOut += c.in.get()
 		}
-		if got = b.Stats(); reflect.DeepEqual(got, want) {
-			break
+		if got := b.Stats(); !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("stats\n got %+v\nwant %+v", got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats\n got %+v\nwant %+v", got, want)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -38,13 +39,13 @@ func (denyPolicy) Subscribe(_ *broker.Identity, _ string, sub *packet.Subscripti
 func TestEventLogRefusals(t *testing.T) {
 	log, sink := testkit.NewLog()
 	b := startBroker(t, broker.Options{Policy: denyPolicy{}, Logger: log})
-	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "refused-1", CleanStart: true, KeepAlive: 30})
-	rc.must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 1, Payload: []byte("no")})
-	if ack := rc.expect(t, packet.PUBACK).(*packet.Ack); ack.ReasonCode != packet.NotAuthorized {
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "refused-1", CleanStart: true, KeepAlive: 30})
+	rc.Must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 1, Payload: []byte("no")})
+	if ack := rc.Expect(t, packet.PUBACK).(*packet.Ack); ack.ReasonCode != packet.NotAuthorized {
 		t.Fatalf("PUBACK %v, want Not authorized", ack.ReasonCode)
 	}
-	rc.must(t, &packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "deny/#", QoS: 1}, {Filter: "ok/#", QoS: 1}}})
-	if sa := rc.expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != packet.NotAuthorized || sa.ReasonCodes[1] != packet.GrantedQoS1 {
+	rc.Must(t, &packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "deny/#", QoS: 1}, {Filter: "ok/#", QoS: 1}}})
+	if sa := rc.Expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != packet.NotAuthorized || sa.ReasonCodes[1] != packet.GrantedQoS1 {
 		t.Fatalf("SUBACK %v", sa.ReasonCodes)
 	}
 	pub := sink.Lines("publish refused", "client_id", "refused-1", "topic", "deny/x", "code", "0x87 Not authorized", "detail", "nothing may be published under deny/")
@@ -67,12 +68,12 @@ func TestEventLogRateLimit(t *testing.T) {
 	log, sink := testkit.NewLog()
 	const burst, interval = 3, time.Second
 	b := startBroker(t, broker.Options{Policy: denyPolicy{}, Logger: log, LogBurst: burst, LogInterval: interval})
-	noisy, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "noisy", CleanStart: true, KeepAlive: 30})
+	noisy, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "noisy", CleanStart: true, KeepAlive: 30})
 	const n = 20
 	start := time.Now()
 	for i := range n {
-		noisy.must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: uint16(i + 1), Payload: []byte("x")})
-		noisy.expect(t, packet.PUBACK)
+		noisy.Must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: uint16(i + 1), Payload: []byte("x")})
+		noisy.Expect(t, packet.PUBACK)
 	}
 	if time.Since(start) > interval {
 		t.Skip("the machine is too slow to publish 20 messages within the interval")
@@ -85,23 +86,23 @@ func TestEventLogRateLimit(t *testing.T) {
 		t.Fatalf("suppressed %d, want %d", got, suppressed)
 	}
 	// Another client is logged although the first is over its limit.
-	quiet, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "quiet", CleanStart: true, KeepAlive: 30})
-	quiet.must(t, &packet.Publish{Topic: "deny/y", QoS: 1, PacketID: 1, Payload: []byte("y")})
-	quiet.expect(t, packet.PUBACK)
+	quiet, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "quiet", CleanStart: true, KeepAlive: 30})
+	quiet.Must(t, &packet.Publish{Topic: "deny/y", QoS: 1, PacketID: 1, Payload: []byte("y")})
+	quiet.Expect(t, packet.PUBACK)
 	if got := len(sink.Lines("publish refused", "client_id", "quiet")); got != 1 {
 		t.Fatalf("the other client's refusal: %d lines, want 1", got)
 	}
 	// After the interval, one more line gets through, counting the others.
 	time.Sleep(interval) // the time that passes is the input under test
-	noisy.must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 99, Payload: []byte("x")})
-	noisy.expect(t, packet.PUBACK)
+	noisy.Must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 99, Payload: []byte("x")})
+	noisy.Expect(t, packet.PUBACK)
 	lines := sink.Lines("publish refused", "client_id", "noisy")
 	if len(lines) != burst+1 || lines[burst]["suppressed_before"] != float64(suppressed) {
 		t.Fatalf("after the interval: %d lines, last %v; want %d with suppressed_before=%d", len(lines), lines[len(lines)-1], burst+1, suppressed)
 	}
 	// Its disconnect is logged although its refusals are over the limit.
-	noisy.must(t, &packet.Disconnect{})
-	noisy.closed(t)
+	noisy.Must(t, &packet.Disconnect{})
+	noisy.Closed(t)
 	eventually(t, "the disconnect logged", func() bool {
 		return len(sink.Lines("client disconnected", "client_id", "noisy", "reason", "client_disconnect")) == 1
 	})
@@ -154,17 +155,17 @@ func TestRefusalObserver(t *testing.T) {
 		if cp.Properties.AuthMethod != "" {
 			cp.Properties.Mark(packet.PropAuthMethod)
 		}
-		rc := dialRaw(t, b.Addr, packet.Version5)
-		rc.must(t, cp)
-		if ack := rc.expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode < 0x80 {
+		rc := mqtttest.DialRaw(t, b.Addr, packet.Version5)
+		rc.Must(t, cp)
+		if ack := rc.Expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode < 0x80 {
 			t.Fatalf("%s: CONNACK %v, want a refusal", cp.ClientID, ack.ReasonCode)
 		}
 	}
-	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "dev-3", CleanStart: true, KeepAlive: 30})
-	rc.must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 1, Payload: []byte("no")})
-	rc.expect(t, packet.PUBACK)
-	rc.must(t, &packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "deny/#", QoS: 1}, {Filter: "a/#/b", QoS: 0}, {Filter: "ok/#", QoS: 1}}})
-	rc.expect(t, packet.SUBACK)
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "dev-3", CleanStart: true, KeepAlive: 30})
+	rc.Must(t, &packet.Publish{Topic: "deny/x", QoS: 1, PacketID: 1, Payload: []byte("no")})
+	rc.Expect(t, packet.PUBACK)
+	rc.Must(t, &packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "deny/#", QoS: 1}, {Filter: "a/#/b", QoS: 0}, {Filter: "ok/#", QoS: 1}}})
+	rc.Expect(t, packet.SUBACK)
 	want := []string{
 		"known:dev-1 connect  q0 bad_user_name_or_password: wrong password",
 		"nobody connect  q0 bad_authentication_method: enhanced authentication is not supported",

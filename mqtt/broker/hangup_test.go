@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -30,28 +31,27 @@ const hgBurst = 512 << 10
 // hgFlood writes pkts and then QoS 0 PUBLISHes until hgBurst bytes are
 // written or a write fails, without reading, within 5 s. It returns the
 // bytes written and the error that stopped it.
-func hgFlood(rc *rawClient, pkts ...packet.Packet) (int, error) {
+func hgFlood(rc *mqtttest.Raw, pkts ...packet.Packet) (int, error) {
 	return hgFloodN(rc, hgBurst, pkts...)
 }
 
 // hgFloodN is hgFlood writing up to total bytes.
-func hgFloodN(rc *rawClient, total int, pkts ...packet.Packet) (int, error) {
-	rc.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	defer rc.nc.SetWriteDeadline(time.Time{})
+func hgFloodN(rc *mqtttest.Raw, total int, pkts ...packet.Packet) (int, error) {
+	rc.Conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	defer rc.Conn.SetWriteDeadline(time.Time{})
 	filler := &packet.Publish{Topic: "flood/more", Payload: bytes.Repeat([]byte("x"), 100)}
+	var buf []byte
 	n := 0
 	for n < total {
 		p := packet.Packet(filler)
 		if len(pkts) > 0 {
 			p, pkts = pkts[0], pkts[1:]
 		}
-		rc.mu.Lock()
-		b, err := packet.Encode(rc.buf[:0], p, rc.version)
-		rc.buf = b
+		b, err := packet.Encode(buf[:0], p, rc.Version)
+		buf = b
 		if err == nil {
-			_, err = rc.nc.Write(b)
+			_, err = rc.Conn.Write(b)
 		}
-		rc.mu.Unlock()
 		if err != nil {
 			return n, err
 		}
@@ -62,11 +62,11 @@ func hgFloodN(rc *rawClient, total int, pkts ...packet.Packet) (int, error) {
 
 // hgReadToEnd reads packets until the stream ends, returning them and how
 // it ended (io.EOF for the server's FIN).
-func hgReadToEnd(rc *rawClient) ([]packet.Packet, error) {
-	rc.nc.SetReadDeadline(time.Now().Add(waitFor))
+func hgReadToEnd(rc *mqtttest.Raw) ([]packet.Packet, error) {
+	rc.Conn.SetReadDeadline(time.Now().Add(waitFor))
 	var got []packet.Packet
 	for {
-		p, err := rc.read()
+		p, err := rc.ReadPacket()
 		if err != nil {
 			return got, err
 		}
@@ -102,9 +102,9 @@ func TestDisconnectReachesWritingClient(t *testing.T) {
 	}
 	run := func(t *testing.T, drain time.Duration, fill bool) ([]packet.Packet, error) {
 		b := startBroker(t, broker.Options{ReceiveMaximum: 2, Policy: hgFillPolicy{}, CloseDrainTimeout: drain})
-		var rc *rawClient
+		var rc *mqtttest.Raw
 		if !fill {
-			rc, _ = connectRaw(t, b.Addr, &packet.Connect{ClientID: "flooder", CleanStart: true, KeepAlive: 60})
+			rc, _ = mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "flooder", CleanStart: true, KeepAlive: 60})
 		} else {
 			// A small receive buffer: the window closes after a few
 			// KiB of deliveries, whatever the kernel's autotuning.
@@ -115,32 +115,32 @@ func TestDisconnectReachesWritingClient(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc = rawOver(t, nc, packet.Version5)
-			connectOver(t, rc, &packet.Connect{ClientID: "flooder", CleanStart: true, KeepAlive: 60})
+			rc = mqtttest.RawOver(t, nc, packet.Version5)
+			rc.Connect(t, &packet.Connect{ClientID: "flooder", CleanStart: true, KeepAlive: 60})
 		}
 		if fill {
 			// Messages delivered to the flooder, which does not read,
 			// until the broker has to queue them: its socket buffers
 			// and the server's write buffer are full.
-			rc.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "fill/#"}}})
-			rc.expect(t, packet.SUBACK)
+			rc.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "fill/#"}}})
+			rc.Expect(t, packet.SUBACK)
 			filler := v5Pub(t, b.Addr, "filler")
 			payload := bytes.Repeat([]byte("f"), 1024)
 			for i := 0; b.Stats().Queued == 0; i++ {
 				if i == 20000 {
 					t.Fatal("the flooder's queue never filled")
 				}
-				filler.must(t, &packet.Publish{Topic: "fill/x", Payload: payload})
+				filler.Must(t, &packet.Publish{Topic: "fill/x", Payload: payload})
 				if i%100 == 99 { // let the routing catch up
-					filler.must(t, &packet.Pingreq{})
-					filler.expect(t, packet.PINGRESP)
+					filler.Must(t, &packet.Pingreq{})
+					filler.Expect(t, packet.PINGRESP)
 				}
 			}
 		}
 		n, werr := hgFlood(rc, violation...)
 		t.Logf("wrote %d bytes after CONNACK (%v)", n, werr)
 		got, err := hgReadToEnd(rc)
-		rc.nc.Close()
+		rc.Conn.Close()
 		return got, err
 	}
 	for _, fill := range []bool{false, true} {
@@ -185,11 +185,11 @@ func TestRefusedConnackReachesWritingClient(t *testing.T) {
 		{"5", packet.Version5, []byte{0x20, 0x03, 0x00, 0x87, 0x00}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rc := dialRaw(t, b.Addr, tc.level)
+			rc := mqtttest.DialRaw(t, b.Addr, tc.level)
 			n, werr := hgFlood(rc, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: tc.level, CleanStart: true, ClientID: "refused", KeepAlive: 30})
 			t.Logf("wrote %d bytes (%v)", n, werr)
-			rc.nc.SetReadDeadline(time.Now().Add(waitFor))
-			got, err := io.ReadAll(rc.r)
+			rc.Conn.SetReadDeadline(time.Now().Add(waitFor))
+			got, err := io.ReadAll(rc)
 			if !bytes.Equal(got, tc.want) || err != nil {
 				t.Fatalf("read % x then %v, want % x then the end of the stream", got, err, tc.want)
 			}
@@ -202,10 +202,10 @@ func TestRefusedConnackReachesWritingClient(t *testing.T) {
 // at CloseDrainBytes, one that trickles or says nothing and never closes
 // at CloseDrainTimeout, and Server.Close waits for no more than that.
 func TestCloseDrainBounded(t *testing.T) {
-	refused := func(t *testing.T, b *testBroker) *rawClient {
-		rc := dialRaw(t, b.Addr, packet.Version311)
-		rc.must(t, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version311, CleanStart: true, ClientID: "x", KeepAlive: 30})
-		if ack := rc.expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.NotAuthorized {
+	refused := func(t *testing.T, b *testBroker) *mqtttest.Raw {
+		rc := mqtttest.DialRaw(t, b.Addr, packet.Version311)
+		rc.Must(t, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version311, CleanStart: true, ClientID: "x", KeepAlive: 30})
+		if ack := rc.Expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.NotAuthorized {
 			t.Fatalf("CONNACK %v", ack.ReasonCode)
 		}
 		return rc
@@ -246,14 +246,14 @@ func TestCloseDrainBounded(t *testing.T) {
 				case <-stop:
 					return
 				case <-time.After(20 * time.Millisecond):
-					if _, err := trickler.nc.Write([]byte{0xC0}); err != nil {
+					if _, err := trickler.Conn.Write([]byte{0xC0}); err != nil {
 						return
 					}
 				}
 			}
 		}()
 		// Both read the end of the stream at once (the half-close).
-		for _, rc := range []*rawClient{silent, trickler} {
+		for _, rc := range []*mqtttest.Raw{silent, trickler} {
 			if got, err := hgReadToEnd(rc); len(got) != 0 || !errors.Is(err, io.EOF) {
 				t.Fatalf("after the CONNACK: %v then %v, want the end of the stream", got, err)
 			}
@@ -263,7 +263,7 @@ func TestCloseDrainBounded(t *testing.T) {
 	t.Run("shutdown", func(t *testing.T) {
 		const bound = 300 * time.Millisecond
 		b := startBroker(t, broker.Options{CloseDrainTimeout: bound})
-		rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "stays", CleanStart: true, KeepAlive: 60})
+		rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "stays", CleanStart: true, KeepAlive: 60})
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
@@ -292,8 +292,8 @@ func TestDisconnectThenEndOverTLSAndWebSocket(t *testing.T) {
 	eventually(t, "both connections accepted", func() bool { return b.Stats().Connections == 2 })
 	for name, nc := range map[string]net.Conn{"tls": tlsConn, "ws": wsConn} {
 		t.Run(name, func(t *testing.T) {
-			rc := rawOver(t, nc, packet.Version5)
-			connectOver(t, rc, &packet.Connect{ClientID: "end-" + name, CleanStart: true, KeepAlive: 60})
+			rc := mqtttest.RawOver(t, nc, packet.Version5)
+			rc.Connect(t, &packet.Connect{ClientID: "end-" + name, CleanStart: true, KeepAlive: 60})
 			before := b.Stats().Connections
 			start := time.Now()
 			if n := b.Disconnect(func(id *broker.Identity) string {
@@ -308,7 +308,7 @@ func TestDisconnectThenEndOverTLSAndWebSocket(t *testing.T) {
 			if code, ok := lastDisconnect(got); !ok || code != packet.NotAuthorized || !errors.Is(err, io.EOF) {
 				t.Fatalf("got %v then %v, want DISCONNECT 0x87 then EOF", got, err)
 			}
-			rc.nc.Close()
+			rc.Conn.Close()
 			eventually(t, "the connection closed", func() bool { return b.Stats().Connections == before-1 })
 			if took := time.Since(start); took > waitFor/2 {
 				t.Fatalf("closed after %v: the server waited for the drain's bound", took)

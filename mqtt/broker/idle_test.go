@@ -12,6 +12,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -61,21 +62,20 @@ func TestIdleSubscribersKeepReceiving(t *testing.T) {
 		next func() string
 	}
 	var subs []sub
-	v5sub := func(name string, c *v5Client) {
-		c.subscribe(t, paho.SubscribeOptions{Topic: "idle/#", QoS: 1})
-		subs = append(subs, sub{name, func() string { return string(c.next(t).Payload) }})
+	v5sub := func(name string, c *mqtttest.V5) {
+		c.MustSubscribe(t, paho.SubscribeOptions{Topic: "idle/#", QoS: 1})
+		subs = append(subs, sub{name, func() string { return string(c.Next(t).Payload) }})
 	}
-	v5sub("paho.golang tcp", dialV5(t, b.Addr, &paho.Connect{ClientID: "i-v5", CleanStart: true, KeepAlive: 3600}))
-	v5sub("paho.golang tls", hdV5Over(t, tlsDial(), "i-v5-tls"))
-	v5sub("paho.golang ws", hdV5Over(t, hdDialWS(t, wsURL(wln.Addr().String()), "mqtt"), "i-v5-ws"))
-	v3sub := func(name string, c mqtt3.Client) {
-		ch := hdV3Sub(t, c, "idle/#", 1)
-		subs = append(subs, sub{name, func() string { return string(hdV3Next(t, ch).Payload()) }})
+	v5sub("paho.golang tcp", mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "i-v5", CleanStart: true, KeepAlive: 3600}))
+	v5sub("paho.golang tls", mqtttest.DialV5Over(t, tlsDial(), mqtttest.Clean("i-v5-tls")))
+	v5sub("paho.golang ws", mqtttest.DialV5Over(t, hdDialWS(t, wsURL(wln.Addr().String()), "mqtt"), mqtttest.Clean("i-v5-ws")))
+	v3sub := func(name string, c *mqtttest.V3) {
+		ch := c.Subscription(t, "idle/#", 1)
+		subs = append(subs, sub{name, func() string { return string(mqtttest.NextV3(t, ch).Payload()) }})
 	}
-	v3sub("paho.mqtt.golang tcp", dialV3(t, b.Addr, "i-v3", noPings))
-	v3sub("paho.mqtt.golang tls", dialV3(t, tln.Addr().String(), "i-v3-tls", noPings, func(o *mqtt3.ClientOptions) {
-		o.Servers = nil
-		o.AddBroker("ssl://" + tln.Addr().String()).SetTLSConfig(&tls.Config{RootCAs: pool})
+	v3sub("paho.mqtt.golang tcp", mqtttest.DialV3(t, b.Addr, "i-v3", noPings))
+	v3sub("paho.mqtt.golang tls", mqtttest.DialV3(t, "ssl://"+tln.Addr().String(), "i-v3-tls", noPings, func(o *mqtt3.ClientOptions) {
+		o.SetTLSConfig(&tls.Config{RootCAs: pool})
 	}))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
@@ -92,9 +92,9 @@ func TestIdleSubscribersKeepReceiving(t *testing.T) {
 	}
 	eventually(t, "every subscriber subscribed", func() bool { return b.Stats().Subscriptions == int64(len(subs)+len(mosq)) })
 
-	pub := dialV5(t, b.Addr, &paho.Connect{ClientID: "i-pub", CleanStart: true, KeepAlive: 0})
+	pub := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "i-pub", CleanStart: true, KeepAlive: 0})
 	send := func(payload string) {
-		pub.publish(t, &paho.Publish{Topic: "idle/x", QoS: 1, Payload: []byte(payload)})
+		pub.MustPublish(t, &paho.Publish{Topic: "idle/x", QoS: 1, Payload: []byte(payload)})
 		for _, s := range subs {
 			if got := s.next(); got != payload {
 				t.Fatalf("%s got %q, want %q", s.name, got, payload)
@@ -126,27 +126,27 @@ func TestKeepAliveZero(t *testing.T) {
 	const writeTimeout, connectTimeout = 200 * time.Millisecond, time.Second
 	const timeout = connectTimeout
 	b := startBroker(t, broker.Options{WriteTimeout: writeTimeout, ConnectTimeout: connectTimeout})
-	v5 := dialV5(t, b.Addr, &paho.Connect{ClientID: "ka0-v5", CleanStart: true, KeepAlive: 0})
-	v3 := dialV3(t, b.Addr, "ka0-v3", func(o *mqtt3.ClientOptions) { o.SetKeepAlive(0) })
-	v5.subscribe(t, paho.SubscribeOptions{Topic: "ka0/#", QoS: 1})
-	in3 := hdV3Sub(t, v3, "ka0/#", 1)
+	v5 := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "ka0-v5", CleanStart: true, KeepAlive: 0})
+	v3 := mqtttest.DialV3(t, b.Addr, "ka0-v3", func(o *mqtt3.ClientOptions) { o.SetKeepAlive(0) })
+	v5.MustSubscribe(t, paho.SubscribeOptions{Topic: "ka0/#", QoS: 1})
+	in3 := v3.Subscription(t, "ka0/#", 1)
 
 	// Quiet, then a message each way.
 	idle(timeout + timeout/5)
-	v5.publish(t, &paho.Publish{Topic: "ka0/from5", QoS: 1, Payload: []byte("5")})
-	wait(t, "v3 publish", v3.Publish("ka0/from3", 1, false, "3"))
+	v5.MustPublish(t, &paho.Publish{Topic: "ka0/from5", QoS: 1, Payload: []byte("5")})
+	mqtttest.Await(t, "v3 publish", v3.Publish("ka0/from3", 1, false, "3"))
 	for range 2 {
-		if m := v5.next(t); m.Topic != "ka0/from5" && m.Topic != "ka0/from3" {
+		if m := v5.Next(t); m.Topic != "ka0/from5" && m.Topic != "ka0/from3" {
 			t.Fatalf("v5 got %s", m.Topic)
 		}
 	}
 	for range 2 {
-		hdV3Next(t, in3)
+		mqtttest.NextV3(t, in3)
 	}
 	// Publishing for longer than the connect timeout.
 	for end := time.Now().Add(timeout + timeout/5); time.Now().Before(end); {
-		v5.publish(t, &paho.Publish{Topic: "ka0/tick", QoS: 1, Payload: []byte("t")})
-		wait(t, "v3 publish", v3.Publish("ka0/tick", 1, false, "t"))
+		v5.MustPublish(t, &paho.Publish{Topic: "ka0/tick", QoS: 1, Payload: []byte("t")})
+		mqtttest.Await(t, "v3 publish", v3.Publish("ka0/tick", 1, false, "t"))
 		idle(timeout / 4)
 	}
 	if st := b.Stats(); st.Connections != 2 || st.Closes != [len(st.Closes)]int64{} {
@@ -164,14 +164,14 @@ func TestKeepAliveZero(t *testing.T) {
 func TestDirectFlushAfterQuiet(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	b := startBroker(t, broker.Options{WriteTimeout: timeout})
-	sub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "direct-sub", CleanStart: true, KeepAlive: 0})
-	sub.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "direct/#"}}})
-	sub.expect(t, packet.SUBACK)
-	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "direct-pub", CleanStart: true, KeepAlive: 0})
+	sub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "direct-sub", CleanStart: true, KeepAlive: 0})
+	sub.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "direct/#"}}})
+	sub.Expect(t, packet.SUBACK)
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "direct-pub", CleanStart: true, KeepAlive: 0})
 	idle(2 * timeout)
 	for i := range 3 {
-		pub.must(t, &packet.Publish{Topic: "direct/x", Payload: []byte{byte('0' + i)}})
-		if p := sub.expect(t, packet.PUBLISH).(*packet.Publish); string(p.Payload) != string(rune('0'+i)) {
+		pub.Must(t, &packet.Publish{Topic: "direct/x", Payload: []byte{byte('0' + i)}})
+		if p := sub.Expect(t, packet.PUBLISH).(*packet.Publish); string(p.Payload) != string(rune('0'+i)) {
 			t.Fatalf("got %q", p.Payload)
 		}
 		idle(2 * timeout)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
@@ -27,14 +28,14 @@ func TestConnectionsByListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tcp1 := dialV5(t, b.Addr, clean("tcp-1"))
-	dialV5(t, b.Addr, clean("tcp-2"))
+	tcp1 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("tcp-1"))
+	mqtttest.DialV5(t, b.Addr, mqtttest.Clean("tcp-2"))
 	tc, err := tls.Dial("tcp", tlsLn.Addr().String(), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdV5Over(t, tc, "tls-1")
-	ws := hdV5Over(t, hdDialWS(t, wsURL(wsLn.Addr().String()), "mqtt"), "ws-1")
+	mqtttest.DialV5Over(t, tc, mqtttest.Clean("tls-1"))
+	ws := mqtttest.DialV5Over(t, hdDialWS(t, wsURL(wsLn.Addr().String()), "mqtt"), mqtttest.Clean("ws-1"))
 
 	if st := b.Stats(); st.ConnectionsBy != [3]int64{2, 1, 1} || st.Connections != 4 {
 		t.Fatalf("by listener %v of %d, want [2 1 1] of 4", st.ConnectionsBy, st.Connections)

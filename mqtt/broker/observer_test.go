@@ -9,6 +9,8 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -65,12 +67,12 @@ func (p *obsPolicy) of(clientID string) []obsEvent {
 // gets a Disconnected for every connection it saw attach, including one
 // taken over by a newer connection of the same client id.
 func TestConnectObserver(t *testing.T) {
-	clk := newHBClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	pol := &obsPolicy{}
 	b := startBroker(t, broker.Options{Policy: pol, Now: clk.Now})
 
 	// v5 over TCP: Connected ran before the CONNACK the client waited for.
-	c1 := dialV5(t, b.Addr, clean("obs1"))
+	c1 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("obs1"))
 	ev := pol.of("obs1")
 	if len(ev) != 1 || !ev[0].connected {
 		t.Fatalf("after CONNACK: events %+v, want one Connected", ev)
@@ -86,28 +88,28 @@ func TestConnectObserver(t *testing.T) {
 		t.Fatalf("last received %v, want the CONNECT's time %v", got, clk.Now())
 	}
 	// A PUBLISH read later moves it.
-	clk.Advance(5 * time.Second)
-	c1.publish(t, &paho.Publish{Topic: "obs/x", QoS: 1, Payload: []byte("x")})
+	clk.Add(5 * time.Second)
+	c1.MustPublish(t, &paho.Publish{Topic: "obs/x", QoS: 1, Payload: []byte("x")})
 	if got := first.LastReceived(); !got.Equal(clk.Now()) {
 		t.Fatalf("last received %v after a PUBLISH, want %v", got, clk.Now())
 	}
 
 	// A PINGREQ moves it too (raw client, v3.1.1).
-	raw, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "obsraw", CleanStart: true, KeepAlive: 60})
+	raw, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "obsraw", CleanStart: true, KeepAlive: 60})
 	ev = pol.of("obsraw")
 	if len(ev) != 1 || ev[0].conn.ProtocolLevel != packet.Version311 {
 		t.Fatalf("3.1.1 client: events %+v", ev)
 	}
-	clk.Advance(7 * time.Second)
-	raw.must(t, &packet.Pingreq{})
-	raw.expect(t, packet.PINGRESP)
+	clk.Add(7 * time.Second)
+	raw.Must(t, &packet.Pingreq{})
+	raw.Expect(t, packet.PINGRESP)
 	if got := ev[0].conn.LastReceived(); !got.Equal(clk.Now()) {
 		t.Fatalf("last received %v after a PINGREQ, want %v", got, clk.Now())
 	}
 
 	// A second connection with the same client id takes the session over:
 	// it is reported first, with the higher Seq, then the first one's end.
-	c2 := dialV5(t, b.Addr, clean("obs1"))
+	c2 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("obs1"))
 	eventually(t, "the taken-over connection's Disconnected", func() bool { return len(pol.of("obs1")) == 3 })
 	ev = pol.of("obs1")
 	second := ev[1].conn
@@ -135,7 +137,7 @@ func TestConnectObserver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdV5Over(t, hdDialWS(t, wsURL(ln.Addr().String()), "mqtt"), "obsws")
+	mqtttest.DialV5Over(t, hdDialWS(t, wsURL(ln.Addr().String()), "mqtt"), mqtttest.Clean("obsws"))
 	ev = pol.of("obsws")
 	if len(ev) != 1 || !ev[0].conn.WebSocket || ev[0].conn.TLS || ev[0].conn.ProtocolLevel != packet.Version5 || ev[0].conn.RemoteAddr == nil {
 		t.Fatalf("WebSocket client: events %+v", ev)
@@ -147,16 +149,16 @@ func TestConnectObserver(t *testing.T) {
 // limit; expired ones are skipped but not removed; shared and invalid
 // filters are errors.
 func TestRetainedLookup(t *testing.T) {
-	clk := newHBClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	b := startBroker(t, broker.Options{Now: clk.Now})
-	pub := dialV5(t, b.Addr, clean("rlpub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("rlpub"))
 	t0 := clk.Now()
 	hbRetain(t, pub, "rl/a/2", "a2")
 	hbRetain(t, pub, "rl/a/1", "a1")
 	hbRetain(t, pub, "rl/a", "a")
 	hbRetain(t, pub, "rl/b/1", "b1")
 	hbRetain(t, pub, "rl/a/3", "a3", 10)
-	pub.publish(t, &paho.Publish{Topic: "rl/a/live", QoS: 1, Payload: []byte("not retained")})
+	pub.MustPublish(t, &paho.Publish{Topic: "rl/a/live", QoS: 1, Payload: []byte("not retained")})
 
 	topics := func(ms []broker.RetainedMessage) []string {
 		var out []string
@@ -205,7 +207,7 @@ func TestRetainedLookup(t *testing.T) {
 	}
 
 	// Expired: skipped, still stored until the sweep.
-	clk.Advance(10 * time.Second)
+	clk.Add(10 * time.Second)
 	check("rl/a/#", 0, "rl/a=a", "rl/a/1=a1", "rl/a/2=a2")
 	if n := b.Stats().Retained; n != 5 {
 		t.Fatalf("retained count %d after a lookup, want 5 (lookups do not remove)", n)

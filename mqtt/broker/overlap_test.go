@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -47,7 +47,7 @@ func ovSubscribe(tb testing.TB, c *hbPeer, id int, opts ...paho.SubscribeOptions
 // PUBLISH; TestOverlappingSubscriptionIDsRaw checks that all are sent.
 func TestOverlappingSubscriptions(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	type step struct {
 		topic         string
 		pubQoS, wantQ byte
@@ -57,8 +57,8 @@ func TestOverlappingSubscriptions(t *testing.T) {
 		t.Helper()
 		for i, s := range steps {
 			payload := fmt.Sprintf("%s-%d", s.topic, i)
-			pub.publish(t, &paho.Publish{Topic: s.topic, QoS: s.pubQoS, Payload: []byte(payload)})
-			m := c.expect(t, payload)[0]
+			pub.MustPublish(t, &paho.Publish{Topic: s.topic, QoS: s.pubQoS, Payload: []byte(payload)})
+			m := c.Expect(t, payload)[0]
 			if m.QoS != s.wantQ || !slices.Contains(s.ids, hbSubID(m)) {
 				t.Fatalf("%s published at QoS %d: delivered at QoS %d with id %d, want QoS %d and an id of %v",
 					s.topic, s.pubQoS, m.QoS, hbSubID(m), s.wantQ, s.ids)
@@ -100,21 +100,21 @@ func TestOverlappingSubscriptions(t *testing.T) {
 // still delivers it. Other clients' messages use both.
 func TestOverlappingNoLocal(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	other := dialV5(t, b.Addr, clean("other"))
+	other := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("other"))
 	c := hbDial(t, b.Addr, "nl")
 	ovSubscribe(t, c, 1, paho.SubscribeOptions{Topic: "nl/#", QoS: 2, NoLocal: true})
 	ovSubscribe(t, c, 2, paho.SubscribeOptions{Topic: "nl/+", QoS: 0})
 
-	c.publish(t, &paho.Publish{Topic: "nl/a", QoS: 2, Payload: []byte("own")})
-	if m := c.expect(t, "own")[0]; m.QoS != 0 || hbSubID(m) != 2 {
+	c.MustPublish(t, &paho.Publish{Topic: "nl/a", QoS: 2, Payload: []byte("own")})
+	if m := c.Expect(t, "own")[0]; m.QoS != 0 || hbSubID(m) != 2 {
 		t.Fatalf("own message through nl/+: QoS %d id %d, want QoS 0 and id 2 only", m.QoS, hbSubID(m))
 	}
 	c.quiet(t, other)
-	c.publish(t, &paho.Publish{Topic: "nl/a/b", QoS: 1, Payload: []byte("own-deep")}) // nl/# (No Local) alone
+	c.MustPublish(t, &paho.Publish{Topic: "nl/a/b", QoS: 1, Payload: []byte("own-deep")}) // nl/# (No Local) alone
 	c.quiet(t, other)
 
-	other.publish(t, &paho.Publish{Topic: "nl/a", QoS: 2, Payload: []byte("theirs")})
-	if m := c.expect(t, "theirs")[0]; m.QoS != 2 {
+	other.MustPublish(t, &paho.Publish{Topic: "nl/a", QoS: 2, Payload: []byte("theirs")})
+	if m := c.Expect(t, "theirs")[0]; m.QoS != 2 {
 		t.Fatalf("another client's message: QoS %d, want 2", m.QoS)
 	}
 	c.quiet(t, other)
@@ -126,11 +126,11 @@ func TestOverlappingNoLocal(t *testing.T) {
 // subscription that No Local leaves out does not count.
 func TestOverlappingRetainAsPublished(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
-	check := func(c *hbPeer, from *v5Client, topic, payload string, wantQoS byte, wantRetain bool) {
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
+	check := func(c *hbPeer, from *mqtttest.V5, topic, payload string, wantQoS byte, wantRetain bool) {
 		t.Helper()
-		from.publish(t, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte(payload)})
-		if m := c.expect(t, payload)[0]; m.QoS != wantQoS || m.Retain != wantRetain {
+		from.MustPublish(t, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte(payload)})
+		if m := c.Expect(t, payload)[0]; m.QoS != wantQoS || m.Retain != wantRetain {
 			t.Fatalf("%s: QoS %d retain %v, want QoS %d retain %v", payload, m.QoS, m.Retain, wantQoS, wantRetain)
 		}
 		c.quiet(t, pub)
@@ -140,8 +140,8 @@ func TestOverlappingRetainAsPublished(t *testing.T) {
 	ovSubscribe(t, mixed, 1, paho.SubscribeOptions{Topic: "rp/#", QoS: 0, RetainAsPublished: true})
 	ovSubscribe(t, mixed, 2, paho.SubscribeOptions{Topic: "rp/+", QoS: 1})
 	check(mixed, pub, "rp/a", "mixed", 1, true)
-	pub.publish(t, &paho.Publish{Topic: "rp/a", QoS: 1, Payload: []byte("not-retained")})
-	if m := mixed.expect(t, "not-retained")[0]; m.Retain {
+	pub.MustPublish(t, &paho.Publish{Topic: "rp/a", QoS: 1, Payload: []byte("not-retained")})
+	if m := mixed.Expect(t, "not-retained")[0]; m.Retain {
 		t.Fatal("a message published without RETAIN delivered with it")
 	}
 	mixed.quiet(t, pub)
@@ -154,20 +154,20 @@ func TestOverlappingRetainAsPublished(t *testing.T) {
 	nl := hbDial(t, b.Addr, "nlrap")
 	ovSubscribe(t, nl, 5, paho.SubscribeOptions{Topic: "rn/#", QoS: 1, NoLocal: true, RetainAsPublished: true})
 	ovSubscribe(t, nl, 6, paho.SubscribeOptions{Topic: "rn/+", QoS: 0})
-	check(nl, nl.v5Client, "rn/a", "own", 0, false)
+	check(nl, nl.V5, "rn/a", "own", 0, false)
 	check(nl, pub, "rn/a", "theirs", 1, true)
 }
 
 // ovRawSub subscribes a raw v5 client with one SUBSCRIBE carrying
 // identifier id (0: none) and checks every filter is granted its QoS.
-func ovRawSub(tb testing.TB, rc *rawClient, id uint32, subs ...packet.Subscription) {
+func ovRawSub(tb testing.TB, rc *mqtttest.Raw, id uint32, subs ...packet.Subscription) {
 	tb.Helper()
 	s := &packet.Subscribe{PacketID: 1, Subscriptions: subs}
 	if id != 0 {
 		s.Properties.SubscriptionIDs = []uint32{id}
 	}
-	rc.must(tb, s)
-	sa := rc.expect(tb, packet.SUBACK).(*packet.Suback)
+	rc.Must(tb, s)
+	sa := rc.Expect(tb, packet.SUBACK).(*packet.Suback)
 	for i, code := range sa.ReasonCodes {
 		if code != packet.ReasonCode(subs[i].QoS) {
 			tb.Fatalf("subscribe %s: reason %v, want %d", subs[i].Filter, code, subs[i].QoS)
@@ -181,11 +181,11 @@ func ovSub(filter string, qos byte) packet.Subscription {
 
 // ovCollect reads n PUBLISHes from rc, completing their flows as the
 // client (PUBACK, PUBREC, and PUBCOMP for each PUBREL on the way).
-func ovCollect(tb testing.TB, rc *rawClient, n int) []*packet.Publish {
+func ovCollect(tb testing.TB, rc *mqtttest.Raw, n int) []*packet.Publish {
 	tb.Helper()
 	var got []*packet.Publish
 	for len(got) < n {
-		switch p := rc.next(tb).(type) {
+		switch p := rc.Next(tb).(type) {
 		case *packet.Publish:
 			got = append(got, p)
 			switch p.QoS {
@@ -208,11 +208,11 @@ func ovCollect(tb testing.TB, rc *rawClient, n int) []*packet.Publish {
 
 // ovNothingMore proves rc gets no further PUBLISH: a PINGREQ's PINGRESP
 // comes first (PUBRELs of completed flows are answered on the way).
-func ovNothingMore(tb testing.TB, rc *rawClient) {
+func ovNothingMore(tb testing.TB, rc *mqtttest.Raw) {
 	tb.Helper()
-	rc.must(tb, &packet.Pingreq{})
+	rc.Must(tb, &packet.Pingreq{})
 	for {
-		switch p := rc.next(tb).(type) {
+		switch p := rc.Next(tb).(type) {
 		case *packet.Pingresp:
 			return
 		case *packet.Ack:
@@ -271,9 +271,9 @@ func TestOverlappingSubscriptionIDsRaw(t *testing.T) {
 	// only; another client's through both.
 	ovRawSub(t, rc, 30, packet.Subscription{Filter: "n/#", QoS: 1, NoLocal: true})
 	ovRawSub(t, rc, 31, ovSub("n/+", 0))
-	rc.must(t, &packet.Publish{Topic: "n/a", Payload: []byte("own")})
+	rc.Must(t, &packet.Publish{Topic: "n/a", Payload: []byte("own")})
 	ovCheck(t, ovCollect(t, rc, 1)[0], "own", 0, false, 31)
-	rc.must(t, &packet.Publish{Topic: "n/a/b", Payload: []byte("own-deep")})
+	rc.Must(t, &packet.Publish{Topic: "n/a/b", Payload: []byte("own-deep")})
 	ovNothingMore(t, rc)
 	hcPublishOne(t, pub, &packet.Publish{Topic: "n/a", QoS: 1, Payload: []byte("theirs")})
 	ovCheck(t, ovCollect(t, rc, 1)[0], "theirs", 1, false, 30, 31)
@@ -392,7 +392,7 @@ func TestOverlappingMaximumPacketSize(t *testing.T) {
 	// A copy on mp/x with a 100-byte payload and one 4-byte identifier is
 	// 116 bytes; with three it is 126.
 	cp.Properties.SetUint32(packet.PropMaximumPacketSize, 120)
-	rc, _ := connectRaw(t, b.Addr, cp)
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, cp)
 	ids := []uint32{packet.MaxVarint - 2, packet.MaxVarint - 1, packet.MaxVarint}
 	for i, id := range ids {
 		ovRawSub(t, rc, id, ovSub([]string{"mp/#", "mp/+", "mp/x"}[i], 1))
@@ -428,7 +428,7 @@ func TestOverlappingPersisted(t *testing.T) {
 	rc, _ := hcConnect(t, b.Addr, "po", true, 300, 0)
 	ovRawSub(t, rc, 1, ovSub("po/#", 1))
 	ovRawSub(t, rc, 2, ovSub("po/+", 1))
-	rc.nc.Close()
+	rc.Conn.Close()
 	hcConns(t, b, 0)
 	pub, _ := hcConnect(t, b.Addr, "pub", true, 0, 0)
 	hcPublishOne(t, pub, &packet.Publish{Topic: "po/a", QoS: 1, Payload: []byte("q")})
@@ -452,14 +452,11 @@ func TestOverlappingPersisted(t *testing.T) {
 func TestOverlappingV3(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	pub := hbDialV3(t, b.Addr, "v3pub")
-	msgs := make(chan mqtt3.Message, 100)
-	c := dialV3(t, b.Addr, "v3o", func(o *mqtt3.ClientOptions) {
-		o.SetDefaultPublishHandler(func(_ mqtt3.Client, m mqtt3.Message) { msgs <- m })
-	})
+	c := mqtttest.DialV3(t, b.Addr, "v3o") // its default handler puts every PUBLISH in c.Msgs
 	next := func(topic, payload string, qos byte, retained bool) {
 		t.Helper()
 		select {
-		case m := <-msgs:
+		case m := <-c.Msgs:
 			if m.Topic() != topic || string(m.Payload()) != payload || m.Qos() != qos || m.Retained() != retained {
 				t.Fatalf("got %s %q qos %d retain %v, want %s %q qos %d retain %v",
 					m.Topic(), m.Payload(), m.Qos(), m.Retained(), topic, payload, qos, retained)
@@ -473,32 +470,32 @@ func TestOverlappingV3(t *testing.T) {
 	quiet := func(topic string, qos byte) {
 		t.Helper()
 		marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
-		pub.pub(t, topic, 1, false, marker)
+		pub.Pub(t, topic, 1, false, marker)
 		next(topic, marker, qos, false)
 	}
-	wait(t, "subscribe v3o/#", c.Subscribe("v3o/#", 0, nil))
-	wait(t, "subscribe v3o/+/x", c.Subscribe("v3o/+/x", 2, nil))
-	pub.pub(t, "v3o/a/x", 2, false, "both")
+	mqtttest.Await(t, "subscribe v3o/#", c.Subscribe("v3o/#", 0, nil))
+	mqtttest.Await(t, "subscribe v3o/+/x", c.Subscribe("v3o/+/x", 2, nil))
+	pub.Pub(t, "v3o/a/x", 2, false, "both")
 	next("v3o/a/x", "both", 2, false)
 	quiet("v3o/bar", 0)
-	pub.pub(t, "v3o/a/x", 1, false, "both1")
+	pub.Pub(t, "v3o/a/x", 1, false, "both1")
 	next("v3o/a/x", "both1", 1, false)
-	pub.pub(t, "v3o/a/y", 2, false, "one")
+	pub.Pub(t, "v3o/a/y", 2, false, "one")
 	next("v3o/a/y", "one", 0, false)
 	quiet("v3o/bar", 0)
 
-	wait(t, "subscribe multiple", c.SubscribeMultiple(map[string]byte{"v3m/#": 1, "v3m/+": 2}, nil))
-	pub.pub(t, "v3m/a", 2, false, "multi")
+	mqtttest.Await(t, "subscribe multiple", c.SubscribeMultiple(map[string]byte{"v3m/#": 1, "v3m/+": 2}, nil))
+	pub.Pub(t, "v3m/a", 2, false, "multi")
 	next("v3m/a", "multi", 2, false)
 	quiet("v3m/bar", 1)
 
-	pub.pub(t, "v3r/a", 1, true, "R")
-	wait(t, "subscribe v3r/#", c.Subscribe("v3r/#", 1, nil))
+	pub.Pub(t, "v3r/a", 1, true, "R")
+	mqtttest.Await(t, "subscribe v3r/#", c.Subscribe("v3r/#", 1, nil))
 	next("v3r/a", "R", 1, true)
-	wait(t, "subscribe v3r/+", c.Subscribe("v3r/+", 0, nil))
+	mqtttest.Await(t, "subscribe v3r/+", c.Subscribe("v3r/+", 0, nil))
 	next("v3r/a", "R", 0, true) // again, for the new subscription
 	quiet("v3r/bar", 1)
-	pub.pub(t, "v3r/a", 1, true, "R2") // live: once, RETAIN 0 [MQTT-3.3.1-9]
+	pub.Pub(t, "v3r/a", 1, true, "R2") // live: once, RETAIN 0 [MQTT-3.3.1-9]
 	next("v3r/a", "R2", 1, false)
 	quiet("v3r/bar", 1)
 }
@@ -514,11 +511,11 @@ func TestSubscribeWhileRouting(t *testing.T) {
 	pub, _ := hcConnect(t, b.Addr, "p", true, 0, 0)
 	ovRawSub(t, sub, 0, ovSub("dl/keep/#", 0))
 	// pong reads c until its PINGRESP.
-	pong := func(c *rawClient) chan error {
+	pong := func(c *mqtttest.Raw) chan error {
 		ch := make(chan error, 1)
 		go func() {
 			for {
-				p, err := c.read()
+				p, err := c.ReadPacket()
 				if err != nil || p.Type() == packet.PINGRESP {
 					ch <- err
 					return
@@ -531,15 +528,15 @@ func TestSubscribeWhileRouting(t *testing.T) {
 	go func() {
 		for i := range 2000 {
 			id := uint16(2*i%60000 + 2)
-			sub.send(&packet.Subscribe{PacketID: id, Subscriptions: []packet.Subscription{{Filter: "dl/churn/+"}}}, false)
-			sub.send(&packet.Unsubscribe{PacketID: id + 1, Filters: []string{"dl/churn/+"}}, i%8 == 7)
+			sub.Send(&packet.Subscribe{PacketID: id, Subscriptions: []packet.Subscription{{Filter: "dl/churn/+"}}}, false)
+			sub.Send(&packet.Unsubscribe{PacketID: id + 1, Filters: []string{"dl/churn/+"}}, i%8 == 7)
 		}
-		sub.send(&packet.Pingreq{}, true)
+		sub.Send(&packet.Pingreq{}, true)
 	}()
 	for i := range 20000 {
-		pub.send(&packet.Publish{Topic: "dl/keep/x", Payload: []byte("x")}, i%16 == 15)
+		pub.Send(&packet.Publish{Topic: "dl/keep/x", Payload: []byte("x")}, i%16 == 15)
 	}
-	pub.send(&packet.Pingreq{}, true)
+	pub.Send(&packet.Pingreq{}, true)
 	for _, ch := range []chan error{subDone, pubDone} {
 		select {
 		case err := <-ch:

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
@@ -41,11 +42,7 @@ func TestParkerDownStrangersGoOn(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
+		testkit.Eventually(t, 10*time.Second, what, cond)
 	}
 	connack := func(nc net.Conn, what string) {
 		t.Helper()

@@ -7,36 +7,25 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
-// hcClock is a settable clock for Options.Now.
-type hcClock struct{ ns atomic.Int64 }
-
-func newHCClock() *hcClock {
-	c := &hcClock{}
-	c.ns.Store(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC).UnixNano())
-	return c
-}
-
-func (c *hcClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
-func (c *hcClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
-
 // hcPublishOne publishes one message from a raw client and completes its
 // flow (packet id 1).
-func hcPublishOne(tb testing.TB, pub *rawClient, p *packet.Publish) {
+func hcPublishOne(tb testing.TB, pub *mqtttest.Raw, p *packet.Publish) {
 	tb.Helper()
 	if p.QoS > 0 {
 		p.PacketID = 1
 	}
-	pub.must(tb, p)
+	pub.Must(tb, p)
 	switch p.QoS {
 	case 1:
 		hcExpectAck(tb, pub, packet.PUBACK, 1)
@@ -63,8 +52,8 @@ func hcCloseBroker(tb testing.TB, b *testBroker) {
 // was down does not come back.
 func TestPersistRestart(t *testing.T) {
 	dir := t.TempDir()
-	clk := newHCClock()
-	opts := broker.Options{StatePath: filepath.Join(dir, "state.json"), Now: clk.now, SaveInterval: -1}
+	clk := testkit.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
+	opts := broker.Options{StatePath: filepath.Join(dir, "state.json"), Now: clk.Now, SaveInterval: -1}
 	b1 := startBroker(t, opts)
 
 	pub, _ := hcConnect(t, b1.Addr, "p-pub", true, 0, 0)
@@ -92,8 +81,8 @@ func TestPersistRestart(t *testing.T) {
 	hcPublishOne(t, pub, &packet.Publish{Topic: "cmd/0", QoS: 1, Payload: []byte("c0")})
 	p0 := hcExpectPub(t, dev1, "c0", 1, false) // not acknowledged
 	hcExpectPub(t, dev2, "c0", 1, false)
-	dev1.nc.Close()
-	dev2.nc.Close()
+	dev1.Conn.Close()
+	dev2.Conn.Close()
 	hcConns(t, b1, 2) // pub and dev3
 
 	hcPublishOne(t, pub, &packet.Publish{Topic: "live/r", QoS: 2, Payload: []byte("released")})
@@ -102,7 +91,7 @@ func TestPersistRestart(t *testing.T) {
 	hcExpectAck(t, dev3, packet.PUBREL, rel.PacketID) // no PUBCOMP
 	q2pub, _ := hcConnect(t, b1.Addr, "q2pub", true, 300, 0)
 	q2 := &packet.Publish{Topic: "live/q", QoS: 2, PacketID: 5, Payload: []byte("q2")}
-	q2pub.must(t, q2)
+	q2pub.Must(t, q2)
 	hcExpectAck(t, q2pub, packet.PUBREC, 5) // no PUBREL yet
 	d := hcExpectPub(t, dev3, "q2", 2, false)
 	hcAck(t, dev3, packet.PUBREC, d.PacketID)
@@ -124,7 +113,7 @@ func TestPersistRestart(t *testing.T) {
 		t.Fatalf("temporary files left behind: %v", left)
 	}
 
-	clk.advance(40 * time.Second)
+	clk.Add(40 * time.Second)
 	b2 := startBroker(t, opts)
 	// cfg/c expired and dev2 ended during the downtime; p-pub was a clean
 	// session. dev1 keeps c0 inflight and c1, c2 queued; dev3 its released
@@ -173,7 +162,7 @@ func TestPersistRestart(t *testing.T) {
 		t.Fatal("q2pub: session not present after restart")
 	}
 	q2.Dup = true
-	q2pub.must(t, q2)
+	q2pub.Must(t, q2)
 	hcExpectAck(t, q2pub, packet.PUBREC, 5)
 	hcAck(t, q2pub, packet.PUBREL, 5)
 	if a := hcExpectAck(t, q2pub, packet.PUBCOMP, 5); a.ReasonCode != packet.Success {
@@ -192,7 +181,7 @@ func TestPersistRestart(t *testing.T) {
 	hcSubscribe(t, viewer, "cfg/#", 1, 0)
 	got := map[string]*packet.Publish{}
 	for range 2 {
-		p := viewer.expect(t, packet.PUBLISH).(*packet.Publish)
+		p := viewer.Expect(t, packet.PUBLISH).(*packet.Publish)
 		got[p.Topic] = p
 		if p.QoS > 0 {
 			hcAck(t, viewer, packet.PUBACK, p.PacketID)
@@ -214,7 +203,7 @@ func TestPersistRestart(t *testing.T) {
 
 	// And once more: the age keeps counting across a second restart.
 	hcCloseBroker(t, b2)
-	clk.advance(50 * time.Second)
+	clk.Add(50 * time.Second)
 	b3 := startBroker(t, opts)
 	viewer, _ = hcConnect(t, b3.Addr, "viewer", true, 0, 0)
 	hcSubscribe(t, viewer, "cfg/a", 1, 0)
@@ -228,17 +217,17 @@ func TestPersistRestart(t *testing.T) {
 // applies to their real age: one older than the limit is not delivered
 // (even before a sweep), a younger one carries the time it has left.
 func TestPersistRetainedMaxAge(t *testing.T) {
-	clk := newHCClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	path := filepath.Join(t.TempDir(), "state.json")
-	b1 := startBroker(t, broker.Options{StatePath: path, Now: clk.now, SaveInterval: -1})
+	b1 := startBroker(t, broker.Options{StatePath: path, Now: clk.Now, SaveInterval: -1})
 	pub, _ := hcConnect(t, b1.Addr, "ma-pub", true, 0, 0)
 	hcPublishOne(t, pub, &packet.Publish{Topic: "ma/old", QoS: 1, Retain: true, Payload: []byte("old")})
-	clk.advance(70 * time.Second)
+	clk.Add(70 * time.Second)
 	hcPublishOne(t, pub, &packet.Publish{Topic: "ma/young", QoS: 1, Retain: true, Payload: []byte("young")})
 	hcCloseBroker(t, b1)
 
-	clk.advance(30 * time.Second) // old is 100 s old, young 30 s
-	b2 := startBroker(t, broker.Options{StatePath: path, Now: clk.now, SaveInterval: -1, RetainedMaxAge: time.Minute})
+	clk.Add(30 * time.Second) // old is 100 s old, young 30 s
+	b2 := startBroker(t, broker.Options{StatePath: path, Now: clk.Now, SaveInterval: -1, RetainedMaxAge: time.Minute})
 	sub, _ := hcConnect(t, b2.Addr, "ma-sub", true, 0, 0)
 	hcSubscribe(t, sub, "ma/#", 1, 0)
 	p := hcExpectPub(t, sub, "young", 1, false)
@@ -351,11 +340,11 @@ func TestPersistBadStateFile(t *testing.T) {
 func TestPersistCloseDisconnectsClients(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	raw5, _ := hcConnect(t, b.Addr, "sd-raw5", true, 0, 0)
-	raw3, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 30, ClientID: "sd-raw3",
+	raw3, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 30, ClientID: "sd-raw3",
 		Will: &packet.Will{Topic: "sd/will", Payload: []byte("gone")}})
-	p5 := dialV5(t, b.Addr, clean("sd-paho5"))
+	p5 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("sd-paho5"))
 	lost := make(chan error, 1)
-	dialV3(t, b.Addr, "sd-paho3", func(o *mqtt3.ClientOptions) {
+	mqtttest.DialV3(t, b.Addr, "sd-paho3", func(o *mqtt3.ClientOptions) {
 		o.SetConnectionLostHandler(func(_ mqtt3.Client, err error) { lost <- err })
 	})
 	hcConns(t, b, 4)
@@ -365,11 +354,11 @@ func TestPersistCloseDisconnectsClients(t *testing.T) {
 		t.Fatalf("after Close: %d connections, %d wills published", st.Connections, st.WillsPublished)
 	}
 
-	got := raw5.closed(t)
+	got := raw5.Closed(t)
 	if len(got) != 1 || got[0].Type() != packet.DISCONNECT || got[0].(*packet.Disconnect).ReasonCode != packet.ServerShuttingDown {
 		t.Fatalf("v5 client got %+v before close, want DISCONNECT 0x8B", got)
 	}
-	if got := raw3.closed(t); len(got) != 0 {
+	if got := raw3.Closed(t); len(got) != 0 {
 		t.Fatalf("3.1.1 client got %+v before close, want nothing", got)
 	}
 	select {

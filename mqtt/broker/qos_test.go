@@ -5,6 +5,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
 
@@ -13,12 +14,12 @@ import (
 func TestQoSFlowsV5(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	for sq := byte(0); sq <= 2; sq++ {
-		sub := dialV5(t, b.Addr, clean("sub"+string('0'+sq)))
-		sub.subscribe(t, paho.SubscribeOptions{Topic: "q/" + string('0'+sq) + "/#", QoS: sq})
-		pub := dialV5(t, b.Addr, clean("pub"+string('0'+sq)))
+		sub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("sub"+string('0'+sq)))
+		sub.MustSubscribe(t, paho.SubscribeOptions{Topic: "q/" + string('0'+sq) + "/#", QoS: sq})
+		pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"+string('0'+sq)))
 		for pq := byte(0); pq <= 2; pq++ {
-			pub.publish(t, &paho.Publish{Topic: "q/" + string('0'+sq) + "/x", QoS: pq, Payload: []byte{'0' + pq}})
-			m := sub.next(t)
+			pub.MustPublish(t, &paho.Publish{Topic: "q/" + string('0'+sq) + "/x", QoS: pq, Payload: []byte{'0' + pq}})
+			m := sub.Next(t)
 			if want := min(pq, sq); m.QoS != want || m.Payload[0] != '0'+pq {
 				t.Fatalf("sub qos %d pub qos %d: got qos %d payload %q", sq, pq, m.QoS, m.Payload)
 			}

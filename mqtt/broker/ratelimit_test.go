@@ -10,6 +10,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -37,11 +38,11 @@ func (p *ratePolicy) Authenticate(ctx context.Context, req *broker.ConnectReques
 
 // flood publishes QoS 0 messages on topic from a client of group as fast
 // as the connection takes them, until the test ends.
-func flood(t *testing.T, addr, group, id, topic string, payload []byte) *v5Client {
+func flood(t *testing.T, addr, group, id, topic string, payload []byte) *mqtttest.V5 {
 	t.Helper()
-	cp := clean(id)
+	cp := mqtttest.Clean(id)
 	cp.Username, cp.UsernameFlag = group, true
-	c := dialV5(t, addr, cp)
+	c := mqtttest.DialV5(t, addr, cp)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -83,9 +84,9 @@ type counter struct {
 func count(t *testing.T, addr, filter string) *counter {
 	t.Helper()
 	k := &counter{n: map[string]int{}}
-	cp := clean("counter-" + filter)
+	cp := mqtttest.Clean("counter-" + filter)
 	cp.Username, cp.UsernameFlag = "observer", true
-	c := dialV5(t, addr, cp, func(cfg *paho.ClientConfig) {
+	c := mqtttest.DialV5(t, addr, cp, func(cfg *paho.ClientConfig) {
 		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
 			k.mu.Lock()
 			k.n[pr.Packet.Topic]++
@@ -93,7 +94,7 @@ func count(t *testing.T, addr, filter string) *counter {
 			return true, nil
 		}}
 	})
-	c.subscribe(t, paho.SubscribeOptions{Topic: filter, QoS: 0})
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: filter, QoS: 0})
 	return k
 }
 
@@ -143,13 +144,13 @@ func TestPublishRateThrottlesOnlyTheOffender(t *testing.T) {
 	}
 
 	// Another group's QoS 1 publisher is unaffected.
-	cp := clean("other")
+	cp := mqtttest.Clean("other")
 	cp.Username, cp.UsernameFlag = "tenant-b", true
-	other := dialV5(t, b.Addr, cp)
+	other := mqtttest.DialV5(t, b.Addr, cp)
 	var lat []time.Duration
 	for range 100 {
 		start := time.Now()
-		other.publish(t, &paho.Publish{Topic: "other/y", QoS: 1, Payload: []byte("hello")})
+		other.MustPublish(t, &paho.Publish{Topic: "other/y", QoS: 1, Payload: []byte("hello")})
 		lat = append(lat, time.Since(start))
 	}
 	slices.Sort(lat)
@@ -192,11 +193,11 @@ func TestPublishBytesRateAndKeepAlive(t *testing.T) {
 		groups: map[string]*broker.RateLimiter{"acct": g},
 	}})
 	k := count(t, b.Addr, "big/#")
-	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "big", CleanStart: true, KeepAlive: 1, Username: "acct", HasUsername: true})
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "big", CleanStart: true, KeepAlive: 1, Username: "acct", HasUsername: true})
 	payload := []byte(strings.Repeat("x", 64<<10)) // two seconds' worth
 	start := time.Now()
 	for range 2 {
-		rc.must(t, &packet.Publish{Topic: "big/a", QoS: 0, Payload: payload})
+		rc.Must(t, &packet.Publish{Topic: "big/a", QoS: 0, Payload: payload})
 	}
 	eventually(t, "the first large message", func() bool { return k.total() >= 1 })
 	first := time.Since(start)
@@ -208,8 +209,8 @@ func TestPublishBytesRateAndKeepAlive(t *testing.T) {
 	if gap := second - first; gap < 1500*time.Millisecond {
 		t.Fatalf("64 KiB messages at %d bytes/s arrived %v apart, want about 2s", rate, gap)
 	}
-	rc.must(t, &packet.Pingreq{})
-	rc.expect(t, packet.PINGRESP)
+	rc.Must(t, &packet.Pingreq{})
+	rc.Expect(t, packet.PINGRESP)
 	if n := b.Stats().Closes[broker.CloseKeepAliveTimeout]; n != 0 {
 		t.Fatalf("%d keep-alive timeouts while throttled", n)
 	}
@@ -219,11 +220,11 @@ func TestPublishBytesRateAndKeepAlive(t *testing.T) {
 	n0 := k.total()
 	small := &packet.Publish{Topic: "big/s", QoS: 0, Payload: []byte("s")}
 	for range 6 {
-		rc.must(t, small)
+		rc.Must(t, small)
 	}
-	rc.must(t, &packet.Pingreq{})
+	rc.Must(t, &packet.Pingreq{})
 	start = time.Now()
-	rc.expect(t, packet.PINGRESP) // read after the six PUBLISHes
+	rc.Expect(t, packet.PINGRESP) // read after the six PUBLISHes
 	if took := time.Since(start); took < time.Second {
 		t.Fatalf("six messages at 2/s (burst 2) went through in %v, want about 2s", took)
 	}
@@ -245,8 +246,8 @@ func TestThrottledWaitEndsWithServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, _ := connectRaw(t, ln.Addr().String(), &packet.Connect{ClientID: "slow", CleanStart: true, KeepAlive: 30})
-	rc.must(t, &packet.Publish{Topic: "slow/a", QoS: 0, Payload: make([]byte, 512<<10)}) // ~8 minutes' worth
+	rc, _ := mqtttest.ConnectRaw(t, ln.Addr().String(), &packet.Connect{ClientID: "slow", CleanStart: true, KeepAlive: 30})
+	rc.Must(t, &packet.Publish{Topic: "slow/a", QoS: 0, Payload: make([]byte, 512<<10)}) // ~8 minutes' worth
 	eventually(t, "the PUBLISH to wait", func() bool { return len(sink.Lines("publish throttled", "client_id", "slow")) > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -258,7 +259,7 @@ func TestThrottledWaitEndsWithServer(t *testing.T) {
 		t.Fatalf("after close: %d throttled, %d handled, closes %v; want 1 throttled PUBLISH, not handled, and the connection ended by the shutdown",
 			st.PublishThrottled, st.PublishIn[0], st.Closes)
 	}
-	if ps := rc.closed(t); len(ps) != 1 || ps[0].Type() != packet.DISCONNECT {
+	if ps := rc.Closed(t); len(ps) != 1 || ps[0].Type() != packet.DISCONNECT {
 		t.Fatalf("the throttled v5 client got %v, want a DISCONNECT", ps)
 	}
 }
@@ -268,20 +269,20 @@ func TestThrottledWaitEndsWithServer(t *testing.T) {
 // unlimited; a client the function leaves out keeps its own.
 func TestSetPublishRates(t *testing.T) {
 	b := startBroker(t, broker.Options{Policy: &ratePolicy{}})
-	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "dev", CleanStart: true, KeepAlive: 30, Username: "acct", HasUsername: true})
-	other, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "dev", CleanStart: true, KeepAlive: 30, Username: "other", HasUsername: true})
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "dev", CleanStart: true, KeepAlive: 30, Username: "acct", HasUsername: true})
+	other, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "dev", CleanStart: true, KeepAlive: 30, Username: "other", HasUsername: true})
 	set := func(msgs float64) int {
 		return b.SetPublishRates(func(id *broker.Identity) (float64, float64, bool) { return msgs, 0, id.Namespace == "acct" })
 	}
 	// burst publishes six PUBLISHes and a PINGREQ, and returns how long
 	// the PINGRESP (read after them) took.
-	burst := func(c *rawClient) time.Duration {
+	burst := func(c *mqtttest.Raw) time.Duration {
 		start := time.Now()
 		for range 6 {
-			c.must(t, &packet.Publish{Topic: "t", QoS: 0, Payload: []byte("x")})
+			c.Must(t, &packet.Publish{Topic: "t", QoS: 0, Payload: []byte("x")})
 		}
-		c.must(t, &packet.Pingreq{})
-		c.expect(t, packet.PINGRESP)
+		c.Must(t, &packet.Pingreq{})
+		c.Expect(t, packet.PINGRESP)
 		return time.Since(start)
 	}
 	if n := set(2); n != 1 {

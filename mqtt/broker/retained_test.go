@@ -2,54 +2,35 @@ package broker_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
-
-// hbClock is a frozen, settable clock for Options.Now.
-type hbClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newHBClock() *hbClock { return &hbClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func (c *hbClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *hbClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // hbPeer is a v5 client subscribed to a barrier topic of its own, so
 // quiet can prove it has received nothing else.
 type hbPeer struct {
-	*v5Client
+	*mqtttest.V5
 	bar string
 }
 
 func hbDial(tb testing.TB, addr, id string) *hbPeer {
 	tb.Helper()
-	c := dialV5(tb, addr, clean(id))
-	p := &hbPeer{v5Client: c, bar: "hbbar/" + id}
-	c.subscribe(tb, paho.SubscribeOptions{Topic: p.bar, QoS: 1})
+	c := mqtttest.DialV5(tb, addr, mqtttest.Clean(id))
+	p := &hbPeer{V5: c, bar: "hbbar/" + id}
+	c.MustSubscribe(tb, paho.SubscribeOptions{Topic: p.bar, QoS: 1})
 	return p
 }
 
 // quiet checks that nothing but a marker published now (by pub) arrives.
-func (p *hbPeer) quiet(tb testing.TB, pub *v5Client) {
+func (p *hbPeer) quiet(tb testing.TB, pub *mqtttest.V5) {
 	tb.Helper()
-	p.barrier(tb, pub, p.bar)
+	mqtttest.Barrier(tb, pub, p.bar, p.V5)
 }
 
 func hbExpiry(m *paho.Publish) (uint32, bool) {
@@ -59,13 +40,13 @@ func hbExpiry(m *paho.Publish) (uint32, bool) {
 	return *m.Properties.MessageExpiry, true
 }
 
-func hbRetain(tb testing.TB, pub *v5Client, topic, payload string, expiry ...uint32) {
+func hbRetain(tb testing.TB, pub *mqtttest.V5, topic, payload string, expiry ...uint32) {
 	tb.Helper()
 	p := &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte(payload)}
 	if len(expiry) > 0 {
 		p.Properties = &paho.PublishProperties{MessageExpiry: &expiry[0]}
 	}
-	pub.publish(tb, p)
+	pub.MustPublish(tb, p)
 }
 
 func hbDropIndex(tb testing.TB, name string) int {
@@ -81,11 +62,11 @@ func hbDropIndex(tb testing.TB, name string) int {
 
 // hbByTopic receives n messages and indexes them by topic (retained
 // messages of several topics come in no defined order).
-func hbByTopic(tb testing.TB, c *v5Client, n int) map[string]*paho.Publish {
+func hbByTopic(tb testing.TB, c *mqtttest.V5, n int) map[string]*paho.Publish {
 	tb.Helper()
 	got := make(map[string]*paho.Publish, n)
 	for range n {
-		m := c.next(tb)
+		m := c.Next(tb)
 		if _, dup := got[m.Topic]; dup {
 			tb.Fatalf("two messages on %s", m.Topic)
 		}
@@ -99,12 +80,12 @@ func hbByTopic(tb testing.TB, c *v5Client, n int) map[string]*paho.Publish {
 // payload clears it (existing subscribers still see the empty message).
 func TestRetainedSetReplaceClear(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 
 	hbRetain(t, pub, "ret/t", "v1")
 	s1 := hbDial(t, b.Addr, "s1")
-	s1.subscribe(t, paho.SubscribeOptions{Topic: "ret/t", QoS: 1})
-	if m := s1.expect(t, "v1")[0]; !m.Retain || m.QoS != 1 {
+	s1.MustSubscribe(t, paho.SubscribeOptions{Topic: "ret/t", QoS: 1})
+	if m := s1.Expect(t, "v1")[0]; !m.Retain || m.QoS != 1 {
 		t.Fatalf("retained on subscribe: retain=%v qos=%d, want retain=true qos=1", m.Retain, m.QoS)
 	}
 	if n := b.Stats().Retained; n != 1 {
@@ -112,39 +93,39 @@ func TestRetainedSetReplaceClear(t *testing.T) {
 	}
 
 	hbRetain(t, pub, "ret/t", "v2")
-	s1.expect(t, "v2")
+	s1.Expect(t, "v2")
 	s2 := hbDial(t, b.Addr, "s2")
-	s2.subscribe(t, paho.SubscribeOptions{Topic: "ret/#", QoS: 1})
-	s2.expect(t, "v2")
+	s2.MustSubscribe(t, paho.SubscribeOptions{Topic: "ret/#", QoS: 1})
+	s2.Expect(t, "v2")
 	s2.quiet(t, pub) // v1 is gone, not delivered as well
 	if n := b.Stats().Retained; n != 1 {
 		t.Fatalf("Stats().Retained after replace = %d, want 1", n)
 	}
 
 	hbRetain(t, pub, "ret/t", "")
-	if m := s1.next(t); len(m.Payload) != 0 || m.Topic != "ret/t" {
+	if m := s1.Next(t); len(m.Payload) != 0 || m.Topic != "ret/t" {
 		t.Fatalf("existing subscriber: got %q on %s, want the empty clearing message", m.Payload, m.Topic)
 	}
 	if n := b.Stats().Retained; n != 0 {
 		t.Fatalf("Stats().Retained after clear = %d, want 0", n)
 	}
 	s3 := hbDial(t, b.Addr, "s3")
-	s3.subscribe(t, paho.SubscribeOptions{Topic: "ret/t", QoS: 1})
-	s3.subscribe(t, paho.SubscribeOptions{Topic: "ret/#", QoS: 0})
+	s3.MustSubscribe(t, paho.SubscribeOptions{Topic: "ret/t", QoS: 1})
+	s3.MustSubscribe(t, paho.SubscribeOptions{Topic: "ret/#", QoS: 0})
 	s3.quiet(t, pub)
 }
 
 // TestRetainHandling covers the three Retain Handling values.
 func TestRetainHandling(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	hbRetain(t, pub, "rh/a", "A")
 
 	t.Run("0 sends on every subscribe", func(t *testing.T) {
 		c := hbDial(t, b.Addr, "rh0")
 		for i := range 3 {
-			c.subscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 0})
-			if m := c.expect(t, "A")[0]; !m.Retain {
+			c.MustSubscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 0})
+			if m := c.Expect(t, "A")[0]; !m.Retain {
 				t.Fatalf("subscribe %d: retain flag not set", i)
 			}
 		}
@@ -152,26 +133,26 @@ func TestRetainHandling(t *testing.T) {
 	})
 	t.Run("1 sends only for a new subscription", func(t *testing.T) {
 		c := hbDial(t, b.Addr, "rh1")
-		c.subscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 1})
-		c.expect(t, "A")
-		c.subscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 1})
+		c.MustSubscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 1})
+		c.Expect(t, "A")
+		c.MustSubscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 1})
 		c.quiet(t, pub)
 		// After unsubscribing, the subscription is new again.
 		ctx := t.Context()
 		if _, err := c.Unsubscribe(ctx, &paho.Unsubscribe{Topics: []string{"rh/#"}}); err != nil {
 			t.Fatal(err)
 		}
-		c.subscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 1})
-		c.expect(t, "A")
+		c.MustSubscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 1})
+		c.Expect(t, "A")
 		c.quiet(t, pub)
 	})
 	t.Run("2 never sends", func(t *testing.T) {
 		c := hbDial(t, b.Addr, "rh2")
-		c.subscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 2})
+		c.MustSubscribe(t, paho.SubscribeOptions{Topic: "rh/#", QoS: 1, RetainHandling: 2})
 		c.quiet(t, pub)
 		// Live messages still arrive.
-		pub.publish(t, &paho.Publish{Topic: "rh/b", QoS: 1, Payload: []byte("live")})
-		c.expect(t, "live")
+		pub.MustPublish(t, &paho.Publish{Topic: "rh/b", QoS: 1, Payload: []byte("live")})
+		c.Expect(t, "live")
 	})
 }
 
@@ -180,19 +161,19 @@ func TestRetainHandling(t *testing.T) {
 // a subscribe always carry retain=1.
 func TestRetainAsPublished(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	rap := hbDial(t, b.Addr, "rap")
-	rap.subscribe(t, paho.SubscribeOptions{Topic: "rap/#", QoS: 1, RetainAsPublished: true})
+	rap.MustSubscribe(t, paho.SubscribeOptions{Topic: "rap/#", QoS: 1, RetainAsPublished: true})
 	plain := hbDial(t, b.Addr, "plain")
-	plain.subscribe(t, paho.SubscribeOptions{Topic: "rap/#", QoS: 1})
+	plain.MustSubscribe(t, paho.SubscribeOptions{Topic: "rap/#", QoS: 1})
 
 	hbRetain(t, pub, "rap/x", "R")
-	pub.publish(t, &paho.Publish{Topic: "rap/x", QoS: 1, Payload: []byte("L")})
+	pub.MustPublish(t, &paho.Publish{Topic: "rap/x", QoS: 1, Payload: []byte("L")})
 	for _, c := range []struct {
 		p        *hbPeer
 		wantKept bool
 	}{{rap, true}, {plain, false}} {
-		got := c.p.expect(t, "R", "L")
+		got := c.p.Expect(t, "R", "L")
 		if got[0].Retain != c.wantKept {
 			t.Errorf("%s: live retained message has retain=%v, want %v", c.p.bar, got[0].Retain, c.wantKept)
 		}
@@ -204,8 +185,8 @@ func TestRetainAsPublished(t *testing.T) {
 	// Retained on subscribe: retain=1 with or without RAP.
 	for i, opt := range []bool{false, true} {
 		c := hbDial(t, b.Addr, fmt.Sprintf("late%d", i))
-		c.subscribe(t, paho.SubscribeOptions{Topic: "rap/x", QoS: 1, RetainAsPublished: opt})
-		if m := c.expect(t, "R")[0]; !m.Retain {
+		c.MustSubscribe(t, paho.SubscribeOptions{Topic: "rap/x", QoS: 1, RetainAsPublished: opt})
+		if m := c.Expect(t, "R")[0]; !m.Retain {
 			t.Errorf("RAP=%v: retained message sent on subscribe has retain=0", opt)
 		}
 	}
@@ -215,16 +196,16 @@ func TestRetainAsPublished(t *testing.T) {
 // retained message is what remains of it, and an expired retained message
 // is not delivered.
 func TestRetainedMessageExpiry(t *testing.T) {
-	clk := newHBClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	b := startBroker(t, broker.Options{Now: clk.Now})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	hbRetain(t, pub, "exp/long", "long", 100)
 	hbRetain(t, pub, "exp/short", "short", 5)
 	hbRetain(t, pub, "exp/none", "none")
 
 	c := hbDial(t, b.Addr, "c0")
-	c.subscribe(t, paho.SubscribeOptions{Topic: "exp/#", QoS: 1})
-	got := hbByTopic(t, c.v5Client, 3)
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "exp/#", QoS: 1})
+	got := hbByTopic(t, c.V5, 3)
 	for topic, want := range map[string]uint32{"exp/long": 100, "exp/short": 5} {
 		if e, ok := hbExpiry(got[topic]); !ok || e != want {
 			t.Errorf("%s at t+0: expiry %d (set %v), want %d", topic, e, ok, want)
@@ -234,10 +215,10 @@ func TestRetainedMessageExpiry(t *testing.T) {
 		t.Errorf("exp/none carries expiry %d, want none", e)
 	}
 
-	clk.Advance(10 * time.Second)
+	clk.Add(10 * time.Second)
 	c1 := hbDial(t, b.Addr, "c1")
-	c1.subscribe(t, paho.SubscribeOptions{Topic: "exp/#", QoS: 1})
-	got = hbByTopic(t, c1.v5Client, 2)
+	c1.MustSubscribe(t, paho.SubscribeOptions{Topic: "exp/#", QoS: 1})
+	got = hbByTopic(t, c1.V5, 2)
 	if got["exp/long"] == nil || got["exp/none"] == nil {
 		t.Fatalf("after 10s got %v, want exp/long and exp/none", got)
 	}
@@ -251,17 +232,17 @@ func TestRetainedMessageExpiry(t *testing.T) {
 // age as their expiry (or keep a shorter one), an older retained message is
 // not delivered even before the sweep, and Sweep removes it.
 func TestRetainedMaxAge(t *testing.T) {
-	clk := newHBClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	b := startBroker(t, broker.Options{Now: clk.Now, RetainedMaxAge: time.Minute})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	hbRetain(t, pub, "age/none", "none")
 	hbRetain(t, pub, "age/long", "long", 3600)
 	hbRetain(t, pub, "age/short", "short", 30)
 	b.Publish(&broker.Message{Topic: "age/injected", Payload: []byte("inj"), QoS: 1, PublishedQoS: 1, Retain: true})
 
 	c := hbDial(t, b.Addr, "c0")
-	c.subscribe(t, paho.SubscribeOptions{Topic: "age/#", QoS: 1})
-	got := hbByTopic(t, c.v5Client, 4)
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "age/#", QoS: 1})
+	got := hbByTopic(t, c.V5, 4)
 	for topic, want := range map[string]uint32{"age/none": 60, "age/long": 60, "age/short": 30, "age/injected": 60} {
 		if e, ok := hbExpiry(got[topic]); !ok || e != want {
 			t.Errorf("%s: expiry %d (set %v), want %d (max age 60s)", topic, e, ok, want)
@@ -271,9 +252,9 @@ func TestRetainedMaxAge(t *testing.T) {
 		t.Fatalf("Stats().Retained = %d, want 4", n)
 	}
 
-	clk.Advance(time.Minute)
+	clk.Add(time.Minute)
 	c1 := hbDial(t, b.Addr, "c1")
-	c1.subscribe(t, paho.SubscribeOptions{Topic: "age/#", QoS: 1})
+	c1.MustSubscribe(t, paho.SubscribeOptions{Topic: "age/#", QoS: 1})
 	c1.quiet(t, pub) // none is delivered, though not yet swept
 	b.Sweep()
 	if n := b.Stats().Retained; n != 0 {
@@ -285,21 +266,21 @@ func TestRetainedMaxAge(t *testing.T) {
 // without a max age is not delivered by a restarted broker whose
 // RetainedMaxAge it has outlived, even before the first sweep.
 func TestRetainedMaxAgeAfterRestart(t *testing.T) {
-	clk := newHBClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	path := t.TempDir() + "/state.json"
 	b1 := startBroker(t, broker.Options{Now: clk.Now, StatePath: path, SaveInterval: -1})
-	pub := dialV5(t, b1.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b1.Addr, mqtttest.Clean("pub"))
 	hbRetain(t, pub, "old/x", "old")
 	pub.Disconnect(&paho.Disconnect{})
 	if err := b1.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 
-	clk.Advance(2 * time.Hour)
+	clk.Add(2 * time.Hour)
 	b2 := startBroker(t, broker.Options{Now: clk.Now, StatePath: path, SaveInterval: -1, RetainedMaxAge: time.Hour})
-	pub2 := dialV5(t, b2.Addr, clean("pub2"))
+	pub2 := mqtttest.DialV5(t, b2.Addr, mqtttest.Clean("pub2"))
 	c := hbDial(t, b2.Addr, "c")
-	c.subscribe(t, paho.SubscribeOptions{Topic: "old/#", QoS: 1})
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "old/#", QoS: 1})
 	c.quiet(t, pub2)
 }
 
@@ -308,7 +289,7 @@ func TestRetainedMaxAgeAfterRestart(t *testing.T) {
 // messages are not affected.
 func TestRetainedBurst(t *testing.T) {
 	b := startBroker(t, broker.Options{MaxRetainedBurst: 3})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	for i := range 10 {
 		hbRetain(t, pub, fmt.Sprintf("burst/%d", i), fmt.Sprintf("r%d", i))
 	}
@@ -316,8 +297,8 @@ func TestRetainedBurst(t *testing.T) {
 	before := b.Stats().Drops[idx]
 
 	c := hbDial(t, b.Addr, "c")
-	c.subscribe(t, paho.SubscribeOptions{Topic: "burst/#", QoS: 1})
-	got := hbByTopic(t, c.v5Client, 3)
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "burst/#", QoS: 1})
+	got := hbByTopic(t, c.V5, 3)
 	for topic, m := range got {
 		if !m.Retain || string(m.Payload) != "r"+topic[len("burst/"):] {
 			t.Errorf("%s: got %q retain=%v", topic, m.Payload, m.Retain)
@@ -330,9 +311,9 @@ func TestRetainedBurst(t *testing.T) {
 	for i := range 20 {
 		p := fmt.Sprintf("live%d", i)
 		live = append(live, p)
-		pub.publish(t, &paho.Publish{Topic: fmt.Sprintf("burst/%d", i%10), QoS: 1, Payload: []byte(p)})
+		pub.MustPublish(t, &paho.Publish{Topic: fmt.Sprintf("burst/%d", i%10), QoS: 1, Payload: []byte(p)})
 	}
-	for _, m := range c.expect(t, live...) {
+	for _, m := range c.Expect(t, live...) {
 		if m.Retain {
 			t.Fatalf("live message %q has retain=1", m.Payload)
 		}
@@ -346,9 +327,9 @@ func TestRetainedBurst(t *testing.T) {
 // retained messages under a first level — new topics, replacements,
 // clears and the sweep — and nothing under another first level.
 func TestRetainedUnderCounts(t *testing.T) {
-	clk := newHBClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	b := startBroker(t, broker.Options{Now: clk.Now, RetainedMaxAge: time.Minute})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	want := func(topic string, count int, bytes int64, current int) {
 		t.Helper()
 		if c, by, cur := b.RetainedUnder(topic); c != count || by != bytes || cur != current {
@@ -364,9 +345,9 @@ func TestRetainedUnderCounts(t *testing.T) {
 	want("acc2/other", 1, 7, -1)
 	hbRetain(t, pub, "acc1/a", "1") // replaced
 	want("acc1/a", 2, 4, 1)
-	pub.publish(t, &paho.Publish{Topic: "acc1/b/c", QoS: 1, Retain: true}) // cleared
+	pub.MustPublish(t, &paho.Publish{Topic: "acc1/b/c", QoS: 1, Retain: true}) // cleared
 	want("acc1/b/c", 1, 1, -1)
-	clk.Advance(time.Minute)
+	clk.Add(time.Minute)
 	b.Sweep()
 	want("acc1/a", 0, 0, -1)
 	want("acc2/a", 0, 0, -1)

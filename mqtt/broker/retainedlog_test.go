@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -94,12 +95,12 @@ func rlSize(tb testing.TB, path string) int64 {
 // QoS, creation time and expiry across a restart; the state file holds
 // the sessions only.
 func TestRetainedLogProperties(t *testing.T) {
-	clk := newHCClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	path := filepath.Join(t.TempDir(), "state.json")
-	opts := broker.Options{StatePath: path, Now: clk.now, SaveInterval: -1}
+	opts := broker.Options{StatePath: path, Now: clk.Now, SaveInterval: -1}
 	b1 := startBroker(t, opts)
 	full := &broker.Message{Topic: "rt/full", Payload: []byte{0, 1, 2, 0xff}, QoS: 1, PublishedQoS: 2, Retain: true,
-		Created: clk.now(), Expiry: clk.now().Add(100 * time.Second)}
+		Created: clk.Now(), Expiry: clk.Now().Add(100 * time.Second)}
 	p := &full.Properties
 	p.SetString(packet.PropContentType, "application/octet-stream")
 	p.SetString(packet.PropResponseTopic, "rt/reply")
@@ -117,7 +118,7 @@ func TestRetainedLogProperties(t *testing.T) {
 		t.Fatalf("state file holds retained messages (%v): %s", err, data)
 	}
 
-	clk.advance(40 * time.Second)
+	clk.Add(40 * time.Second)
 	b2 := startBroker(t, opts)
 	after, err := b2.Retained("rt/#", 0)
 	if err != nil {
@@ -156,10 +157,10 @@ func TestRetainedLogProperties(t *testing.T) {
 // both after a graceful Close and from the last save alone (as after a
 // crash).
 func TestRetainedLogIncremental(t *testing.T) {
-	clk := newHCClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
-	s := rlOpen(t, path, broker.Options{Now: clk.now})
+	s := rlOpen(t, path, broker.Options{Now: clk.Now})
 	rng := rand.New(rand.NewPCG(1, 2))
 	want := map[string]string{}
 	for round := range 40 {
@@ -177,8 +178,8 @@ func TestRetainedLogIncremental(t *testing.T) {
 		}
 		if round%10 == 9 {
 			// One that expires and is swept before the next save.
-			s.Publish(&broker.Message{Topic: "inc/short", Payload: []byte("s"), Retain: true, Expiry: clk.now().Add(time.Second)})
-			clk.advance(2 * time.Second)
+			s.Publish(&broker.Message{Topic: "inc/short", Payload: []byte("s"), Retain: true, Expiry: clk.Now().Add(time.Second)})
+			clk.Add(2 * time.Second)
 			s.Sweep()
 		}
 		rlSave(t, s)
@@ -187,12 +188,12 @@ func TestRetainedLogIncremental(t *testing.T) {
 
 	// The files as the last save left them, without Close.
 	crash := copyStateFiles(t, path, filepath.Join(dir, "crash.json"))
-	rlSameContents(t, "from the last save", rlContents(t, rlOpen(t, crash, broker.Options{Now: clk.now})), want)
+	rlSameContents(t, "from the last save", rlContents(t, rlOpen(t, crash, broker.Options{Now: clk.Now})), want)
 
 	rlSet(s, "inc/after-save", []byte("A"))
 	want["inc/after-save"] = "A"
 	rlClose(t, s)
-	s = rlOpen(t, path, broker.Options{Now: clk.now})
+	s = rlOpen(t, path, broker.Options{Now: clk.Now})
 	rlSameContents(t, "after Close", rlContents(t, s), want)
 	if st := s.Stats(); st.Retained != int64(len(want)) {
 		t.Fatalf("Stats().Retained %d, want %d", st.Retained, len(want))
@@ -410,7 +411,7 @@ func TestRetainedLogBadFile(t *testing.T) {
 // (version 1, retained messages inside) loads, and the first save moves
 // its retained messages to the log.
 func TestRetainedLogVersion1(t *testing.T) {
-	clk := newHCClock()
+	clk := testkit.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	path := filepath.Join(t.TempDir(), "state.json")
 	// As the version 1 code wrote it (payloads in base64).
 	v1 := `{"version":1,"saved":"2030-01-01T11:59:00Z",
@@ -426,7 +427,7 @@ func TestRetainedLogVersion1(t *testing.T) {
 	if err := os.WriteFile(path, []byte(v1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts := broker.Options{StatePath: path, Now: clk.now, SaveInterval: -1}
+	opts := broker.Options{StatePath: path, Now: clk.Now, SaveInterval: -1}
 	b := startBroker(t, opts)
 	check := func(b *testBroker, when string) {
 		t.Helper()
@@ -443,7 +444,7 @@ func TestRetainedLogVersion1(t *testing.T) {
 			t.Fatalf("%s: v1/a %+v", when, pp)
 		}
 		hcAck(t, viewer, packet.PUBACK, p.PacketID)
-		viewer.nc.Close()
+		viewer.Conn.Close()
 	}
 	check(b, "version 1 file")
 	hcCloseBroker(t, b)

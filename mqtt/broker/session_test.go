@@ -11,6 +11,8 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -24,7 +26,7 @@ func hAPersistent(id string, expiry uint32) *paho.Connect {
 
 // hAClosedOrDisc waits until a paho client got a server DISCONNECT with
 // code and shut down.
-func hAClosedOrDisc(tb testing.TB, c *v5Client, code byte) {
+func hAClosedOrDisc(tb testing.TB, c *mqtttest.V5, code byte) {
 	tb.Helper()
 	select {
 	case d := <-c.Disc:
@@ -43,7 +45,7 @@ func hAClosedOrDisc(tb testing.TB, c *v5Client, code byte) {
 
 // hANoMessage checks that nothing arrives at c for d (used only where the
 // behaviour under test is "nothing happens when a timer would fire").
-func hANoMessage(tb testing.TB, c *v5Client, d time.Duration) {
+func hANoMessage(tb testing.TB, c *mqtttest.V5, d time.Duration) {
 	tb.Helper()
 	select {
 	case m := <-c.Msgs:
@@ -57,19 +59,19 @@ func hANoMessage(tb testing.TB, c *v5Client, d time.Duration) {
 // session_expired), and CONNACK says no session was present.
 func TestSessionCleanStartDiscards(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("cs-pub"))
-	c := dialV5(t, b.Addr, hAPersistent("cs", 300))
-	c.subscribe(t, paho.SubscribeOptions{Topic: "cs/#", QoS: 1})
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("cs-pub"))
+	c := mqtttest.DialV5(t, b.Addr, hAPersistent("cs", 300))
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "cs/#", QoS: 1})
 	c.Disconnect(&paho.Disconnect{})
 	hAConns(t, b, 1)
-	pub.publish(t, &paho.Publish{Topic: "cs/1", QoS: 1, Payload: []byte("queued")})
+	pub.MustPublish(t, &paho.Publish{Topic: "cs/1", QoS: 1, Payload: []byte("queued")})
 	if q := b.Stats().Queued; q != 1 {
 		t.Fatalf("queued %d, want 1 for the offline session", q)
 	}
 
-	c = dialV5(t, b.Addr, &paho.Connect{ClientID: "cs", CleanStart: true, KeepAlive: 30,
+	c = mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "cs", CleanStart: true, KeepAlive: 30,
 		Properties: &paho.ConnectProperties{SessionExpiryInterval: paho.Uint32(300)}})
-	if c.Props.SessionPresent {
+	if c.Connack.SessionPresent {
 		t.Fatal("CONNACK session present after clean start")
 	}
 	st := b.Stats()
@@ -77,9 +79,9 @@ func TestSessionCleanStartDiscards(t *testing.T) {
 		t.Fatalf("after clean start: queued %d, subscriptions %d, session_expired drops %d; want 0, 0, 1",
 			st.Queued, st.Subscriptions, hADrops(t, b, "session_expired"))
 	}
-	c.subscribe(t, paho.SubscribeOptions{Topic: "cs-barrier", QoS: 1})
-	pub.publish(t, &paho.Publish{Topic: "cs/2", QoS: 1, Payload: []byte("old subscription")})
-	c.barrier(t, pub, "cs-barrier")
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "cs-barrier", QoS: 1})
+	pub.MustPublish(t, &paho.Publish{Topic: "cs/2", QoS: 1, Payload: []byte("old subscription")})
+	mqtttest.Barrier(t, pub, "cs-barrier", c)
 }
 
 // TestSessionPersistentResume: a v5 session with an expiry interval keeps
@@ -87,35 +89,35 @@ func TestSessionCleanStartDiscards(t *testing.T) {
 // queued) and CONNACK says the session is present.
 func TestSessionPersistentResume(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("ps-pub"))
-	c := dialV5(t, b.Addr, hAPersistent("ps", 300))
-	if c.Props.SessionPresent {
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("ps-pub"))
+	c := mqtttest.DialV5(t, b.Addr, hAPersistent("ps", 300))
+	if c.Connack.SessionPresent {
 		t.Fatal("new session reported present")
 	}
-	c.subscribe(t, paho.SubscribeOptions{Topic: "ps/#", QoS: 1})
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "ps/#", QoS: 1})
 	c.Disconnect(&paho.Disconnect{})
 	hAConns(t, b, 1)
 
-	pub.publish(t, &paho.Publish{Topic: "ps/a", QoS: 1, Payload: []byte("one")})
-	pub.publish(t, &paho.Publish{Topic: "ps/b", QoS: 0, Payload: []byte("zero")})
-	pub.publish(t, &paho.Publish{Topic: "ps/c", QoS: 2, Payload: []byte("two")})
+	pub.MustPublish(t, &paho.Publish{Topic: "ps/a", QoS: 1, Payload: []byte("one")})
+	pub.MustPublish(t, &paho.Publish{Topic: "ps/b", QoS: 0, Payload: []byte("zero")})
+	pub.MustPublish(t, &paho.Publish{Topic: "ps/c", QoS: 2, Payload: []byte("two")})
 	if n := hADrops(t, b, "offline_qos0"); n != 1 {
 		t.Fatalf("offline_qos0 drops %d, want 1", n)
 	}
 
-	c = dialV5(t, b.Addr, hAPersistent("ps", 300))
-	if !c.Props.SessionPresent {
+	c = mqtttest.DialV5(t, b.Addr, hAPersistent("ps", 300))
+	if !c.Connack.SessionPresent {
 		t.Fatal("persistent session not present on resume")
 	}
-	for _, m := range c.expect(t, "one", "two") {
+	for _, m := range c.Expect(t, "one", "two") {
 		if m.QoS != 1 {
 			t.Fatalf("%q delivered at QoS %d, want the subscription's 1", m.Payload, m.QoS)
 		}
 	}
 	// The subscription is still there: live messages arrive without a
 	// new SUBSCRIBE.
-	pub.publish(t, &paho.Publish{Topic: "ps/d", QoS: 1, Payload: []byte("live")})
-	c.expect(t, "live")
+	pub.MustPublish(t, &paho.Publish{Topic: "ps/d", QoS: 1, Payload: []byte("live")})
+	c.Expect(t, "live")
 	if st := b.Stats(); st.Subscriptions != 1 || st.Sessions != 2 {
 		t.Fatalf("subscriptions %d sessions %d, want 1 and 2", st.Subscriptions, st.Sessions)
 	}
@@ -127,22 +129,22 @@ func TestSessionPersistentResume(t *testing.T) {
 // expired session is never resumed even before a sweep. A DISCONNECT may
 // lower the expiry to 0 but not raise it from 0.
 func TestSessionExpiry(t *testing.T) {
-	clock := &hAClock{}
-	b := startBroker(t, broker.Options{Now: clock.now, MaxSessionExpiry: 100})
-	pub := dialV5(t, b.Addr, clean("se-pub"))
+	clock := testkit.NewClock(time.Now())
+	b := startBroker(t, broker.Options{Now: clock.Now, MaxSessionExpiry: 100})
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("se-pub"))
 
-	c := dialV5(t, b.Addr, hAPersistent("se", 1000))
-	if p := c.Props.Properties.SessionExpiryInterval; p == nil || *p != 100 {
+	c := mqtttest.DialV5(t, b.Addr, hAPersistent("se", 1000))
+	if p := c.Connack.Properties.SessionExpiryInterval; p == nil || *p != 100 {
 		t.Fatalf("CONNACK Session Expiry Interval %v, want the cap 100", p)
 	}
-	c.subscribe(t, paho.SubscribeOptions{Topic: "se/#", QoS: 1})
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "se/#", QoS: 1})
 	c.Disconnect(&paho.Disconnect{})
-	v3, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "se-v3", KeepAlive: 30})
-	v3.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "se/#", QoS: 1}}})
-	v3.expect(t, packet.SUBACK)
-	v3.must(t, &packet.Disconnect{})
+	v3, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "se-v3", KeepAlive: 30})
+	v3.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "se/#", QoS: 1}}})
+	v3.Expect(t, packet.SUBACK)
+	v3.Must(t, &packet.Disconnect{})
 	hAConns(t, b, 1)
-	pub.publish(t, &paho.Publish{Topic: "se/1", QoS: 1, Payload: []byte("queued")})
+	pub.MustPublish(t, &paho.Publish{Topic: "se/1", QoS: 1, Payload: []byte("queued")})
 
 	state := func(sessions, subs, queued int64) {
 		t.Helper()
@@ -152,28 +154,28 @@ func TestSessionExpiry(t *testing.T) {
 				st.Sessions, st.Subscriptions, st.Queued, sessions, subs, queued)
 		}
 	}
-	clock.advance(99 * time.Second)
+	clock.Add(99 * time.Second)
 	b.Sweep()
 	state(3, 2, 2)
-	clock.advance(2 * time.Second)
+	clock.Add(2 * time.Second)
 	b.Sweep()
 	state(1, 0, 0)
 	if n := hADrops(t, b, "session_expired"); n != 2 {
 		t.Fatalf("session_expired drops %d, want 2", n)
 	}
-	c = dialV5(t, b.Addr, hAPersistent("se", 100))
-	if c.Props.SessionPresent {
+	c = mqtttest.DialV5(t, b.Addr, hAPersistent("se", 100))
+	if c.Connack.SessionPresent {
 		t.Fatal("expired session resumed")
 	}
-	c.subscribe(t, paho.SubscribeOptions{Topic: "se-barrier", QoS: 1})
-	c.barrier(t, pub, "se-barrier")
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "se-barrier", QoS: 1})
+	mqtttest.Barrier(t, pub, "se-barrier", c)
 	c.Disconnect(&paho.Disconnect{})
 	hAConns(t, b, 1)
 
 	// Expired but not yet swept: not resumed either.
-	clock.advance(101 * time.Second)
-	c = dialV5(t, b.Addr, hAPersistent("se", 100))
-	if c.Props.SessionPresent {
+	clock.Add(101 * time.Second)
+	c = mqtttest.DialV5(t, b.Addr, hAPersistent("se", 100))
+	if c.Connack.SessionPresent {
 		t.Fatal("expired (unswept) session resumed")
 	}
 
@@ -182,10 +184,10 @@ func TestSessionExpiry(t *testing.T) {
 	eventually(t, "session ended by DISCONNECT", func() bool { return b.Stats().Sessions == 1 })
 
 	// Raising it from 0 is a protocol error; the session still ends.
-	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "se-zero", KeepAlive: 30})
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "se-zero", KeepAlive: 30})
 	d := &packet.Disconnect{}
 	d.Properties.SetSessionExpiry(60)
-	rc.must(t, d)
+	rc.Must(t, d)
 	hAExpectDisconnect(t, rc, packet.ProtocolError)
 	eventually(t, "session with expiry 0 ended", func() bool { return b.Stats().Sessions == 1 })
 }
@@ -196,32 +198,32 @@ func TestSessionExpiry(t *testing.T) {
 // connection starts clean.
 func TestSessionTakeover(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("to-pub"))
-	pub.subscribe(t, paho.SubscribeOptions{Topic: "to-will", QoS: 1})
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("to-pub"))
+	pub.MustSubscribe(t, paho.SubscribeOptions{Topic: "to-will", QoS: 1})
 
 	first := hAPersistent("to", 300)
 	first.WillMessage = &paho.WillMessage{Topic: "to-will", QoS: 1, Payload: []byte("first gone")}
-	a := dialV5(t, b.Addr, first)
-	a.subscribe(t, paho.SubscribeOptions{Topic: "take/#", QoS: 1})
+	a := mqtttest.DialV5(t, b.Addr, first)
+	a.MustSubscribe(t, paho.SubscribeOptions{Topic: "take/#", QoS: 1})
 
-	b1 := dialV5(t, b.Addr, hAPersistent("to", 300))
-	if !b1.Props.SessionPresent {
+	b1 := mqtttest.DialV5(t, b.Addr, hAPersistent("to", 300))
+	if !b1.Connack.SessionPresent {
 		t.Fatal("taken-over session not present")
 	}
 	hAClosedOrDisc(t, a, byte(packet.SessionTakenOver))
-	pub.expect(t, "first gone")
-	pub.publish(t, &paho.Publish{Topic: "take/1", QoS: 1, Payload: []byte("t1")})
-	b1.expect(t, "t1")
+	pub.Expect(t, "first gone")
+	pub.MustPublish(t, &paho.Publish{Topic: "take/1", QoS: 1, Payload: []byte("t1")})
+	b1.Expect(t, "t1")
 
 	// A clean start takes over too, but the subscriptions go.
-	b2 := dialV5(t, b.Addr, &paho.Connect{ClientID: "to", CleanStart: true, KeepAlive: 30})
-	if b2.Props.SessionPresent {
+	b2 := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "to", CleanStart: true, KeepAlive: 30})
+	if b2.Connack.SessionPresent {
 		t.Fatal("clean takeover reported a session present")
 	}
 	hAClosedOrDisc(t, b1, byte(packet.SessionTakenOver))
-	b2.subscribe(t, paho.SubscribeOptions{Topic: "to-barrier", QoS: 1})
-	pub.publish(t, &paho.Publish{Topic: "take/2", QoS: 1, Payload: []byte("t2")})
-	b2.barrier(t, pub, "to-barrier")
+	b2.MustSubscribe(t, paho.SubscribeOptions{Topic: "to-barrier", QoS: 1})
+	pub.MustPublish(t, &paho.Publish{Topic: "take/2", QoS: 1, Payload: []byte("t2")})
+	mqtttest.Barrier(t, pub, "to-barrier", b2)
 	// A taken-over connection is counted until its goroutine has ended.
 	eventually(t, "2 sessions and 2 connections after the takeovers", func() bool {
 		st := b.Stats()
@@ -230,13 +232,13 @@ func TestSessionTakeover(t *testing.T) {
 
 	// 3.1.1 has no DISCONNECT from the server: the old connection is
 	// just closed.
-	old, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "to3", CleanStart: true, KeepAlive: 30})
-	cur, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "to3", CleanStart: true, KeepAlive: 30})
-	if got := old.closed(t); len(got) != 0 {
+	old, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "to3", CleanStart: true, KeepAlive: 30})
+	cur, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "to3", CleanStart: true, KeepAlive: 30})
+	if got := old.Closed(t); len(got) != 0 {
 		t.Fatalf("3.1.1 connection got %+v before the takeover close", got)
 	}
-	cur.must(t, &packet.Pingreq{})
-	cur.expect(t, packet.PINGRESP)
+	cur.Must(t, &packet.Pingreq{})
+	cur.Expect(t, packet.PINGRESP)
 }
 
 // TestSessionTakeoverOfEndingSession: a session that ends with its
@@ -248,7 +250,7 @@ func TestSessionTakeover(t *testing.T) {
 // does not subscribe again, and would receive nothing.
 func TestSessionTakeoverOfEndingSession(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("teo-pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("teo-pub"))
 	for _, tc := range []struct {
 		name string
 		old  *packet.Connect
@@ -256,25 +258,25 @@ func TestSessionTakeoverOfEndingSession(t *testing.T) {
 		{"3.1.1 clean session", &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "teo3", CleanStart: true, KeepAlive: 30}},
 		{"v5 session expiry 0", &packet.Connect{ProtocolLevel: packet.Version5, ClientID: "teo5", CleanStart: false, KeepAlive: 30}},
 	} {
-		old, _ := connectRaw(t, b.Addr, tc.old)
-		old.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: tc.old.ClientID + "/#", QoS: 1}}})
-		old.expect(t, packet.SUBACK)
+		old, _ := mqtttest.ConnectRaw(t, b.Addr, tc.old)
+		old.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: tc.old.ClientID + "/#", QoS: 1}}})
+		old.Expect(t, packet.SUBACK)
 
 		// The new connection does not start clean and keeps its session.
 		resume := &packet.Connect{ProtocolLevel: tc.old.ProtocolLevel, ClientID: tc.old.ClientID, KeepAlive: 30}
 		if resume.ProtocolLevel == packet.Version5 {
 			resume.Properties.SetSessionExpiry(300)
 		}
-		cur, ack := connectRaw(t, b.Addr, resume)
-		old.closed(t)
+		cur, ack := mqtttest.ConnectRaw(t, b.Addr, resume)
+		old.Closed(t)
 		if ack.SessionPresent {
 			t.Errorf("%s: a takeover resumed a session that ends with its connection (session present 1)", tc.name)
 		}
 		// None of the old subscriptions: a message on their filter does
 		// not arrive, a PINGRESP does.
-		pub.publish(t, &paho.Publish{Topic: tc.old.ClientID + "/x", QoS: 1, Payload: []byte("not for the new session")})
-		cur.must(t, &packet.Pingreq{})
-		if p := cur.next(t); p.Type() != packet.PINGRESP {
+		pub.MustPublish(t, &paho.Publish{Topic: tc.old.ClientID + "/x", QoS: 1, Payload: []byte("not for the new session")})
+		cur.Must(t, &packet.Pingreq{})
+		if p := cur.Next(t); p.Type() != packet.PINGRESP {
 			t.Errorf("%s: got %v before PINGRESP: the old session's subscription was kept", tc.name, p.Type())
 		}
 	}
@@ -287,13 +289,13 @@ func TestSessionTakeoverRace(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	// outcome reports whether rc is still served (a PINGREQ is answered)
 	// and what it received before.
-	outcome := func(rc *rawClient) (bool, []packet.Packet) {
+	outcome := func(rc *mqtttest.Raw) (bool, []packet.Packet) {
 		t.Helper()
-		rc.send(&packet.Pingreq{}, true) // may fail on the loser: it is closed
-		rc.nc.SetReadDeadline(time.Now().Add(waitFor))
+		rc.Send(&packet.Pingreq{}, true) // may fail on the loser: it is closed
+		rc.Conn.SetReadDeadline(time.Now().Add(waitFor))
 		var got []packet.Packet
 		for {
-			p, err := rc.read()
+			p, err := rc.ReadPacket()
 			if err != nil {
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
@@ -311,12 +313,12 @@ func TestSessionTakeoverRace(t *testing.T) {
 		id := fmt.Sprintf("race-%d", i)
 		cp := &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version5, ClientID: id, KeepAlive: 30}
 		cp.Properties.SetSessionExpiry(300)
-		x, y := dialRaw(t, b.Addr, packet.Version5), dialRaw(t, b.Addr, packet.Version5)
-		x.must(t, cp)
-		y.must(t, cp)
+		x, y := mqtttest.DialRaw(t, b.Addr, packet.Version5), mqtttest.DialRaw(t, b.Addr, packet.Version5)
+		x.Must(t, cp)
+		y.Must(t, cp)
 		// Once each has its first packet (its CONNACK, or the other's
 		// takeover DISCONNECT), both CONNECTs have been handled.
-		xfirst, yfirst := x.next(t), y.next(t)
+		xfirst, yfirst := x.Next(t), y.Next(t)
 		xs, xgot := outcome(x)
 		ys, ygot := outcome(y)
 		xgot = append([]packet.Packet{xfirst}, xgot...)
@@ -346,18 +348,18 @@ func TestSessionTakeoverRace(t *testing.T) {
 // without DISCONNECT (v5 and 3.1.1).
 func TestWillAbnormalClose(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	watcher := dialV5(t, b.Addr, clean("wa-watch"))
-	watcher.subscribe(t, paho.SubscribeOptions{Topic: "will/#", QoS: 1})
+	watcher := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("wa-watch"))
+	watcher.MustSubscribe(t, paho.SubscribeOptions{Topic: "will/#", QoS: 1})
 
-	c := dialV5(t, b.Addr, &paho.Connect{ClientID: "wa5", CleanStart: true, KeepAlive: 30,
+	c := mqtttest.DialV5(t, b.Addr, &paho.Connect{ClientID: "wa5", CleanStart: true, KeepAlive: 30,
 		WillMessage: &paho.WillMessage{Topic: "will/wa5", QoS: 1, Payload: []byte("v5 gone")}})
 	c.Conn.Close()
-	watcher.expect(t, "v5 gone")
+	watcher.Expect(t, "v5 gone")
 
-	v3, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "wa3", CleanStart: true, KeepAlive: 30,
+	v3, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "wa3", CleanStart: true, KeepAlive: 30,
 		Will: &packet.Will{Topic: "will/wa3", QoS: 1, Payload: []byte("v3 gone")}})
-	v3.nc.Close()
-	watcher.expect(t, "v3 gone")
+	v3.Conn.Close()
+	watcher.Expect(t, "v3 gone")
 	if n := b.Stats().WillsPublished; n != 2 {
 		t.Fatalf("wills published %d, want 2", n)
 	}
@@ -367,30 +369,30 @@ func TestWillAbnormalClose(t *testing.T) {
 // DISCONNECT 0x04 (Disconnect with Will Message) publishes it.
 func TestWillNormalDisconnect(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	watcher := dialV5(t, b.Addr, clean("wn-watch"))
-	watcher.subscribe(t, paho.SubscribeOptions{Topic: "will/#", QoS: 1})
+	watcher := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("wn-watch"))
+	watcher.MustSubscribe(t, paho.SubscribeOptions{Topic: "will/#", QoS: 1})
 	withWill := func(id string) *paho.Connect {
 		return &paho.Connect{ClientID: id, CleanStart: true, KeepAlive: 30,
 			WillMessage: &paho.WillMessage{Topic: "will/" + id, QoS: 1, Payload: []byte(id + " will")}}
 	}
 
-	normal := dialV5(t, b.Addr, withWill("normal"))
+	normal := mqtttest.DialV5(t, b.Addr, withWill("normal"))
 	normal.Disconnect(&paho.Disconnect{ReasonCode: 0x00})
 	hAConns(t, b, 1)
-	watcher.barrier(t, watcher, "will/barrier")
+	mqtttest.Barrier(t, watcher, "will/barrier", watcher)
 
-	v3, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "normal3", CleanStart: true, KeepAlive: 30,
+	v3, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, ClientID: "normal3", CleanStart: true, KeepAlive: 30,
 		Will: &packet.Will{Topic: "will/normal3", QoS: 1, Payload: []byte("v3 will")}})
-	v3.must(t, &packet.Disconnect{})
+	v3.Must(t, &packet.Disconnect{})
 	hAConns(t, b, 1)
-	watcher.barrier(t, watcher, "will/barrier")
+	mqtttest.Barrier(t, watcher, "will/barrier", watcher)
 	if n := b.Stats().WillsPublished; n != 0 {
 		t.Fatalf("wills published %d after normal disconnects", n)
 	}
 
-	send := dialV5(t, b.Addr, withWill("send"))
+	send := mqtttest.DialV5(t, b.Addr, withWill("send"))
 	send.Disconnect(&paho.Disconnect{ReasonCode: byte(packet.DisconnectWithWill)})
-	watcher.expect(t, "send will")
+	watcher.Expect(t, "send will")
 }
 
 // TestWillDelay: a will with a Will Delay Interval is published after the
@@ -399,14 +401,14 @@ func TestWillNormalDisconnect(t *testing.T) {
 // when that is shorter, and at once when a clean start ends the session
 // within the delay.
 func TestWillDelay(t *testing.T) {
-	setup := func(t *testing.T, id string, delay, expiry uint32) (*testBroker, *v5Client, *paho.Connect) {
+	setup := func(t *testing.T, id string, delay, expiry uint32) (*testBroker, *mqtttest.V5, *paho.Connect) {
 		b := startBroker(t, broker.Options{})
-		watcher := dialV5(t, b.Addr, clean("wd-watch"))
-		watcher.subscribe(t, paho.SubscribeOptions{Topic: "will/#", QoS: 1})
+		watcher := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("wd-watch"))
+		watcher.MustSubscribe(t, paho.SubscribeOptions{Topic: "will/#", QoS: 1})
 		cp := hAPersistent(id, expiry)
 		cp.WillMessage = &paho.WillMessage{Topic: "will/" + id, QoS: 1, Payload: []byte(id)}
 		cp.WillProperties = &paho.WillProperties{WillDelayInterval: paho.Uint32(delay)}
-		c := dialV5(t, b.Addr, cp)
+		c := mqtttest.DialV5(t, b.Addr, cp)
 		c.Conn.Close()
 		return b, watcher, cp
 	}
@@ -414,7 +416,7 @@ func TestWillDelay(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
 		_, watcher, _ := setup(t, "delayed", 1, 300)
-		watcher.expect(t, "delayed")
+		watcher.Expect(t, "delayed")
 		if d := time.Since(start); d < time.Second {
 			t.Fatalf("will with a 1 s delay published after %v", d)
 		}
@@ -423,8 +425,8 @@ func TestWillDelay(t *testing.T) {
 		t.Parallel()
 		b, watcher, cp := setup(t, "resumed", 1, 300)
 		hAConns(t, b, 1)
-		c := dialV5(t, b.Addr, cp)
-		if !c.Props.SessionPresent {
+		c := mqtttest.DialV5(t, b.Addr, cp)
+		if !c.Connack.SessionPresent {
 			t.Fatal("session not resumed")
 		}
 		hANoMessage(t, watcher, 1500*time.Millisecond)
@@ -436,7 +438,7 @@ func TestWillDelay(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
 		_, watcher, _ := setup(t, "expiry0", 60, 0)
-		watcher.expect(t, "expiry0")
+		watcher.Expect(t, "expiry0")
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("will published after %v, want at once", d)
 		}
@@ -445,7 +447,7 @@ func TestWillDelay(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
 		_, watcher, _ := setup(t, "expiry1", 60, 1)
-		watcher.expect(t, "expiry1")
+		watcher.Expect(t, "expiry1")
 		if d := time.Since(start); d < time.Second || d > 5*time.Second {
 			t.Fatalf("will published after %v, want after the 1 s session expiry", d)
 		}
@@ -457,8 +459,8 @@ func TestWillDelay(t *testing.T) {
 		cp.CleanStart = true
 		cp.WillMessage = nil
 		cp.WillProperties = nil
-		dialV5(t, b.Addr, cp)
-		watcher.expect(t, "cleaned")
+		mqtttest.DialV5(t, b.Addr, cp)
+		watcher.Expect(t, "cleaned")
 	})
 }
 
@@ -467,8 +469,8 @@ func TestWillDelay(t *testing.T) {
 // retained message later subscribers get.
 func TestWillPropertiesRetain(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	live := dialV5(t, b.Addr, clean("wp-live"))
-	live.subscribe(t, paho.SubscribeOptions{Topic: "wp/#", QoS: 2, RetainAsPublished: true})
+	live := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("wp-live"))
+	live.MustSubscribe(t, paho.SubscribeOptions{Topic: "wp/#", QoS: 2, RetainAsPublished: true})
 	// The will goes in with fleetmq's codec: paho.golang v0.23 drops every
 	// will property but the delay and user properties when it encodes
 	// CONNECT (it packs them with the CONNECT property set).
@@ -479,8 +481,8 @@ func TestWillPropertiesRetain(t *testing.T) {
 	will.Properties.SetByte(packet.PropPayloadFormat, 1)
 	will.Properties.SetMessageExpiry(100)
 	will.Properties.User = []packet.UserProperty{{Key: "k", Value: "v"}}
-	c, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "wp", CleanStart: true, KeepAlive: 30, Will: will})
-	c.nc.Close()
+	c, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "wp", CleanStart: true, KeepAlive: 30, Will: will})
+	c.Conn.Close()
 
 	check := func(who string, m *paho.Publish) {
 		t.Helper()
@@ -497,10 +499,10 @@ func TestWillPropertiesRetain(t *testing.T) {
 			t.Fatalf("%s: message expiry %v, want about 100", who, p.MessageExpiry)
 		}
 	}
-	check("live subscriber", live.next(t))
-	late := dialV5(t, b.Addr, clean("wp-late"))
-	late.subscribe(t, paho.SubscribeOptions{Topic: "wp/#", QoS: 2})
-	check("later subscriber", late.next(t))
+	check("live subscriber", live.Next(t))
+	late := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("wp-late"))
+	late.MustSubscribe(t, paho.SubscribeOptions{Topic: "wp/#", QoS: 2})
+	check("later subscriber", late.Next(t))
 	if n := b.Stats().Retained; n != 1 {
 		t.Fatalf("%d retained messages, want the will", n)
 	}
@@ -540,25 +542,25 @@ func TestConnackComesFirst(t *testing.T) {
 			}
 			return c
 		}
-		first, _ := connectRaw(t, b.Addr, cp())
-		first.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: id + "/#", QoS: 1}}})
-		first.expect(t, packet.SUBACK)
-		first.must(t, &packet.Disconnect{})
+		first, _ := mqtttest.ConnectRaw(t, b.Addr, cp())
+		first.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: id + "/#", QoS: 1}}})
+		first.Expect(t, packet.SUBACK)
+		first.Must(t, &packet.Disconnect{})
 		eventually(t, "the session to go offline", func() bool { return b.Stats().Connections == 0 })
 
 		pol.armed.Store(true)
-		again := dialRaw(t, b.Addr, v)
-		again.must(t, cp())
-		if p := again.next(t); p.Type() != packet.CONNACK {
+		again := mqtttest.DialRaw(t, b.Addr, v)
+		again.Must(t, cp())
+		if p := again.Next(t); p.Type() != packet.CONNACK {
 			t.Fatalf("MQTT %d: first packet %v, want CONNACK", v, p.Type())
 		} else if !p.(*packet.Connack).SessionPresent {
 			t.Fatalf("MQTT %d: session not present", v)
 		}
-		if p, ok := again.next(t).(*packet.Publish); !ok || string(p.Payload) != "meanwhile" {
+		if p, ok := again.Next(t).(*packet.Publish); !ok || string(p.Payload) != "meanwhile" {
 			t.Fatalf("MQTT %d: after the CONNACK %+v, want the message published meanwhile", v, p)
 		}
 		pol.armed.Store(false)
-		again.must(t, &packet.Disconnect{})
+		again.Must(t, &packet.Disconnect{})
 		eventually(t, "the session to go offline", func() bool { return b.Stats().Connections == 0 })
 	}
 }

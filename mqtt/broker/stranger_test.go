@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -274,7 +275,7 @@ func TestConnectionsBoundedPerListener(t *testing.T) {
 
 	held[0].Close()
 	eventually(t, "a client to connect once a place is free", func() bool {
-		_, _, err := tryV5(t, b.Addr, clean("after"))
+		_, _, err := mqtttest.TryV5(t, b.Addr, mqtttest.Clean("after"))
 		return err == nil
 	})
 }
@@ -286,21 +287,21 @@ func TestConnectionsBoundedPerListener(t *testing.T) {
 // about a hundredfold.
 func TestStuckSubscriberSlowsNobody(t *testing.T) {
 	b := startBroker(t, broker.Options{MaxQueued: 10})
-	stuck, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "stuck", CleanStart: true, KeepAlive: 600})
-	stuck.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "flood/#", QoS: 0}}})
-	stuck.expect(t, packet.SUBACK)
+	stuck, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "stuck", CleanStart: true, KeepAlive: 600})
+	stuck.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "flood/#", QoS: 0}}})
+	stuck.Expect(t, packet.SUBACK)
 	// ... and it reads nothing more.
 
-	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 600})
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 600})
 	payload := make([]byte, 1024)
 	const n = 30_000 // 30 MB: far more than the sockets buffer
 	for i := range n {
-		if err := pub.send(&packet.Publish{Topic: "flood/x", Payload: payload}, i%100 == 99); err != nil {
+		if err := pub.Send(&packet.Publish{Topic: "flood/x", Payload: payload}, i%100 == 99); err != nil {
 			t.Fatal(err)
 		}
 	}
-	pub.must(t, &packet.Pingreq{})
-	pub.expect(t, packet.PINGRESP) // the broker has read every publish
+	pub.Must(t, &packet.Pingreq{})
+	pub.Expect(t, packet.PINGRESP) // the broker has read every publish
 	st := b.Stats()
 	if st.Drops[broker.DropQueueFull] == 0 {
 		t.Fatalf("no message dropped for the stuck subscriber: %+v", st.Drops)
@@ -321,17 +322,17 @@ func TestStuckSubscriberSlowsNobody(t *testing.T) {
 // tenth of the publisher's time, not a pause per message.
 func TestSlowSubscriberCostsPublishersLittle(t *testing.T) {
 	b := startBroker(t, broker.Options{MaxQueued: 10})
-	slow, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "slow", CleanStart: true, KeepAlive: 600})
-	slow.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "flood/#", QoS: 1}}})
-	slow.expect(t, packet.SUBACK)
+	slow, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "slow", CleanStart: true, KeepAlive: 600})
+	slow.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "flood/#", QoS: 1}}})
+	slow.Expect(t, packet.SUBACK)
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		for {
-			slow.nc.SetReadDeadline(time.Now().Add(waitFor))
-			p, err := slow.read()
+			slow.Conn.SetReadDeadline(time.Now().Add(waitFor))
+			p, err := slow.ReadPacket()
 			if err != nil {
 				return
 			}
@@ -344,26 +345,26 @@ func TestSlowSubscriberCostsPublishersLittle(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			if slow.send(&packet.Ack{Kind: packet.PUBACK, PacketID: pp.PacketID}, true) != nil {
+			if slow.Send(&packet.Ack{Kind: packet.PUBACK, PacketID: pp.PacketID}, true) != nil {
 				return
 			}
 		}
 	}()
 
-	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 600})
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 600})
 	payload := make([]byte, 100)
 	start := time.Now()
 	const n = 20_000
 	for i := range n {
-		if err := pub.send(&packet.Publish{Topic: "flood/x", QoS: 1, PacketID: uint16(i%60000 + 1), Payload: payload}, i%50 == 49); err != nil {
+		if err := pub.Send(&packet.Publish{Topic: "flood/x", QoS: 1, PacketID: uint16(i%60000 + 1), Payload: payload}, i%50 == 49); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := pub.flush(); err != nil {
+	if err := pub.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	for got := 0; got < n; { // the broker has handled every publish
-		if p := pub.next(t); p.Type() == packet.PUBACK {
+		if p := pub.Next(t); p.Type() == packet.PUBACK {
 			got++
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -17,8 +18,8 @@ import (
 // TestSubackGrantedQoS: SUBACK reports the granted QoS of each filter.
 func TestSubackGrantedQoS(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	c := dialV5(t, b.Addr, clean("c"))
-	sa := c.subscribe(t,
+	c := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("c"))
+	sa := c.MustSubscribe(t,
 		paho.SubscribeOptions{Topic: "g/2", QoS: 2},
 		paho.SubscribeOptions{Topic: "g/0", QoS: 0},
 		paho.SubscribeOptions{Topic: "g/1", QoS: 1})
@@ -26,10 +27,10 @@ func TestSubackGrantedQoS(t *testing.T) {
 		t.Fatalf("SUBACK reasons %v, want %v", sa.Reasons, want)
 	}
 	// The granted QoS caps delivery.
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	for _, f := range []string{"g/0", "g/1", "g/2"} {
-		pub.publish(t, &paho.Publish{Topic: f, QoS: 2, Payload: []byte(f)})
-		if m := c.expect(t, f)[0]; m.QoS != f[2]-'0' {
+		pub.MustPublish(t, &paho.Publish{Topic: f, QoS: 2, Payload: []byte(f)})
+		if m := c.Expect(t, f)[0]; m.QoS != f[2]-'0' {
 			t.Fatalf("%s delivered at QoS %d", f, m.QoS)
 		}
 	}
@@ -39,7 +40,7 @@ func TestSubackGrantedQoS(t *testing.T) {
 // one while the valid filters of the same SUBSCRIBE are granted and work.
 func TestSubscribeInvalidFilters(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	c := hbDial(t, b.Addr, "c")
 	opts := []paho.SubscribeOptions{
 		{Topic: "ok/1", QoS: 1},
@@ -57,9 +58,9 @@ func TestSubscribeInvalidFilters(t *testing.T) {
 	if string(sa.Reasons) != string(want) {
 		t.Fatalf("SUBACK reasons % x, want % x", sa.Reasons, want)
 	}
-	pub.publish(t, &paho.Publish{Topic: "ok/1", QoS: 1, Payload: []byte("one")})
-	pub.publish(t, &paho.Publish{Topic: "ok/a/2", QoS: 1, Payload: []byte("two")})
-	c.expect(t, "one", "two")
+	pub.MustPublish(t, &paho.Publish{Topic: "ok/1", QoS: 1, Payload: []byte("one")})
+	pub.MustPublish(t, &paho.Publish{Topic: "ok/a/2", QoS: 1, Payload: []byte("two")})
+	c.Expect(t, "one", "two")
 	c.quiet(t, pub)
 	if n := b.Stats().Subscriptions; n != 3 { // the two valid ones and the barrier
 		t.Fatalf("Stats().Subscriptions = %d, want 3", n)
@@ -80,7 +81,7 @@ func hbSubID(m *paho.Publish) int {
 // "Overlapping subscriptions").
 func TestSubscriptionIdentifiers(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	c := hbDial(t, b.Addr, "c")
 	sub := func(id int, o paho.SubscribeOptions) {
 		t.Helper()
@@ -93,26 +94,26 @@ func TestSubscriptionIdentifiers(t *testing.T) {
 		}
 	}
 	sub(7, paho.SubscribeOptions{Topic: "sid/only", QoS: 1})
-	pub.publish(t, &paho.Publish{Topic: "sid/only", QoS: 1, Payload: []byte("x")})
-	if m := c.expect(t, "x")[0]; hbSubID(m) != 7 {
+	pub.MustPublish(t, &paho.Publish{Topic: "sid/only", QoS: 1, Payload: []byte("x")})
+	if m := c.Expect(t, "x")[0]; hbSubID(m) != 7 {
 		t.Fatalf("subscription id %d, want 7", hbSubID(m))
 	}
 	// The barrier subscription has no identifier.
-	pub.publish(t, &paho.Publish{Topic: c.bar, QoS: 1, Payload: []byte("nobody")})
-	if m := c.expect(t, "nobody")[0]; hbSubID(m) != 0 {
+	pub.MustPublish(t, &paho.Publish{Topic: c.bar, QoS: 1, Payload: []byte("nobody")})
+	if m := c.Expect(t, "nobody")[0]; hbSubID(m) != 0 {
 		t.Fatalf("subscription without identifier delivered id %d", hbSubID(m))
 	}
 
 	sub(1, paho.SubscribeOptions{Topic: "ov/#", QoS: 0})
 	sub(2, paho.SubscribeOptions{Topic: "ov/+", QoS: 1})
-	pub.publish(t, &paho.Publish{Topic: "ov/a", QoS: 1, Payload: []byte("both")})
-	if m := c.expect(t, "both")[0]; m.QoS != 1 || hbSubID(m) != 1 && hbSubID(m) != 2 {
+	pub.MustPublish(t, &paho.Publish{Topic: "ov/a", QoS: 1, Payload: []byte("both")})
+	if m := c.Expect(t, "both")[0]; m.QoS != 1 || hbSubID(m) != 1 && hbSubID(m) != 2 {
 		t.Fatalf("copy at QoS %d with id %d, want QoS 1 and id 1 or 2", m.QoS, hbSubID(m))
 	}
 	c.quiet(t, pub) // one copy only
 	// Only one subscription matches: one copy, its id.
-	pub.publish(t, &paho.Publish{Topic: "ov/a/b", QoS: 1, Payload: []byte("deep")})
-	if m := c.expect(t, "deep")[0]; hbSubID(m) != 1 {
+	pub.MustPublish(t, &paho.Publish{Topic: "ov/a/b", QoS: 1, Payload: []byte("deep")})
+	if m := c.Expect(t, "deep")[0]; hbSubID(m) != 1 {
 		t.Fatalf("ov/a/b: id %d, want 1", hbSubID(m))
 	}
 	c.quiet(t, pub)
@@ -123,41 +124,41 @@ func TestSubscriptionIdentifiers(t *testing.T) {
 // match carries the identifiers of all the matching subscriptions.
 func TestSubscriptionIdentifiersRaw(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "raw", CleanStart: true, KeepAlive: 30})
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "raw", CleanStart: true, KeepAlive: 30})
 	for i, f := range []string{"w/#", "w/+", "w/x"} {
 		s := &packet.Subscribe{PacketID: uint16(i + 1), Subscriptions: []packet.Subscription{{Filter: f, QoS: 1}}}
 		s.Properties.SubscriptionIDs = []uint32{uint32(10 + i)}
-		rc.must(t, s)
-		if sa := rc.expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != 1 {
+		rc.Must(t, s)
+		if sa := rc.Expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != 1 {
 			t.Fatalf("%s: SUBACK %v", f, sa.ReasonCodes)
 		}
 	}
-	rc.must(t, &packet.Publish{Topic: "w/x", Payload: []byte("p")}) // QoS 0, own message (No Local off)
-	p := rc.expect(t, packet.PUBLISH).(*packet.Publish)
+	rc.Must(t, &packet.Publish{Topic: "w/x", Payload: []byte("p")}) // QoS 0, own message (No Local off)
+	p := rc.Expect(t, packet.PUBLISH).(*packet.Publish)
 	if ids := slices.Sorted(slices.Values(p.Properties.SubscriptionIDs)); !slices.Equal(ids, []uint32{10, 11, 12}) {
 		t.Fatalf("copy carries ids %v, want 10, 11 and 12", ids)
 	}
 	// Nothing else: a PINGRESP is the next packet.
-	rc.must(t, &packet.Pingreq{})
-	rc.expect(t, packet.PINGRESP)
+	rc.Must(t, &packet.Pingreq{})
+	rc.Expect(t, packet.PINGRESP)
 }
 
 // TestNoLocal: with No Local a client does not receive its own messages;
 // other clients' messages still arrive, and without No Local its own do.
 func TestNoLocal(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	other := dialV5(t, b.Addr, clean("other"))
+	other := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("other"))
 	nl := hbDial(t, b.Addr, "nl")
-	nl.subscribe(t, paho.SubscribeOptions{Topic: "nl/#", QoS: 1, NoLocal: true})
+	nl.MustSubscribe(t, paho.SubscribeOptions{Topic: "nl/#", QoS: 1, NoLocal: true})
 	loc := hbDial(t, b.Addr, "loc")
-	loc.subscribe(t, paho.SubscribeOptions{Topic: "nl/#", QoS: 1})
+	loc.MustSubscribe(t, paho.SubscribeOptions{Topic: "nl/#", QoS: 1})
 
-	nl.publish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-nl")})
-	loc.publish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-loc")})
-	other.publish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-other")})
-	nl.expect(t, "from-loc", "from-other")
+	nl.MustPublish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-nl")})
+	loc.MustPublish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-loc")})
+	other.MustPublish(t, &paho.Publish{Topic: "nl/a", QoS: 1, Payload: []byte("from-other")})
+	nl.Expect(t, "from-loc", "from-other")
 	nl.quiet(t, other)
-	loc.expect(t, "from-nl", "from-loc", "from-other")
+	loc.Expect(t, "from-nl", "from-loc", "from-other")
 	loc.quiet(t, other)
 }
 
@@ -166,16 +167,16 @@ func TestNoLocal(t *testing.T) {
 // message, and a shared subscribe gets no retained messages.
 func TestSharedSubscriptions(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	hbRetain(t, pub, "sh/ret", "retained")
 	var members []*hbPeer
 	for i := range 2 {
 		m := hbDial(t, b.Addr, fmt.Sprintf("g1m%d", i))
-		m.subscribe(t, paho.SubscribeOptions{Topic: "$share/g1/sh/#", QoS: 1})
+		m.MustSubscribe(t, paho.SubscribeOptions{Topic: "$share/g1/sh/#", QoS: 1})
 		members = append(members, m)
 	}
 	g2 := hbDial(t, b.Addr, "g2m0")
-	g2.subscribe(t, paho.SubscribeOptions{Topic: "$share/g2/sh/+", QoS: 1})
+	g2.MustSubscribe(t, paho.SubscribeOptions{Topic: "$share/g2/sh/+", QoS: 1})
 	for _, m := range append(members, g2) {
 		m.quiet(t, pub) // no retained message on a shared subscribe
 	}
@@ -185,9 +186,9 @@ func TestSharedSubscriptions(t *testing.T) {
 	for i := range n {
 		p := "m" + strconv.Itoa(i)
 		want = append(want, p)
-		pub.publish(t, &paho.Publish{Topic: "sh/x", QoS: 1, Payload: []byte(p)})
+		pub.MustPublish(t, &paho.Publish{Topic: "sh/x", QoS: 1, Payload: []byte(p)})
 	}
-	g2.expect(t, want...)
+	g2.Expect(t, want...)
 	g2.quiet(t, pub)
 
 	got := map[string]int{}
@@ -222,11 +223,11 @@ func TestSharedSubscriptions(t *testing.T) {
 // for an unknown filter, and nothing arrives after unsubscribing.
 func TestUnsubscribe(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	c := hbDial(t, b.Addr, "c")
-	c.subscribe(t, paho.SubscribeOptions{Topic: "un/a", QoS: 1}, paho.SubscribeOptions{Topic: "un/+", QoS: 0})
-	pub.publish(t, &paho.Publish{Topic: "un/a", QoS: 1, Payload: []byte("before")})
-	if m := c.expect(t, "before")[0]; m.QoS != 1 {
+	c.MustSubscribe(t, paho.SubscribeOptions{Topic: "un/a", QoS: 1}, paho.SubscribeOptions{Topic: "un/+", QoS: 0})
+	pub.MustPublish(t, &paho.Publish{Topic: "un/a", QoS: 1, Payload: []byte("before")})
+	if m := c.Expect(t, "before")[0]; m.QoS != 1 {
 		t.Fatalf("before: QoS %d, want 1 (the higher of the two)", m.QoS)
 	}
 	c.quiet(t, pub) // one copy for the two subscriptions
@@ -238,7 +239,7 @@ func TestUnsubscribe(t *testing.T) {
 	if want := []byte{0x00, 0x11, 0x00}; string(ua.Reasons) != string(want) {
 		t.Fatalf("UNSUBACK reasons % x, want % x", ua.Reasons, want)
 	}
-	pub.publish(t, &paho.Publish{Topic: "un/a", QoS: 1, Payload: []byte("after")})
+	pub.MustPublish(t, &paho.Publish{Topic: "un/a", QoS: 1, Payload: []byte("after")})
 	c.quiet(t, pub)
 	ua, err = c.Unsubscribe(t.Context(), &paho.Unsubscribe{Topics: []string{"un/a"}})
 	if err != nil || ua.Reasons[0] != 0x11 {
@@ -251,117 +252,102 @@ func TestUnsubscribe(t *testing.T) {
 // first level.
 func TestDollarTopicsNotMatchedByWildcards(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub := dialV5(t, b.Addr, clean("pub"))
+	pub := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("pub"))
 	hbRetain(t, pub, "$SYS/x", "sys-retained")
 
-	all := dialV5(t, b.Addr, clean("all"))
-	all.subscribe(t, paho.SubscribeOptions{Topic: "#", QoS: 1})
-	plus := dialV5(t, b.Addr, clean("plus"))
-	plus.subscribe(t, paho.SubscribeOptions{Topic: "+/x", QoS: 1})
-	sys := dialV5(t, b.Addr, clean("sys"))
-	sys.subscribe(t, paho.SubscribeOptions{Topic: "$SYS/#", QoS: 1})
-	sys.expect(t, "sys-retained")
+	all := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("all"))
+	all.MustSubscribe(t, paho.SubscribeOptions{Topic: "#", QoS: 1})
+	plus := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("plus"))
+	plus.MustSubscribe(t, paho.SubscribeOptions{Topic: "+/x", QoS: 1})
+	sys := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("sys"))
+	sys.MustSubscribe(t, paho.SubscribeOptions{Topic: "$SYS/#", QoS: 1})
+	sys.Expect(t, "sys-retained")
 
-	pub.publish(t, &paho.Publish{Topic: "$SYS/x", QoS: 1, Payload: []byte("sys-live")})
-	pub.publish(t, &paho.Publish{Topic: "$app/x", QoS: 1, Payload: []byte("app-live")})
-	sys.expect(t, "sys-live")
+	pub.MustPublish(t, &paho.Publish{Topic: "$SYS/x", QoS: 1, Payload: []byte("sys-live")})
+	pub.MustPublish(t, &paho.Publish{Topic: "$app/x", QoS: 1, Payload: []byte("app-live")})
+	sys.Expect(t, "sys-live")
 	// The markers match "#" and "+/x" respectively: each must be next.
-	all.barrier(t, pub, "barrier")
-	plus.barrier(t, pub, "barrier/x")
+	mqtttest.Barrier(t, pub, "barrier", all)
+	mqtttest.Barrier(t, pub, "barrier/x", plus)
 }
 
 // TestPerTopicOrdering: 500 QoS 1 messages published back to back on one
 // topic arrive in order at a QoS 1 and a QoS 0 subscriber.
 func TestPerTopicOrdering(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	s1 := dialV5(t, b.Addr, clean("s1"))
-	s1.subscribe(t, paho.SubscribeOptions{Topic: "ord/t", QoS: 1})
-	s0 := dialV5(t, b.Addr, clean("s0"))
-	s0.subscribe(t, paho.SubscribeOptions{Topic: "ord/t", QoS: 0})
+	s1 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("s1"))
+	s1.MustSubscribe(t, paho.SubscribeOptions{Topic: "ord/t", QoS: 1})
+	s0 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("s0"))
+	s0.MustSubscribe(t, paho.SubscribeOptions{Topic: "ord/t", QoS: 0})
 
 	const n = 500
 	// The publisher pipelines all 500 (paho.golang would wait for each
 	// PUBACK), so many are in flight in the broker at once.
-	pub, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 30})
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 30})
 	want := make([]string, n)
 	for i := range n {
 		want[i] = strconv.Itoa(i)
-		if err := pub.send(&packet.Publish{QoS: 1, Topic: "ord/t", PacketID: uint16(i + 1), Payload: []byte(want[i])}, false); err != nil {
+		if err := pub.Send(&packet.Publish{QoS: 1, Topic: "ord/t", PacketID: uint16(i + 1), Payload: []byte(want[i])}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := pub.flush(); err != nil {
+	if err := pub.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		a := pub.expect(t, packet.PUBACK).(*packet.Ack)
+		a := pub.Expect(t, packet.PUBACK).(*packet.Ack)
 		if a.PacketID != uint16(i+1) || a.ReasonCode != packet.Success {
 			t.Fatalf("PUBACK %d: id %d code %v", i, a.PacketID, a.ReasonCode)
 		}
 	}
-	for _, m := range s1.expect(t, want...) {
+	for _, m := range s1.Expect(t, want...) {
 		if m.QoS != 1 {
 			t.Fatalf("QoS 1 subscriber got QoS %d", m.QoS)
 		}
 	}
-	for _, m := range s0.expect(t, want...) {
+	for _, m := range s0.Expect(t, want...) {
 		if m.QoS != 0 {
 			t.Fatalf("QoS 0 subscriber got QoS %d", m.QoS)
 		}
 	}
 }
 
-// hbV3 is a paho.mqtt.golang client whose messages land in one channel.
+// hbV3 is a paho.mqtt.golang client whose messages, of every
+// subscription, land in Msgs.
 type hbV3 struct {
-	mqtt3.Client
-	msgs chan mqtt3.Message
-	bar  string
+	*mqtttest.V3
+	bar string
 }
 
 func hbDialV3(tb testing.TB, addr, id string) *hbV3 {
 	tb.Helper()
-	c := &hbV3{Client: dialV3(tb, addr, id), msgs: make(chan mqtt3.Message, 1000), bar: "hbbar3/" + id}
+	c := &hbV3{V3: mqtttest.DialV3(tb, addr, id), bar: "hbbar3/" + id}
 	c.sub(tb, c.bar, 1)
 	return c
 }
 
+// sub subscribes with a handler into Msgs and returns the granted QoS.
 func (c *hbV3) sub(tb testing.TB, filter string, qos byte) byte {
 	tb.Helper()
-	tok := c.Subscribe(filter, qos, func(_ mqtt3.Client, m mqtt3.Message) { c.msgs <- m })
-	wait(tb, "subscribe "+filter, tok)
+	tok := c.Subscribe(filter, qos, func(_ mqtt3.Client, m mqtt3.Message) { c.Msgs <- m })
+	mqtttest.Await(tb, "subscribe "+filter, tok)
 	return tok.(*mqtt3.SubscribeToken).Result()[filter]
-}
-
-func (c *hbV3) pub(tb testing.TB, topic string, qos byte, retain bool, payload string) {
-	tb.Helper()
-	wait(tb, "publish "+topic, c.Publish(topic, qos, retain, payload))
-}
-
-func (c *hbV3) next(tb testing.TB) mqtt3.Message {
-	tb.Helper()
-	select {
-	case m := <-c.msgs:
-		return m
-	case <-time.After(waitFor):
-		tb.Fatal("no message arrived")
-		return nil
-	}
 }
 
 func (c *hbV3) expect(tb testing.TB, topic, payload string, qos byte, retained bool) {
 	tb.Helper()
-	m := c.next(tb)
+	m := c.Next(tb)
 	if m.Topic() != topic || string(m.Payload()) != payload || m.Qos() != qos || m.Retained() != retained {
 		tb.Fatalf("got %s %q qos %d retain %v, want %s %q qos %d retain %v",
 			m.Topic(), m.Payload(), m.Qos(), m.Retained(), topic, payload, qos, retained)
 	}
 }
 
-// quiet proves nothing else has arrived (see v5Client.barrier).
+// quiet proves nothing else has arrived (see mqtttest.Barrier).
 func (c *hbV3) quiet(tb testing.TB, pub *hbV3) {
 	tb.Helper()
 	marker := fmt.Sprintf("barrier-%d", time.Now().UnixNano())
-	pub.pub(tb, c.bar, 1, false, marker)
+	pub.Pub(tb, c.bar, 1, false, marker)
 	c.expect(tb, c.bar, marker, 1, false)
 }
 
@@ -371,7 +357,7 @@ func (c *hbV3) quiet(tb testing.TB, pub *hbV3) {
 func TestV3SubscribeBehaviours(t *testing.T) {
 	b := startBroker(t, broker.Options{})
 	pub := hbDialV3(t, b.Addr, "v3pub")
-	pub.pub(t, "v3/r", 1, true, "keep")
+	pub.Pub(t, "v3/r", 1, true, "keep")
 
 	s0 := hbDialV3(t, b.Addr, "v3s0")
 	if g := s0.sub(t, "v3/#", 0); g != 0 {
@@ -384,22 +370,22 @@ func TestV3SubscribeBehaviours(t *testing.T) {
 	}
 	s1.quiet(t, pub) // v3/r does not match v3/+/b
 
-	pub.pub(t, "v3/a/b", 2, false, "live")
+	pub.Pub(t, "v3/a/b", 2, false, "live")
 	s0.expect(t, "v3/a/b", "live", 0, false)
 	s1.expect(t, "v3/a/b", "live", 1, false)
-	pub.pub(t, "v3/a/c", 1, false, "other")
+	pub.Pub(t, "v3/a/c", 1, false, "other")
 	s0.expect(t, "v3/a/c", "other", 0, false)
 	s1.quiet(t, pub)
 
 	// Clear: existing subscribers see the empty message, later ones nothing.
-	pub.pub(t, "v3/r", 1, true, "")
+	pub.Pub(t, "v3/r", 1, true, "")
 	s0.expect(t, "v3/r", "", 0, false)
 	s2 := hbDialV3(t, b.Addr, "v3s2")
 	s2.sub(t, "v3/#", 1)
 	s2.quiet(t, pub)
 
-	wait(t, "unsubscribe", s0.Unsubscribe("v3/#"))
-	pub.pub(t, "v3/a/b", 1, false, "gone")
+	mqtttest.Await(t, "unsubscribe", s0.Unsubscribe("v3/#"))
+	pub.Pub(t, "v3/a/b", 1, false, "gone")
 	s0.quiet(t, pub)
 	s1.expect(t, "v3/a/b", "gone", 1, false)
 	s2.expect(t, "v3/a/b", "gone", 1, false)
@@ -418,8 +404,8 @@ func TestEmptyTopicFilterEndsTheConnection(t *testing.T) {
 			&packet.Unsubscribe{PacketID: 2, Filters: []string{""}},
 		} {
 			name := fmt.Sprintf("v%d %v", version, p.Type())
-			rc, _ := connectRaw(t, b.Addr, &packet.Connect{ClientID: "empty-filter", CleanStart: true, KeepAlive: 60, ProtocolLevel: version})
-			rc.must(t, p)
+			rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "empty-filter", CleanStart: true, KeepAlive: 60, ProtocolLevel: version})
+			rc.Must(t, p)
 			pkts, err := hAUntilClosed(rc, waitFor)
 			if err != nil {
 				t.Fatalf("%s: the connection was not closed: %v (got %+v)", name, err, pkts)
@@ -465,9 +451,9 @@ func TestControlCharactersRefused(t *testing.T) {
 			} {
 				cp := tc.c
 				cp.ProtocolName, cp.ProtocolLevel, cp.CleanStart, cp.KeepAlive = "MQTT", version, true, 60
-				rc := dialRaw(t, strict.Addr, version)
-				rc.must(t, &cp)
-				ack := rc.expect(t, packet.CONNACK).(*packet.Connack)
+				rc := mqtttest.DialRaw(t, strict.Addr, version)
+				rc.Must(t, &cp)
+				ack := rc.Expect(t, packet.CONNACK).(*packet.Connack)
 				want := tc.want
 				if version == packet.Version311 && want == packet.TopicNameInvalid {
 					want = packet.ServerUnavailable // 3.1.1 has no code for it: 0x03
@@ -477,23 +463,23 @@ func TestControlCharactersRefused(t *testing.T) {
 				}
 				cp2 := tc.c
 				cp2.ProtocolName, cp2.ProtocolLevel, cp2.CleanStart, cp2.KeepAlive = "MQTT", version, true, 60
-				connectRaw(t, lax.Addr, &cp2) // fails the test if refused
+				mqtttest.ConnectRaw(t, lax.Addr, &cp2) // fails the test if refused
 			}
 		}
 		// v5 SUBSCRIBE and UNSUBSCRIBE: the filter refused, the others served.
-		rc, _ := connectRaw(t, strict.Addr, &packet.Connect{ClientID: "subber", CleanStart: true, KeepAlive: 60})
-		rc.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "a" + bad + "/#"}, {Filter: "ok/#"}}})
-		if sa := rc.expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != packet.TopicFilterInvalid || sa.ReasonCodes[1] != packet.Success {
+		rc, _ := mqtttest.ConnectRaw(t, strict.Addr, &packet.Connect{ClientID: "subber", CleanStart: true, KeepAlive: 60})
+		rc.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "a" + bad + "/#"}, {Filter: "ok/#"}}})
+		if sa := rc.Expect(t, packet.SUBACK).(*packet.Suback); sa.ReasonCodes[0] != packet.TopicFilterInvalid || sa.ReasonCodes[1] != packet.Success {
 			t.Errorf("%s in a SUBSCRIBE filter: SUBACK %v, want [0x8F 0x00]", name, sa.ReasonCodes)
 		}
-		rc.must(t, &packet.Unsubscribe{PacketID: 2, Filters: []string{"a" + bad + "/#", "ok/#"}})
-		if ua := rc.expect(t, packet.UNSUBACK).(*packet.Unsuback); ua.ReasonCodes[0] != packet.TopicFilterInvalid || ua.ReasonCodes[1] != packet.Success {
+		rc.Must(t, &packet.Unsubscribe{PacketID: 2, Filters: []string{"a" + bad + "/#", "ok/#"}})
+		if ua := rc.Expect(t, packet.UNSUBACK).(*packet.Unsuback); ua.ReasonCodes[0] != packet.TopicFilterInvalid || ua.ReasonCodes[1] != packet.Success {
 			t.Errorf("%s in an UNSUBSCRIBE filter: UNSUBACK %v, want [0x8F 0x00]", name, ua.ReasonCodes)
 		}
 		// PUBLISH: the connection ends, v5 with DISCONNECT 0x90.
 		for _, version := range []byte{packet.Version311, packet.Version5} {
-			pub, _ := connectRaw(t, strict.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 60, ProtocolLevel: version})
-			pub.must(t, &packet.Publish{Topic: "t" + bad, Payload: []byte("x")})
+			pub, _ := mqtttest.ConnectRaw(t, strict.Addr, &packet.Connect{ClientID: "pub", CleanStart: true, KeepAlive: 60, ProtocolLevel: version})
+			pub.Must(t, &packet.Publish{Topic: "t" + bad, Payload: []byte("x")})
 			pkts, err := hAUntilClosed(pub, waitFor)
 			if err != nil {
 				t.Fatalf("%s in a PUBLISH topic, v%d: not closed: %v", name, version, err)
@@ -507,12 +493,12 @@ func TestControlCharactersRefused(t *testing.T) {
 			}
 		}
 		// Allowed: a subscriber on the lax broker receives the message.
-		sub, _ := connectRaw(t, lax.Addr, &packet.Connect{ClientID: "lax-sub", CleanStart: true, KeepAlive: 60})
-		sub.must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "t" + bad}}})
-		sub.expect(t, packet.SUBACK)
-		pub, _ := connectRaw(t, lax.Addr, &packet.Connect{ClientID: "lax-pub", CleanStart: true, KeepAlive: 60})
-		pub.must(t, &packet.Publish{Topic: "t" + bad, Payload: []byte("x")})
-		if p := sub.expect(t, packet.PUBLISH).(*packet.Publish); p.Topic != "t"+bad {
+		sub, _ := mqtttest.ConnectRaw(t, lax.Addr, &packet.Connect{ClientID: "lax-sub", CleanStart: true, KeepAlive: 60})
+		sub.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "t" + bad}}})
+		sub.Expect(t, packet.SUBACK)
+		pub, _ := mqtttest.ConnectRaw(t, lax.Addr, &packet.Connect{ClientID: "lax-pub", CleanStart: true, KeepAlive: 60})
+		pub.Must(t, &packet.Publish{Topic: "t" + bad, Payload: []byte("x")})
+		if p := sub.Expect(t, packet.PUBLISH).(*packet.Publish); p.Topic != "t"+bad {
 			t.Errorf("allowed: got %q", p.Topic)
 		}
 	}

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -52,80 +52,10 @@ func (p *hdTransportPolicy) check(tb testing.TB, id string, tlsWant, wsWant bool
 	}
 }
 
-// hdV5Over connects a paho.golang client over an already open connection
-// (TLS, WebSocket), with a clean session and the harness's channels.
-func hdV5Over(tb testing.TB, nc net.Conn, id string) *v5Client {
-	tb.Helper()
-	tb.Cleanup(func() { nc.Close() })
-	c := &v5Client{
-		Msgs: make(chan *paho.Publish, 1000),
-		Disc: make(chan *paho.Disconnect, 4),
-		Errs: make(chan error, 16),
-		Conn: nc,
-	}
-	c.Client = paho.NewClient(paho.ClientConfig{
-		ClientID: id,
-		Conn:     packets.NewThreadSafeConn(nc),
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-			func(pr paho.PublishReceived) (bool, error) {
-				c.Msgs <- pr.Packet
-				return true, nil
-			},
-		},
-		OnServerDisconnect: func(d *paho.Disconnect) { c.Disc <- d },
-		OnClientError: func(err error) {
-			select {
-			case c.Errs <- err:
-			default:
-			}
-		},
-		PacketTimeout: waitFor,
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	ack, err := c.Connect(ctx, clean(id))
-	if err != nil {
-		tb.Fatalf("connect %s: %v (connack %+v)", id, err, ack)
-	}
-	c.Props = ack
-	tb.Cleanup(func() { c.Disconnect(&paho.Disconnect{}) })
-	return c
-}
-
-// hdV3Sub subscribes a paho.mqtt.golang client and returns the channel its
-// messages arrive on.
-func hdV3Sub(tb testing.TB, c mqtt3.Client, filter string, qos byte) chan mqtt3.Message {
-	tb.Helper()
-	ch := make(chan mqtt3.Message, 1000)
-	wait(tb, "subscribe "+filter, c.Subscribe(filter, qos, func(_ mqtt3.Client, m mqtt3.Message) { ch <- m }))
-	return ch
-}
-
-// hdV3Next returns the next message on ch.
-func hdV3Next(tb testing.TB, ch chan mqtt3.Message) mqtt3.Message {
-	tb.Helper()
-	select {
-	case m := <-ch:
-		return m
-	case <-time.After(waitFor):
-		tb.Fatal("no message arrived")
-		return nil
-	}
-}
-
-// hdV3Expect checks the next message on ch has this topic, payload and QoS.
-func hdV3Expect(tb testing.TB, ch chan mqtt3.Message, topic, payload string, qos byte) {
-	tb.Helper()
-	m := hdV3Next(tb, ch)
-	if m.Topic() != topic || string(m.Payload()) != payload || m.Qos() != qos {
-		tb.Fatalf("got %q on %s at QoS %d, want %q on %s at QoS %d", m.Payload(), m.Topic(), m.Qos(), payload, topic, qos)
-	}
-}
-
 // hdExpectV5 checks the next message c receives.
-func hdExpectV5(tb testing.TB, c *v5Client, topic, payload string, qos byte) {
+func hdExpectV5(tb testing.TB, c *mqtttest.V5, topic, payload string, qos byte) {
 	tb.Helper()
-	m := c.next(tb)
+	m := c.Next(tb)
 	if m.Topic != topic || string(m.Payload) != payload || m.QoS != qos {
 		tb.Fatalf("got %q on %s at QoS %d, want %q on %s at QoS %d", m.Payload, m.Topic, m.QoS, payload, topic, qos)
 	}
@@ -133,16 +63,16 @@ func hdExpectV5(tb testing.TB, c *v5Client, topic, payload string, qos byte) {
 
 // hdCrossTraffic checks that a v5 and a v3 client exchange messages both
 // ways at QoS 0, 1 and 2 (each subscribed at QoS 2).
-func hdCrossTraffic(tb testing.TB, v5 *v5Client, v3 mqtt3.Client, prefix string) {
+func hdCrossTraffic(tb testing.TB, v5 *mqtttest.V5, v3 *mqtttest.V3, prefix string) {
 	tb.Helper()
-	v5.subscribe(tb, paho.SubscribeOptions{Topic: prefix + "/to5/#", QoS: 2})
-	in3 := hdV3Sub(tb, v3, prefix+"/to3/#", 2)
+	v5.MustSubscribe(tb, paho.SubscribeOptions{Topic: prefix + "/to5/#", QoS: 2})
+	in3 := v3.Subscription(tb, prefix+"/to3/#", 2)
 	for q := byte(0); q <= 2; q++ {
 		p := string('0' + q)
-		wait(tb, "v3 publish", v3.Publish(prefix+"/to5/"+p, q, false, "from3-"+p))
+		mqtttest.Await(tb, "v3 publish", v3.Publish(prefix+"/to5/"+p, q, false, "from3-"+p))
 		hdExpectV5(tb, v5, prefix+"/to5/"+p, "from3-"+p, q)
-		v5.publish(tb, &paho.Publish{Topic: prefix + "/to3/" + p, QoS: q, Payload: []byte("from5-" + p)})
-		hdV3Expect(tb, in3, prefix+"/to3/"+p, "from5-"+p, q)
+		v5.MustPublish(tb, &paho.Publish{Topic: prefix + "/to3/" + p, QoS: q, Payload: []byte("from5-" + p)})
+		mqtttest.ExpectV3(tb, in3, prefix+"/to3/"+p, "from5-"+p, q)
 	}
 }
 
@@ -196,10 +126,8 @@ func TestTLSListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v5 := hdV5Over(t, tc, "tls-v5")
-	v3 := dialV3(t, "", "tls-v3", func(o *mqtt3.ClientOptions) {
-		o.Servers = nil
-		o.AddBroker("ssl://" + addr)
+	v5 := mqtttest.DialV5Over(t, tc, mqtttest.Clean("tls-v5"))
+	v3 := mqtttest.DialV3(t, "ssl://"+addr, "tls-v3", func(o *mqtt3.ClientOptions) {
 		o.SetTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	})
 	hdCrossTraffic(t, v5, v3, "tls")
@@ -220,8 +148,8 @@ func TestTLSListener(t *testing.T) {
 		t.Fatal("silent plain client on the TLS port was never closed")
 	}
 	eventually(t, "only the two TLS clients connected", func() bool { return b.Stats().Connections == 2 })
-	wait(t, "v3 publish", v3.Publish("tls/to5/after", 1, false, "still here"))
-	if m := v5.next(t); string(m.Payload) != "still here" {
+	mqtttest.Await(t, "v3 publish", v3.Publish("tls/to5/after", 1, false, "still here"))
+	if m := v5.Next(t); string(m.Payload) != "still here" {
 		t.Fatalf("after the plain clients: got %q", m.Payload)
 	}
 }
@@ -237,19 +165,16 @@ func TestWebSocketListener(t *testing.T) {
 	}
 	url := wsURL(ln.Addr().String())
 
-	v3 := dialV3(t, "", "ws-v3", func(o *mqtt3.ClientOptions) {
-		o.Servers = nil
-		o.AddBroker(url)
-	})
-	v5 := hdV5Over(t, hdDialWS(t, url, "mqtt"), "ws-v5")
+	v3 := mqtttest.DialV3(t, url, "ws-v3")
+	v5 := mqtttest.DialV5Over(t, hdDialWS(t, url, "mqtt"), mqtttest.Clean("ws-v5"))
 	hdCrossTraffic(t, v5, v3, "ws")
 	pol.check(t, "ws-v3", false, true)
 	pol.check(t, "ws-v5", false, true)
 
 	// A TCP client on the same broker sees WebSocket traffic too.
-	tcp := dialV5(t, b.Addr, clean("tcp-v5"))
-	tcp.subscribe(t, paho.SubscribeOptions{Topic: "ws/to5/#", QoS: 1})
-	wait(t, "v3 publish", v3.Publish("ws/to5/x", 1, false, "over ws"))
+	tcp := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("tcp-v5"))
+	tcp.MustSubscribe(t, paho.SubscribeOptions{Topic: "ws/to5/#", QoS: 1})
+	mqtttest.Await(t, "v3 publish", v3.Publish("ws/to5/x", 1, false, "over ws"))
 	hdExpectV5(t, tcp, "ws/to5/x", "over ws", 1)
 	hdExpectV5(t, v5, "ws/to5/x", "over ws", 1)
 }
@@ -317,9 +242,9 @@ func TestWebSocketSubprotocolRequired(t *testing.T) {
 
 	// The listener still serves MQTT afterwards, under either name.
 	for _, sp := range []string{"mqtt", "mqttv3.1"} {
-		v5 := hdV5Over(t, hdDialWS(t, url, sp), "ws-after-"+sp)
-		v5.subscribe(t, paho.SubscribeOptions{Topic: "after/" + sp, QoS: 1})
-		v5.publish(t, &paho.Publish{Topic: "after/" + sp, QoS: 1, Payload: []byte("ok")})
+		v5 := mqtttest.DialV5Over(t, hdDialWS(t, url, sp), mqtttest.Clean("ws-after-"+sp))
+		v5.MustSubscribe(t, paho.SubscribeOptions{Topic: "after/" + sp, QoS: 1})
+		v5.MustPublish(t, &paho.Publish{Topic: "after/" + sp, QoS: 1, Payload: []byte("ok")})
 		hdExpectV5(t, v5, "after/"+sp, "ok", 1)
 	}
 }
@@ -341,34 +266,29 @@ func TestWebSocketHandlerMounted(t *testing.T) {
 		t.Fatalf("test servers not on loopback: %s %s", hs.URL, hts.URL)
 	}
 
-	tcp := dialV5(t, b.Addr, clean("mounted-tcp"))
-	tcp.subscribe(t, paho.SubscribeOptions{Topic: "mounted/up/#", QoS: 2})
+	tcp := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("mounted-tcp"))
+	tcp.MustSubscribe(t, paho.SubscribeOptions{Topic: "mounted/up/#", QoS: 2})
 
-	ws := dialV3(t, "", "mounted-ws", func(o *mqtt3.ClientOptions) {
-		o.Servers = nil
-		o.AddBroker("ws" + strings.TrimPrefix(hs.URL, "http") + "/custom/mqtt")
-	})
+	ws := mqtttest.DialV3(t, "ws"+strings.TrimPrefix(hs.URL, "http")+"/custom/mqtt", "mounted-ws")
 	pool := x509.NewCertPool()
 	pool.AddCert(hts.Certificate())
-	wss := dialV3(t, "", "mounted-wss", func(o *mqtt3.ClientOptions) {
-		o.Servers = nil
-		o.AddBroker("wss" + strings.TrimPrefix(hts.URL, "https") + "/custom/mqtt")
+	wss := mqtttest.DialV3(t, "wss"+strings.TrimPrefix(hts.URL, "https")+"/custom/mqtt", "mounted-wss", func(o *mqtt3.ClientOptions) {
 		o.SetTLSConfig(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	})
 	pol.check(t, "mounted-ws", false, true)
 	pol.check(t, "mounted-wss", true, true)
 
-	wsIn := hdV3Sub(t, ws, "mounted/down/#", 2)
-	wssIn := hdV3Sub(t, wss, "mounted/down/#", 1)
+	wsIn := ws.Subscription(t, "mounted/down/#", 2)
+	wssIn := wss.Subscription(t, "mounted/down/#", 1)
 	for q := byte(0); q <= 2; q++ {
 		p := string('0' + q)
-		wait(t, "ws publish", ws.Publish("mounted/up/ws", q, false, "ws-"+p))
+		mqtttest.Await(t, "ws publish", ws.Publish("mounted/up/ws", q, false, "ws-"+p))
 		hdExpectV5(t, tcp, "mounted/up/ws", "ws-"+p, q)
-		wait(t, "wss publish", wss.Publish("mounted/up/wss", q, false, "wss-"+p))
+		mqtttest.Await(t, "wss publish", wss.Publish("mounted/up/wss", q, false, "wss-"+p))
 		hdExpectV5(t, tcp, "mounted/up/wss", "wss-"+p, q)
-		tcp.publish(t, &paho.Publish{Topic: "mounted/down/" + p, QoS: q, Payload: []byte("down-" + p)})
-		hdV3Expect(t, wsIn, "mounted/down/"+p, "down-"+p, q)
-		hdV3Expect(t, wssIn, "mounted/down/"+p, "down-"+p, min(q, 1))
+		tcp.MustPublish(t, &paho.Publish{Topic: "mounted/down/" + p, QoS: q, Payload: []byte("down-" + p)})
+		mqtttest.ExpectV3(t, wsIn, "mounted/down/"+p, "down-"+p, q)
+		mqtttest.ExpectV3(t, wssIn, "mounted/down/"+p, "down-"+p, min(q, 1))
 	}
 
 	// The rest of the caller's mux is untouched.

@@ -12,6 +12,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -26,9 +27,9 @@ func v31Connect(id string) *packet.Connect {
 }
 
 // dialV31 connects a paho.mqtt.golang client speaking MQTT 3.1.
-func dialV31(tb testing.TB, addr, id string, edit ...func(*mqtt3.ClientOptions)) mqtt3.Client {
+func dialV31(tb testing.TB, addr, id string, edit ...func(*mqtt3.ClientOptions)) *mqtttest.V3 {
 	tb.Helper()
-	return dialV3(tb, addr, id, append([]func(*mqtt3.ClientOptions){func(o *mqtt3.ClientOptions) { o.SetProtocolVersion(3) }}, edit...)...)
+	return mqtttest.DialV3(tb, addr, id, append([]func(*mqtt3.ClientOptions){func(o *mqtt3.ClientOptions) { o.SetProtocolVersion(3) }}, edit...)...)
 }
 
 // TestMQTT31Paho: paho.mqtt.golang clients speaking 3.1 publish and
@@ -40,16 +41,16 @@ func TestMQTT31Paho(t *testing.T) {
 	b := startBroker(t, broker.Options{Logger: log})
 	pub := dialV31(t, b.Addr, "v31-pub")
 	sub := dialV31(t, b.Addr, "v31-sub")
-	in := hdV3Sub(t, sub, "v31/#", 2)
-	v5 := dialV5(t, b.Addr, clean("v31-v5"))
-	v5.subscribe(t, paho.SubscribeOptions{Topic: "v31/#", QoS: 2})
+	in := sub.Subscription(t, "v31/#", 2)
+	v5 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("v31-v5"))
+	v5.MustSubscribe(t, paho.SubscribeOptions{Topic: "v31/#", QoS: 2})
 	for q := byte(0); q <= 2; q++ {
 		tp := "v31/q" + string('0'+q)
-		wait(t, "publish", pub.Publish(tp, q, false, "from 3.1"))
-		hdV3Expect(t, in, tp, "from 3.1", q)
+		mqtttest.Await(t, "publish", pub.Publish(tp, q, false, "from 3.1"))
+		mqtttest.ExpectV3(t, in, tp, "from 3.1", q)
 		hdExpectV5(t, v5, tp, "from 3.1", q)
-		v5.publish(t, &paho.Publish{Topic: tp, QoS: q, Payload: []byte("from 5")})
-		hdV3Expect(t, in, tp, "from 5", q)
+		v5.MustPublish(t, &paho.Publish{Topic: tp, QoS: q, Payload: []byte("from 5")})
+		mqtttest.ExpectV3(t, in, tp, "from 5", q)
 		hdExpectV5(t, v5, tp, "from 5", q)
 	}
 	eventually(t, "outbound handshakes complete", func() bool { return b.Stats().Inflight == 0 })
@@ -58,19 +59,15 @@ func TestMQTT31Paho(t *testing.T) {
 	}
 
 	// A persistent session, resumed.
-	away := make(chan mqtt3.Message, 10)
-	persistent := func(o *mqtt3.ClientOptions) {
-		o.SetCleanSession(false)
-		o.SetDefaultPublishHandler(func(_ mqtt3.Client, m mqtt3.Message) { away <- m })
-	}
+	persistent := func(o *mqtt3.ClientOptions) { o.SetCleanSession(false) }
 	p := dialV31(t, b.Addr, "v31-away", persistent)
-	wait(t, "subscribe", p.Subscribe("away/#", 1, nil))
+	mqtttest.Await(t, "subscribe", p.Subscribe("away/#", 1, nil))
 	p.Disconnect(250)
 	eventually(t, "the 3.1 session offline", func() bool { return b.Stats().Queued == 0 && b.Stats().Connections == 3 })
-	wait(t, "publish", pub.Publish("away/x", 1, false, "kept"))
+	mqtttest.Await(t, "publish", pub.Publish("away/x", 1, false, "kept"))
 	eventually(t, "queued for the 3.1 session", func() bool { return b.Stats().Queued == 1 })
-	dialV31(t, b.Addr, "v31-away", persistent)
-	hdV3Expect(t, away, "away/x", "kept", 1)
+	again := dialV31(t, b.Addr, "v31-away", persistent)
+	mqtttest.ExpectV3(t, again.Msgs, "away/x", "kept", 1)
 }
 
 // v31Policy refuses user "bad" (bad user name or password) and user
@@ -124,26 +121,26 @@ func TestMQTT31Connect(t *testing.T) {
 
 	// 23 characters (multi-byte ones count once) are accepted.
 	for _, id := range []string{strings.Repeat("x", 23), strings.Repeat("é", 23), "a"} {
-		rc := dialRaw(t, b.Addr, packet.Version31)
-		rc.must(t, v31Connect(id))
-		if ack := rc.expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.Success || ack.SessionPresent {
+		rc := mqtttest.DialRaw(t, b.Addr, packet.Version31)
+		rc.Must(t, v31Connect(id))
+		if ack := rc.Expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.Success || ack.SessionPresent {
 			t.Fatalf("client id %q: CONNACK %+v", id, ack)
 		}
-		rc.nc.Close()
+		rc.Conn.Close()
 	}
 
 	// A resumed persistent session: 3.1.1 would say session present; 3.1
 	// has no such flag.
 	persistent := &packet.Connect{ProtocolName: "MQIsdp", ProtocolLevel: 3, ClientID: "keeper", KeepAlive: 30}
 	for range 2 {
-		rc := dialRaw(t, b.Addr, packet.Version31)
-		rc.must(t, persistent)
-		rc.nc.SetReadDeadline(time.Now().Add(waitFor))
+		rc := mqtttest.DialRaw(t, b.Addr, packet.Version31)
+		rc.Must(t, persistent)
+		rc.Conn.SetReadDeadline(time.Now().Add(waitFor))
 		var ack [4]byte
-		if _, err := io.ReadFull(rc.r, ack[:]); err != nil || ack != [4]byte{0x20, 0x02, 0x00, 0x00} {
+		if _, err := io.ReadFull(rc, ack[:]); err != nil || ack != [4]byte{0x20, 0x02, 0x00, 0x00} {
 			t.Fatalf("persistent 3.1 CONNACK % x (%v), want 20 02 00 00", ack, err)
 		}
-		rc.must(t, &packet.Disconnect{})
+		rc.Must(t, &packet.Disconnect{})
 		hAUntilClosed(rc, waitFor)
 		eventually(t, "keeper offline", func() bool { return b.Stats().Sessions == 1 && b.Stats().Connections == 0 })
 	}
@@ -151,9 +148,9 @@ func TestMQTT31Connect(t *testing.T) {
 	// The flag bits 3.1 leaves unused: the reserved bit, Will QoS and Will
 	// Retain without the Will Flag. A 3.1.1 client is refused for them.
 	body := []byte{0, 6, 'M', 'Q', 'I', 's', 'd', 'p', 3, 0x3B, 0, 30, 0, 3, 'o', 'l', 'd'}
-	rc := dialRaw(t, b.Addr, packet.Version31)
-	rc.nc.Write(append([]byte{0x10, byte(len(body))}, body...))
-	if ack := rc.expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.Success {
+	rc := mqtttest.DialRaw(t, b.Addr, packet.Version31)
+	rc.Conn.Write(append([]byte{0x10, byte(len(body))}, body...))
+	if ack := rc.Expect(t, packet.CONNACK).(*packet.Connack); ack.ReasonCode != packet.Success {
 		t.Fatalf("3.1 CONNECT with unused flags set: %v", ack.ReasonCode)
 	}
 }
@@ -165,31 +162,31 @@ func TestMQTT31Connect(t *testing.T) {
 // connection without a DISCONNECT.
 func TestMQTT31Session(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	rc := dialRaw(t, b.Addr, packet.Version31)
-	rc.must(t, v31Connect("session31"))
-	rc.expect(t, packet.CONNACK)
+	rc := mqtttest.DialRaw(t, b.Addr, packet.Version31)
+	rc.Must(t, v31Connect("session31"))
+	rc.Expect(t, packet.CONNACK)
 
 	sub := []byte{0x8A, 12, 0, 7, 0, 3, 's', '/', '#', 1, 0, 3, 'a', '#', 'b', 0} // DUP; "a#b" is invalid
 	sub[1] = byte(len(sub) - 2)
-	rc.nc.Write(sub)
-	sa := rc.expect(t, packet.SUBACK).(*packet.Suback)
+	rc.Conn.Write(sub)
+	sa := rc.Expect(t, packet.SUBACK).(*packet.Suback)
 	if sa.PacketID != 7 || !slices.Equal(sa.ReasonCodes, []packet.ReasonCode{packet.GrantedQoS1, 0x80}) {
 		t.Fatalf("SUBACK %+v, want id 7 with 0x01 and 0x80", sa)
 	}
 
-	rc.must(t, &packet.Publish{Topic: "s/x", QoS: 1, PacketID: 1, Payload: []byte("back")})
+	rc.Must(t, &packet.Publish{Topic: "s/x", QoS: 1, PacketID: 1, Payload: []byte("back")})
 	for got := 0; got < 2; {
-		switch p := rc.next(t).(type) {
+		switch p := rc.Next(t).(type) {
 		case *packet.Ack:
 			got++
 		case *packet.Publish:
-			rc.must(t, &packet.Ack{Kind: packet.PUBACK, PacketID: p.PacketID})
+			rc.Must(t, &packet.Ack{Kind: packet.PUBACK, PacketID: p.PacketID})
 			got++
 		}
 	}
 
-	rc.must(t, &packet.Publish{Topic: "s/+", Payload: []byte("x")})
-	if got := rc.closed(t); len(got) != 0 {
+	rc.Must(t, &packet.Publish{Topic: "s/+", Payload: []byte("x")})
+	if got := rc.Closed(t); len(got) != 0 {
 		t.Fatalf("got %v before the close, want nothing (3.1 has no DISCONNECT from the server)", got)
 	}
 }

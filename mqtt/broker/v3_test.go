@@ -10,6 +10,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -20,22 +21,22 @@ import (
 // handshake completes (nothing is left in flight).
 func TestV3QoSFlows(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	pub3 := dialV3(t, b.Addr, "v3-pub")
-	pub5 := dialV5(t, b.Addr, clean("v5-pub"))
+	pub3 := mqtttest.DialV3(t, b.Addr, "v3-pub")
+	pub5 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("v5-pub"))
 	for sq := byte(0); sq <= 2; sq++ {
 		s := string('0' + sq)
-		sub3 := dialV3(t, b.Addr, "v3-sub"+s)
-		in := hdV3Sub(t, sub3, "v3q/"+s+"/#", sq)
-		sub5 := dialV5(t, b.Addr, clean("v5-sub"+s))
-		sub5.subscribe(t, paho.SubscribeOptions{Topic: "v3q/" + s + "/#", QoS: sq})
+		sub3 := mqtttest.DialV3(t, b.Addr, "v3-sub"+s)
+		in := sub3.Subscription(t, "v3q/"+s+"/#", sq)
+		sub5 := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("v5-sub"+s))
+		sub5.MustSubscribe(t, paho.SubscribeOptions{Topic: "v3q/" + s + "/#", QoS: sq})
 		for pq := byte(0); pq <= 2; pq++ {
 			p := string('0' + pq)
 			tp := "v3q/" + s + "/" + p
-			wait(t, "publish", pub3.Publish(tp, pq, false, "from3-"+p))
-			hdV3Expect(t, in, tp, "from3-"+p, min(pq, sq))
+			mqtttest.Await(t, "publish", pub3.Publish(tp, pq, false, "from3-"+p))
+			mqtttest.ExpectV3(t, in, tp, "from3-"+p, min(pq, sq))
 			hdExpectV5(t, sub5, tp, "from3-"+p, min(pq, sq))
-			pub5.publish(t, &paho.Publish{Topic: tp, QoS: pq, Payload: []byte("from5-" + p)})
-			hdV3Expect(t, in, tp, "from5-"+p, min(pq, sq))
+			pub5.MustPublish(t, &paho.Publish{Topic: tp, QoS: pq, Payload: []byte("from5-" + p)})
+			mqtttest.ExpectV3(t, in, tp, "from5-"+p, min(pq, sq))
 			hdExpectV5(t, sub5, tp, "from5-"+p, min(pq, sq))
 		}
 	}
@@ -54,63 +55,42 @@ func TestV3QoSFlows(t *testing.T) {
 // session.
 func TestV3PersistentSession(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	persistent := func(ch chan mqtt3.Message) func(*mqtt3.ClientOptions) {
-		return func(o *mqtt3.ClientOptions) {
-			o.SetCleanSession(false)
-			// Messages of the stored subscription arrive before any
-			// Subscribe call of the new client: the default handler.
-			o.SetDefaultPublishHandler(func(_ mqtt3.Client, m mqtt3.Message) { ch <- m })
-		}
-	}
-	first := make(chan mqtt3.Message, 100)
-	sub, err := tryV3(t, b.Addr, "v3-persist", persistent(first))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wait(t, "subscribe", sub.Subscribe("persist/#", 1, nil))
+	// Messages of the stored subscription arrive before any Subscribe
+	// call of the new client: the default handler puts them in Msgs.
+	persistent := func(o *mqtt3.ClientOptions) { o.SetCleanSession(false) }
+	sub := mqtttest.DialV3(t, b.Addr, "v3-persist", persistent)
+	mqtttest.Await(t, "subscribe", sub.Subscribe("persist/#", 1, nil))
 	sub.Disconnect(250)
 	eventually(t, "the subscriber is offline", func() bool { return b.Stats().Connections == 0 })
 
-	pub := dialV3(t, b.Addr, "v3-persist-pub")
-	wait(t, "publish", pub.Publish("persist/a", 1, false, "one"))
-	wait(t, "publish", pub.Publish("persist/b", 0, false, "qos0 while offline"))
-	wait(t, "publish", pub.Publish("persist/c", 1, false, "two"))
-	wait(t, "publish", pub.Publish("persist/a", 1, false, "three"))
+	pub := mqtttest.DialV3(t, b.Addr, "v3-persist-pub")
+	pub.Pub(t, "persist/a", 1, false, "one")
+	pub.Pub(t, "persist/b", 0, false, "qos0 while offline")
+	pub.Pub(t, "persist/c", 1, false, "two")
+	pub.Pub(t, "persist/a", 1, false, "three")
 	eventually(t, "three messages queued", func() bool { return b.Stats().Queued == 3 })
 
-	again := make(chan mqtt3.Message, 100)
-	o := mqtt3.NewClientOptions().AddBroker("tcp://" + b.Addr).SetClientID("v3-persist").
-		SetProtocolVersion(4).SetAutoReconnect(false).SetConnectTimeout(waitFor).SetOrderMatters(true)
-	persistent(again)(o)
-	sub2 := mqtt3.NewClient(o)
-	tok := sub2.Connect()
-	wait(t, "reconnect", tok)
-	t.Cleanup(func() { sub2.Disconnect(0) })
-	if !tok.(*mqtt3.ConnectToken).SessionPresent() {
+	sub2 := mqtttest.DialV3(t, b.Addr, "v3-persist", persistent)
+	if !sub2.SessionPresent {
 		t.Fatal("reconnect: Session Present is 0")
 	}
-	hdV3Expect(t, again, "persist/a", "one", 1)
-	hdV3Expect(t, again, "persist/c", "two", 1)
-	hdV3Expect(t, again, "persist/a", "three", 1)
+	mqtttest.ExpectV3(t, sub2.Msgs, "persist/a", "one", 1)
+	mqtttest.ExpectV3(t, sub2.Msgs, "persist/c", "two", 1)
+	mqtttest.ExpectV3(t, sub2.Msgs, "persist/a", "three", 1)
 	// The QoS 0 message was not queued: the next message is a live one.
-	wait(t, "publish", pub.Publish("persist/live", 1, false, "live"))
-	hdV3Expect(t, again, "persist/live", "live", 1)
+	pub.Pub(t, "persist/live", 1, false, "live")
+	mqtttest.ExpectV3(t, sub2.Msgs, "persist/live", "live", 1)
 	if d := b.Stats().Drops[broker.DropOffline]; d != 1 {
 		t.Fatalf("offline_qos0 drops = %d, want 1", d)
 	}
-	if len(first) != 0 {
-		t.Fatalf("the first connection received %d messages", len(first))
+	if len(sub.Msgs) != 0 {
+		t.Fatalf("the first connection received %d messages", len(sub.Msgs))
 	}
 
 	// A clean reconnect finds no session, and the subscription is gone.
 	sub2.Disconnect(250)
 	eventually(t, "the subscriber is offline", func() bool { return b.Stats().Connections == 1 })
-	c3 := mqtt3.NewClient(mqtt3.NewClientOptions().AddBroker("tcp://" + b.Addr).SetClientID("v3-persist").
-		SetProtocolVersion(4).SetAutoReconnect(false).SetConnectTimeout(waitFor).SetCleanSession(true))
-	tok = c3.Connect()
-	wait(t, "clean reconnect", tok)
-	t.Cleanup(func() { c3.Disconnect(0) })
-	if tok.(*mqtt3.ConnectToken).SessionPresent() {
+	if c3 := mqtttest.DialV3(t, b.Addr, "v3-persist"); c3.SessionPresent {
 		t.Fatal("clean reconnect: Session Present is 1")
 	}
 	if n := b.Stats().Subscriptions; n != 0 {
@@ -122,37 +102,37 @@ func TestV3PersistentSession(t *testing.T) {
 // has its will published; one that sends DISCONNECT does not.
 func TestV3Will(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	watch := dialV3(t, b.Addr, "will-watcher")
-	wills := hdV3Sub(t, watch, "will/#", 1)
+	watch := mqtttest.DialV3(t, b.Addr, "will-watcher")
+	wills := watch.Subscription(t, "will/#", 1)
 
-	rc, _ := connectRaw(t, b.Addr, &packet.Connect{
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{
 		ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 30, ClientID: "will-raw",
 		Will: &packet.Will{Topic: "will/raw", Payload: []byte("raw gone"), QoS: 1},
 	})
-	rc.nc.Close() // abnormal: no DISCONNECT
-	hdV3Expect(t, wills, "will/raw", "raw gone", 1)
+	rc.Conn.Close() // abnormal: no DISCONNECT
+	mqtttest.ExpectV3(t, wills, "will/raw", "raw gone", 1)
 	// Only the watcher is left (the count drops after the will is out).
 	eventually(t, "the raw client is gone", func() bool { return b.Stats().Connections == 1 })
 
 	// paho.mqtt.golang with a will, disconnecting cleanly: no will.
-	polite := dialV3(t, b.Addr, "will-polite", func(o *mqtt3.ClientOptions) {
+	polite := mqtttest.DialV3(t, b.Addr, "will-polite", func(o *mqtt3.ClientOptions) {
 		o.SetWill("will/polite", "polite gone", 1, false)
 	})
 	polite.Disconnect(250)
 	eventually(t, "the polite client is gone", func() bool { return b.Stats().Connections == 1 })
 	// A raw client with a will that sends DISCONNECT: no will either.
-	rc2, _ := connectRaw(t, b.Addr, &packet.Connect{
+	rc2, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{
 		ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 30, ClientID: "will-raw2",
 		Will: &packet.Will{Topic: "will/raw2", Payload: []byte("raw2 gone"), QoS: 1},
 	})
-	rc2.must(t, &packet.Disconnect{})
-	if got := rc2.closed(t); len(got) != 0 {
+	rc2.Must(t, &packet.Disconnect{})
+	if got := rc2.Closed(t); len(got) != 0 {
 		t.Fatalf("got %v before the close", got)
 	}
 	eventually(t, "the second raw client is gone", func() bool { return b.Stats().Connections == 1 })
 
-	wait(t, "marker", watch.Publish("will/marker", 1, false, "marker"))
-	hdV3Expect(t, wills, "will/marker", "marker", 1)
+	mqtttest.Await(t, "marker", watch.Publish("will/marker", 1, false, "marker"))
+	mqtttest.ExpectV3(t, wills, "will/marker", "marker", 1)
 	if n := b.Stats().WillsPublished; n != 1 {
 		t.Fatalf("WillsPublished = %d, want 1", n)
 	}
@@ -163,22 +143,22 @@ func TestV3Will(t *testing.T) {
 // will is published; PINGREQ keeps a connection alive.
 func TestV3KeepAliveTimeout(t *testing.T) {
 	b := startBroker(t, broker.Options{})
-	watch := dialV3(t, b.Addr, "ka-watcher")
-	wills := hdV3Sub(t, watch, "ka/#", 1)
+	watch := mqtttest.DialV3(t, b.Addr, "ka-watcher")
+	wills := watch.Subscription(t, "ka/#", 1)
 
-	pinger, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 1, ClientID: "ka-pinger"})
+	pinger, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 1, ClientID: "ka-pinger"})
 	start := time.Now()
-	rc, _ := connectRaw(t, b.Addr, &packet.Connect{
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{
 		ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 1, ClientID: "ka-silent",
 		Will: &packet.Will{Topic: "ka/silent", Payload: []byte("timed out"), QoS: 1},
 	})
 	// The pinger pings every 500ms until the silent client is closed.
 	closed := make(chan []packet.Packet, 1)
 	go func() {
-		rc.nc.SetReadDeadline(time.Now().Add(waitFor))
+		rc.Conn.SetReadDeadline(time.Now().Add(waitFor))
 		var got []packet.Packet
 		for {
-			p, err := rc.read()
+			p, err := rc.ReadPacket()
 			if err != nil {
 				closed <- got
 				return
@@ -195,8 +175,8 @@ wait:
 		case got = <-closed:
 			break wait
 		case <-ping.C:
-			pinger.must(t, &packet.Pingreq{})
-			pinger.expect(t, packet.PINGRESP)
+			pinger.Must(t, &packet.Pingreq{})
+			pinger.Expect(t, packet.PINGRESP)
 		}
 	}
 	elapsed := time.Since(start)
@@ -206,10 +186,10 @@ wait:
 	if elapsed < time.Second || elapsed >= waitFor {
 		t.Fatalf("silent client closed after %v, want about 1.5s", elapsed)
 	}
-	hdV3Expect(t, wills, "ka/silent", "timed out", 1)
+	mqtttest.ExpectV3(t, wills, "ka/silent", "timed out", 1)
 	// The pinger is still connected.
-	pinger.must(t, &packet.Pingreq{})
-	pinger.expect(t, packet.PINGRESP)
+	pinger.Must(t, &packet.Pingreq{})
+	pinger.Expect(t, packet.PINGRESP)
 }
 
 // hdCapPolicy caps clients whose id starts with "capped" at QoS 1.
@@ -228,8 +208,8 @@ func (p hdCapPolicy) Authenticate(ctx context.Context, req *broker.ConnectReques
 // acknowledgement and is not delivered.
 func TestV3PublishViolationsClose(t *testing.T) {
 	b := startBroker(t, broker.Options{Policy: hdCapPolicy{}})
-	watch := dialV3(t, b.Addr, "viol-watcher")
-	in := hdV3Sub(t, watch, "#", 2)
+	watch := mqtttest.DialV3(t, b.Addr, "viol-watcher")
+	in := watch.Subscription(t, "#", 2)
 
 	cases := []struct {
 		name string
@@ -242,24 +222,24 @@ func TestV3PublishViolationsClose(t *testing.T) {
 		{"empty topic", "free-3", &packet.Publish{QoS: 1, PacketID: 1, Topic: "", Payload: []byte("x")}},
 	}
 	for i, tc := range cases {
-		rc, _ := connectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 30, ClientID: tc.id})
+		rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ProtocolLevel: packet.Version311, CleanStart: true, KeepAlive: 30, ClientID: tc.id})
 		// A valid publish first: the connection works until the violation.
 		ok := fmt.Sprintf("ok-%d", i)
-		rc.must(t, &packet.Publish{QoS: 1, PacketID: 7, Topic: "viol/ok", Payload: []byte(ok)})
-		rc.expect(t, packet.PUBACK)
-		hdV3Expect(t, in, "viol/ok", ok, 1)
+		rc.Must(t, &packet.Publish{QoS: 1, PacketID: 7, Topic: "viol/ok", Payload: []byte(ok)})
+		rc.Expect(t, packet.PUBACK)
+		mqtttest.ExpectV3(t, in, "viol/ok", ok, 1)
 		errsBefore := b.Stats().ProtocolErrors
-		rc.must(t, tc.p)
-		if got := rc.closed(t); len(got) != 0 {
+		rc.Must(t, tc.p)
+		if got := rc.Closed(t); len(got) != 0 {
 			t.Fatalf("%s: got %v before the close, want nothing", tc.name, got)
 		}
 		eventually(t, tc.name+": protocol error counted", func() bool { return b.Stats().ProtocolErrors == errsBefore+1 })
 	}
 	// A capped client may still publish at its maximum.
-	capped := dialV3(t, b.Addr, "capped-2")
-	wait(t, "capped publish", capped.Publish("viol/capped", 1, false, "at max"))
-	hdV3Expect(t, in, "viol/capped", "at max", 1)
+	capped := mqtttest.DialV3(t, b.Addr, "capped-2")
+	mqtttest.Await(t, "capped publish", capped.Publish("viol/capped", 1, false, "at max"))
+	mqtttest.ExpectV3(t, in, "viol/capped", "at max", 1)
 	// Nothing of the refused publishes was delivered.
-	wait(t, "marker", watch.Publish("viol/marker", 1, false, "marker"))
-	hdV3Expect(t, in, "viol/marker", "marker", 1)
+	mqtttest.Await(t, "marker", watch.Publish("viol/marker", 1, false, "marker"))
+	mqtttest.ExpectV3(t, in, "viol/marker", "marker", 1)
 }

@@ -85,17 +85,17 @@ func TestSubscriberPasswords(t *testing.T) {
 
 	// It works at once, with any client id.
 	sub := e.dial(t, "any-client-id", c.Username, c.Password)
-	if rc := sub.subCode(t, A.ID+"/#", 1); rc != 1 {
+	if rc := sub.SubCode(t, A.ID+"/#", 1); rc != 1 {
 		t.Fatalf("subscribe to the account: 0x%02x", rc)
 	}
-	if rc := sub.subCode(t, B.ID+"/#", 1); rc < 0x80 {
+	if rc := sub.SubCode(t, B.ID+"/#", 1); rc < 0x80 {
 		t.Fatalf("subscribe to B's account: granted 0x%02x", rc)
 	}
-	dev.pub(t, A.topic("dev1", "state/x"), 1, "hello")
-	if m := sub.next(t); m.Topic != A.topic("dev1", "state/x") || string(m.Payload) != "hello" {
+	dev.Pub(t, A.topic("dev1", "state/x"), 1, "hello")
+	if m := sub.Next(t); m.Topic != A.topic("dev1", "state/x") || string(m.Payload) != "hello" {
 		t.Fatalf("received %q on %s", m.Payload, m.Topic)
 	}
-	r, err := sub.publish(&paho.Publish{Topic: A.topic("dev1", "state/x"), QoS: 1, Payload: []byte("from a subscriber")})
+	r, err := sub.TryPublish(&paho.Publish{Topic: A.topic("dev1", "state/x"), QoS: 1, Payload: []byte("from a subscriber")})
 	if err == nil && (r == nil || r.ReasonCode < 0x80) {
 		t.Fatalf("a subscriber password published: %+v", r)
 	}
@@ -109,24 +109,24 @@ func TestSubscriberPasswords(t *testing.T) {
 	var narrow credential
 	e.req(t, A.Token, "POST", "/subscriber-mqtt-passwords", map[string]any{"filters": []string{A.ID + "/+/state/#"}}).ok(t, http.StatusCreated, &narrow)
 	ns := e.dial(t, "narrow", narrow.Username, narrow.Password)
-	if rc := ns.subCode(t, A.ID+"/dev1/state/#", 0); rc != 0 {
+	if rc := ns.SubCode(t, A.ID+"/dev1/state/#", 0); rc != 0 {
 		t.Fatalf("subscribe within the filter: 0x%02x", rc)
 	}
 	for _, f := range []string{A.ID + "/#", A.ID + "/dev1/telemetry/#"} {
-		if rc := ns.subCode(t, f, 0); rc < 0x80 {
+		if rc := ns.SubCode(t, f, 0); rc < 0x80 {
 			t.Fatalf("subscribe to %s outside the filter: granted 0x%02x", f, rc)
 		}
 	}
 
 	// The publisher route does not revoke a subscriber password.
 	e.req(t, A.Token, "DELETE", "/publisher-credentials/"+c.ID, nil).problem(t, http.StatusNotFound, fleetmq.CodeNotFound)
-	sub.stillConnected(t)
+	sub.StillConnected(t)
 
 	// Revoked: disconnected and refused at once.
 	e.req(t, A.Token, "DELETE", "/subscriber-mqtt-passwords/"+c.ID, nil).ok(t, http.StatusNoContent, nil)
-	sub.disconnected(t, atOnce)
+	sub.Disconnected(t, atOnce)
 	e.refused(t, "any-client-id", c.Username, c.Password)
-	ns.stillConnected(t)
+	ns.StillConnected(t)
 	list = e.credentials(t, A.Token, "/subscriber-mqtt-passwords")
 	if got := list[c.ID]; got.Active || got.RevokedAt == nil || !got.RevokedAt.Equal(t0) {
 		t.Fatalf("revoked: %+v", got)
@@ -173,7 +173,7 @@ func TestPublisherCredentials(t *testing.T) {
 	e.req(t, A.Token, "POST", "/publishers", map[string]any{"client_id": "dev9"}).ok(t, http.StatusCreated, nil)
 	e.refused(t, "dev10", c.Username, c.Password) // not registered
 	dev := e.dial(t, "dev9", c.Username, c.Password)
-	dev.pub(t, A.topic("dev9", "event/boot"), 1, "up")
+	dev.Pub(t, A.topic("dev9", "event/boot"), 1, "up")
 	var p historyPage
 	e.get(t, A.Token, "/history?client_id=dev9").ok(t, http.StatusOK, &p)
 	if len(p.Records) != 1 || p.Records[0].Topic != A.topic("dev9", "event/boot") {
@@ -181,9 +181,9 @@ func TestPublisherCredentials(t *testing.T) {
 	}
 
 	e.req(t, A.Token, "DELETE", "/subscriber-mqtt-passwords/"+c.ID, nil).problem(t, http.StatusNotFound, fleetmq.CodeNotFound)
-	dev.stillConnected(t)
+	dev.StillConnected(t)
 	e.req(t, A.Token, "DELETE", "/publisher-credentials/"+c.ID, nil).ok(t, http.StatusNoContent, nil)
-	dev.disconnected(t, atOnce)
+	dev.Disconnected(t, atOnce)
 	e.refused(t, "dev9", c.Username, c.Password)
-	e.dial(t, "dev9", A.PubUser, A.PubPass).pub(t, A.topic("dev9", "event/boot"), 1, "again")
+	e.dial(t, "dev9", A.PubUser, A.PubPass).Pub(t, A.topic("dev9", "event/boot"), 1, "again")
 }

@@ -12,19 +12,17 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/eclipse/paho.golang/paho"
-
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/internal/apptest"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/web/api"
 )
@@ -40,14 +38,11 @@ const atOnce = 2 * time.Second
 // that is not on an hour boundary.
 var t0 = time.Date(2030, 3, 10, 12, 20, 0, 0, time.UTC)
 
-// testClock is a settable clock passed as Config.Now.
-type testClock = testkit.Clock
-
 // env is a running App under test.
 type env struct {
 	*app.App
 	cfg   app.Config
-	clock *testClock
+	clock *testkit.Clock
 	ctx   context.Context
 	http  *http.Client
 }
@@ -352,148 +347,16 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	testkit.Eventually(t, waitFor, what, cond)
 }
 
-// mqttClient is a paho.golang (MQTT 5) client whose messages and server
-// DISCONNECTs land in channels.
-type mqttClient struct {
-	*paho.Client
-	name string
-	Msgs chan *paho.Publish
-	Disc chan *paho.Disconnect
-	Conn net.Conn
-}
-
-// tryMQTT connects (clean start) as clientID and returns the CONNACK and
-// the error instead of failing.
-func tryMQTT(t testing.TB, addr, clientID, user, pass string) (*mqttClient, *paho.Connack, error) {
+// dial connects an MQTT 5 client (clean start) as clientID and fails the
+// test unless the server accepts.
+func (e *env) dial(t testing.TB, clientID, user, pass string) *mqtttest.V5 {
 	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	c := &mqttClient{name: clientID, Msgs: make(chan *paho.Publish, 1000), Disc: make(chan *paho.Disconnect, 4), Conn: nc}
-	c.Client = paho.NewClient(paho.ClientConfig{
-		ClientID: clientID,
-		Conn:     nc,
-		OnPublishReceived: []func(paho.PublishReceived) (bool, error){
-			func(pr paho.PublishReceived) (bool, error) {
-				c.Msgs <- pr.Packet
-				return true, nil
-			},
-		},
-		OnServerDisconnect: func(d *paho.Disconnect) { c.Disc <- d },
-		OnClientError:      func(error) {},
-		PacketTimeout:      waitFor,
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	ack, err := c.Connect(ctx, &paho.Connect{
-		ClientID: clientID, CleanStart: true, KeepAlive: 30,
-		Username: user, UsernameFlag: true, Password: []byte(pass), PasswordFlag: true,
-	})
-	if err == nil {
-		t.Cleanup(func() { c.Disconnect(&paho.Disconnect{}) })
-	}
-	return c, ack, err
+	return mqtttest.DialV5(t, e.MQTTAddr, mqtttest.Login(clientID, user, pass))
 }
 
-// dial connects and fails the test unless the server accepts.
-func (e *env) dial(t testing.TB, clientID, user, pass string) *mqttClient {
-	t.Helper()
-	c, ack, err := tryMQTT(t, e.MQTTAddr, clientID, user, pass)
-	if err != nil {
-		t.Fatalf("connect %s as %s: %v (connack %+v)", clientID, user, err, ack)
-	}
-	return c
-}
-
-// refused connects and fails unless the server refuses with a CONNACK.
+// refused connects and fails unless the server refuses with a CONNACK,
+// whose reason code it returns.
 func (e *env) refused(t testing.TB, clientID, user, pass string) byte {
 	t.Helper()
-	_, ack, err := tryMQTT(t, e.MQTTAddr, clientID, user, pass)
-	if err == nil {
-		t.Fatalf("connect %s as %q: accepted, want a refusal", clientID, user)
-	}
-	if ack == nil {
-		t.Fatalf("connect %s as %q: no CONNACK: %v", clientID, user, err)
-	}
-	return ack.ReasonCode
-}
-
-// publish publishes and returns the response and error as they are.
-func (c *mqttClient) publish(p *paho.Publish) (*paho.PublishResponse, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	return c.Publish(ctx, p)
-}
-
-// pub publishes and fails unless the flow completes with success (for QoS
-// 1 and 2, the message is then stored: acked means stored).
-func (c *mqttClient) pub(t testing.TB, topic string, qos byte, payload string) {
-	t.Helper()
-	r, err := c.publish(&paho.Publish{Topic: topic, QoS: qos, Payload: []byte(payload)})
-	if err != nil {
-		t.Fatalf("%s: publish %s: %v", c.name, topic, err)
-	}
-	if qos > 0 && (r == nil || r.ReasonCode >= 0x80) {
-		t.Fatalf("%s: publish %s: response %+v", c.name, topic, r)
-	}
-}
-
-// subCode subscribes to one filter and returns the SUBACK reason code.
-func (c *mqttClient) subCode(t testing.TB, filter string, qos byte) byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	sa, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: qos}}})
-	if sa == nil || len(sa.Reasons) != 1 {
-		t.Fatalf("%s: subscribe %q: no SUBACK with one reason: %v", c.name, filter, err)
-	}
-	return sa.Reasons[0]
-}
-
-// next returns the next message c receives.
-func (c *mqttClient) next(t testing.TB) *paho.Publish {
-	t.Helper()
-	select {
-	case m := <-c.Msgs:
-		return m
-	case <-time.After(waitFor):
-		t.Fatalf("%s: no message arrived", c.name)
-		return nil
-	}
-}
-
-// disconnected waits at most within for the server to end the connection
-// (a DISCONNECT, or the connection closed) and returns the DISCONNECT's
-// reason code (0 when there was none).
-func (c *mqttClient) disconnected(t testing.TB, within time.Duration) byte {
-	t.Helper()
-	select {
-	case d := <-c.Disc:
-		return d.ReasonCode
-	case <-c.Done():
-		// paho reports a server DISCONNECT after it stopped the client.
-		select {
-		case d := <-c.Disc:
-			return d.ReasonCode
-		case <-time.After(time.Second):
-			return 0
-		}
-	case <-time.After(within):
-		t.Fatalf("%s: still connected after %v", c.name, within)
-		return 0
-	}
-}
-
-// stillConnected fails if the server has ended c's connection.
-func (c *mqttClient) stillConnected(t testing.TB) {
-	t.Helper()
-	select {
-	case d := <-c.Disc:
-		t.Fatalf("%s: server sent DISCONNECT 0x%02x", c.name, d.ReasonCode)
-	case <-c.Done():
-		t.Fatalf("%s: connection ended", c.name)
-	default:
-	}
+	return mqtttest.RefusedV5(t, e.MQTTAddr, mqtttest.Login(clientID, user, pass))
 }

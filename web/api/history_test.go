@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 )
 
 func itoa(n int) string { return strconv.Itoa(n) }
@@ -72,7 +73,7 @@ func newHistFixture(t *testing.T, edit ...func(*app.Config)) *histFixture {
 	f.A = e.tenant(t, "A", "starter", allAddOns, "dev1", "dev2")
 	f.B = e.tenant(t, "B", "starter", allAddOns, "dev1")
 	e.synced(t)
-	devs := map[string]*mqttClient{
+	devs := map[string]*mqtttest.V5{
 		"dev1": e.dial(t, "dev1", f.A.PubUser, f.A.PubPass),
 		"dev2": e.dial(t, "dev2", f.A.PubUser, f.A.PubPass),
 	}
@@ -102,7 +103,7 @@ func newHistFixture(t *testing.T, edit ...func(*app.Config)) *histFixture {
 		case 10, 20: // QoS 0: stored without an acknowledgement
 			s.publishedQoS, s.qos = 0, 0
 		}
-		devs[client].pub(t, s.topic, s.publishedQoS, string(s.payload))
+		devs[client].Pub(t, s.topic, s.publishedQoS, string(s.payload))
 		if s.qos == 0 {
 			// Not acknowledged: the clock must not move on before the
 			// broker took it (the live view counts it then).
@@ -116,7 +117,7 @@ func newHistFixture(t *testing.T, edit ...func(*app.Config)) *histFixture {
 	}
 	bdev := e.dial(t, "dev1", f.B.PubUser, f.B.PubPass)
 	for i := 0; i < 4; i++ {
-		bdev.pub(t, f.B.topic("dev1", "state/m0"), 1, `{"b":`+itoa(i)+`}`)
+		bdev.Pub(t, f.B.topic("dev1", "state/m0"), 1, `{"b":`+itoa(i)+`}`)
 	}
 	eventually(t, "history to hold A's QoS 0 messages", func() bool {
 		// An export, which reads past any scan budget.
@@ -450,7 +451,7 @@ func TestHistoryPaging(t *testing.T) {
 	e.get(t, tok, "/history?limit=10").ok(t, http.StatusOK, &first)
 	e.clock.Add(time.Second)
 	dev := e.dial(t, "dev1", f.A.PubUser, f.A.PubPass)
-	dev.pub(t, f.A.topic("dev1", "event/late"), 1, "late")
+	dev.Pub(t, f.A.topic("dev1", "event/late"), 1, "late")
 	var second historyPage
 	e.get(t, tok, "/history?limit=10&cursor="+url.QueryEscape(first.NextCursor)).ok(t, http.StatusOK, &second)
 	sameKeys(t, "the second page after a new message", f.keys(t, second.Records), f.want(false, nil)[10:20])

@@ -45,18 +45,18 @@ func TestIsolation(t *testing.T) {
 	bDev := e.dial(t, "dev1", B.PubUser, B.PubPass)
 	bOnly := e.dial(t, "b-only", bPub.Username, bPub.Password)
 	bWatch := e.dial(t, "watch", bSub.Username, bSub.Password)
-	if rc := bWatch.subCode(t, B.ID+"/#", 1); rc != 1 {
+	if rc := bWatch.SubCode(t, B.ID+"/#", 1); rc != 1 {
 		t.Fatalf("B's subscriber: 0x%02x", rc)
 	}
 	for i := 0; i < 3; i++ {
-		aDev.pub(t, A.topic("dev1", "state/s"), 1, `{"a":`+itoa(i)+`}`)
+		aDev.Pub(t, A.topic("dev1", "state/s"), 1, `{"a":`+itoa(i)+`}`)
 	}
 	for i := 0; i < 12; i++ {
-		bDev.pub(t, B.topic("dev1", "state/s"), 1, `{"b":`+itoa(i)+`}`)
-		bOnly.pub(t, B.topic("b-only", "event/e"), 1, `{"b-only":`+itoa(i)+`}`)
+		bDev.Pub(t, B.topic("dev1", "state/s"), 1, `{"b":`+itoa(i)+`}`)
+		bOnly.Pub(t, B.topic("b-only", "event/e"), 1, `{"b-only":`+itoa(i)+`}`)
 	}
 	for i := 0; i < 24; i++ {
-		bWatch.next(t)
+		bWatch.Next(t)
 	}
 
 	bState := func() []byte {
@@ -77,17 +77,17 @@ func TestIsolation(t *testing.T) {
 	if after := bState(); !bytes.Equal(before, after) {
 		t.Fatalf("B's clients changed by A's calls:\nbefore %s\nafter  %s", before, after)
 	}
-	bDev.pub(t, B.topic("dev1", "state/s"), 2, `{"b":"still at QoS 2"}`)
-	bWatch.next(t)
+	bDev.Pub(t, B.topic("dev1", "state/s"), 2, `{"b":"still at QoS 2"}`)
+	bWatch.Next(t)
 	e.req(t, A.Token, "DELETE", "/publishers/dev1", nil).ok(t, http.StatusNoContent, nil)
-	aDev.disconnected(t, atOnce)
+	aDev.Disconnected(t, atOnce)
 	if after := bState(); !bytes.Equal(before, after) {
 		t.Fatalf("B's clients changed by A's DELETE of its own dev1:\nbefore %s\nafter  %s", before, after)
 	}
-	bDev.stillConnected(t)
-	bOnly.stillConnected(t)
-	bDev.pub(t, B.topic("dev1", "state/s"), 1, `{"b":"after A's delete"}`)
-	bWatch.next(t)
+	bDev.StillConnected(t)
+	bOnly.StillConnected(t)
+	bDev.Pub(t, B.topic("dev1", "state/s"), 1, `{"b":"after A's delete"}`)
+	bWatch.Next(t)
 
 	// B's credential ids, on both routes.
 	for _, id := range []string{bSub.ID, bPub.ID, B.SubCredID, B.PubCredID} {
@@ -95,8 +95,8 @@ func TestIsolation(t *testing.T) {
 			e.req(t, A.Token, "DELETE", path+id, nil).problem(t, http.StatusNotFound, fleetmq.CodeNotFound)
 		}
 	}
-	bWatch.stillConnected(t)
-	bOnly.stillConnected(t)
+	bWatch.StillConnected(t)
+	bOnly.StillConnected(t)
 	for _, path := range []string{"/subscriber-mqtt-passwords", "/publisher-credentials"} {
 		for id, c := range e.credentials(t, B.Token, path) {
 			if !c.Active || c.RevokedAt != nil {

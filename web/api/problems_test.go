@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 type clientProblem struct {
@@ -28,17 +30,14 @@ type clientProblem struct {
 func (e *env) problemsUntil(t *testing.T, token, path, what string, ok func([]clientProblem) bool) []clientProblem {
 	t.Helper()
 	var got struct{ Problems []clientProblem }
-	deadline := time.Now().Add(waitFor)
-	for {
+	testkit.CheckFor(t, waitFor, func() error {
 		e.get(t, token, path).ok(t, http.StatusOK, &got)
-		if ok(got.Problems) {
-			return got.Problems
+		if !ok(got.Problems) {
+			return fmt.Errorf("%s: GET %s gave %+v", what, path, got.Problems)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: GET %s gave %+v", what, path, got.Problems)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return got.Problems
 }
 
 // TestClientProblems: a device's refused publishes (a wrong topic class,
@@ -56,17 +55,17 @@ func TestClientProblems(t *testing.T) {
 	dev := e.dial(t, "pump-17", A.PubUser, A.PubPass)
 	wrong := A.topic("pump-17", "data/level")
 	for range 3 {
-		r, err := dev.publish(&paho.Publish{Topic: wrong, QoS: 1, Payload: []byte("1")})
+		r, err := dev.TryPublish(&paho.Publish{Topic: wrong, QoS: 1, Payload: []byte("1")})
 		if err == nil && r.ReasonCode < 0x80 {
 			t.Fatalf("publish to %s accepted: %+v", wrong, r)
 		}
 	}
-	if code := dev.subCode(t, B.ID+"/#", 1); code < 0x80 {
+	if code := dev.SubCode(t, B.ID+"/#", 1); code < 0x80 {
 		t.Fatalf("subscribe to B's account: 0x%02x", code)
 	}
 	e.refused(t, "valve-2", A.PubUser, "not-the-password")
 	bdev := e.dial(t, "pump-17", B.PubUser, B.PubPass)
-	bdev.pub(t, B.topic("pump-17", "state/ok"), 1, "fine")
+	bdev.Pub(t, B.topic("pump-17", "state/ok"), 1, "fine")
 
 	got := e.problemsUntil(t, A.Token, "/publishers/pump-17/problems", "pump-17's problems", func(ps []clientProblem) bool {
 		return len(ps) == 2 && ps[0].Count+ps[1].Count == 4

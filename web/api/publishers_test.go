@@ -153,30 +153,30 @@ func TestPublisherChangesReachDevices(t *testing.T) {
 	dev1 := e.dial(t, "dev1", A.PubUser, A.PubPass)
 	dev2 := e.dial(t, "dev2", A.PubUser, A.PubPass)
 	bdev1 := e.dial(t, "dev1", B.PubUser, B.PubPass)
-	dev1.pub(t, A.topic("dev1", "state/a"), 2, "at 2")
+	dev1.Pub(t, A.topic("dev1", "state/a"), 2, "at 2")
 
 	// Lower dev1 to 0: its next QoS 1 publish ends the connection.
 	e.req(t, A.Token, "PATCH", "/publishers/dev1", map[string]any{"max_publish_qos": 0}).ok(t, http.StatusOK, nil)
 	// (paho waits for a PUBACK that never comes: do not wait with it.)
-	go dev1.publish(&paho.Publish{Topic: A.topic("dev1", "state/a"), QoS: 1, Payload: []byte("above the limit")})
-	if rc := dev1.disconnected(t, atOnce); rc != 0x9B {
+	go dev1.TryPublish(&paho.Publish{Topic: A.topic("dev1", "state/a"), QoS: 1, Payload: []byte("above the limit")})
+	if rc := dev1.Disconnected(t, atOnce); rc != 0x9B {
 		t.Fatalf("dev1 disconnected with 0x%02x, want 0x9B (QoS not supported)", rc)
 	}
 	// It may still connect and publish at QoS 0; the v5 CONNACK says so.
 	dev1 = e.dial(t, "dev1", A.PubUser, A.PubPass)
-	dev1.pub(t, A.topic("dev1", "telemetry/x"), 0, "at 0")
+	dev1.Pub(t, A.topic("dev1", "telemetry/x"), 0, "at 0")
 
 	// B's dev1 (the same client id in another account) was not touched.
-	bdev1.pub(t, B.topic("dev1", "state/b"), 1, "B at 1")
-	bdev1.stillConnected(t)
+	bdev1.Pub(t, B.topic("dev1", "state/b"), 1, "B at 1")
+	bdev1.StillConnected(t)
 
 	// DELETE dev2: disconnected at once, refused afterwards.
-	dev2.pub(t, A.topic("dev2", "event/e"), 1, "before")
+	dev2.Pub(t, A.topic("dev2", "event/e"), 1, "before")
 	e.req(t, A.Token, "DELETE", "/publishers/dev2", nil).ok(t, http.StatusNoContent, nil)
-	dev2.disconnected(t, atOnce)
+	dev2.Disconnected(t, atOnce)
 	e.refused(t, "dev2", A.PubUser, A.PubPass)
-	bdev1.stillConnected(t)
-	dev1.stillConnected(t)
+	bdev1.StillConnected(t)
+	dev1.StillConnected(t)
 
 	// Its stored history stays.
 	var page historyPage

@@ -12,6 +12,8 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // qosMix is a QoSMix as a client decodes it.
@@ -53,18 +55,15 @@ type usage struct {
 func (e *env) usageUntil(t *testing.T, token, query, what string, ok func(usage) bool) usage {
 	t.Helper()
 	var u usage
-	deadline := time.Now().Add(waitFor)
-	for {
+	testkit.CheckFor(t, waitFor, func() error {
 		u = usage{}
 		e.get(t, token, "/usage"+query).ok(t, http.StatusOK, &u)
-		if ok(u) {
-			return u
+		if !ok(u) {
+			return fmt.Errorf("GET /usage%s: want %s, have %+v", query, what, u)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET /usage%s: want %s, have %+v", query, what, u)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return u
 }
 
 // TestUsage: GET /usage reports the messages a device published over MQTT
@@ -89,18 +88,18 @@ func TestUsage(t *testing.T) {
 
 	dev := e.dial(t, "dev1", A.PubUser, A.PubPass)
 	for i := 0; i < 2; i++ {
-		dev.pub(t, A.topic("dev1", "telemetry/t"), 0, "q0")
+		dev.Pub(t, A.topic("dev1", "telemetry/t"), 0, "q0")
 	}
 	for i := 0; i < 3; i++ {
-		dev.pub(t, A.topic("dev1", "telemetry/t"), 1, "q1")
+		dev.Pub(t, A.topic("dev1", "telemetry/t"), 1, "q1")
 	}
 	e.clock.Add(time.Minute)
 	demotedAt := e.clock.Now()
 	for i := 0; i < 4; i++ { // 3 from the pool, the 4th demoted
-		dev.pub(t, A.topic("dev1", "state/s"), 2, "q2")
+		dev.Pub(t, A.topic("dev1", "state/s"), 2, "q2")
 	}
-	dev.pub(t, A.topic("dev1", "telemetry/t"), 2, "q2 on telemetry") // effective 1 by class
-	r, _ := dev.publish(&paho.Publish{Topic: A.topic("dev2", "state/s"), QoS: 1, Payload: []byte("another client's topic")})
+	dev.Pub(t, A.topic("dev1", "telemetry/t"), 2, "q2 on telemetry") // effective 1 by class
+	r, _ := dev.TryPublish(&paho.Publish{Topic: A.topic("dev2", "state/s"), QoS: 1, Payload: []byte("another client's topic")})
 	if r == nil || r.ReasonCode < 0x80 {
 		t.Fatalf("publish on another client's topic: %+v", r)
 	}
@@ -142,7 +141,7 @@ func TestUsage(t *testing.T) {
 	if u.Pool.Demoted || u.Pool.UsedToday != 0 || u.Pool.Remaining != 3 || u.Pool.DemotedSince != nil || !u.Pool.ResetsAt.Equal(midnight.AddDate(0, 0, 1)) {
 		t.Fatalf("pool after midnight: %+v", u.Pool)
 	}
-	dev.pub(t, A.topic("dev1", "state/s"), 2, "q2 next day")
+	dev.Pub(t, A.topic("dev1", "state/s"), 2, "q2 next day")
 	u = e.usageUntil(t, A.Token, "", "the next day's QoS 2", func(u usage) bool { return len(u.Days) == 2 && u.Days[1].Messages.Q2 == 1 })
 	if u.Days[0].Day != "2030-03-10" || u.Days[1].Day != "2030-03-11" || u.Days[1].PoolUsed != 1 || u.Pool.UsedToday != 1 {
 		t.Fatalf("usage on the next day: %+v", u)
@@ -239,23 +238,17 @@ func TestLivePublishers(t *testing.T) {
 	e.clock.Add(time.Minute)
 	came := e.clock.Now()
 	dev1 := e.dial(t, "dev1", A.PubUser, A.PubPass)
-	o := mqtt3.NewClientOptions().AddBroker("tcp://" + e.MQTTAddr).SetClientID("dev2").SetUsername(A.PubUser).SetPassword(A.PubPass).
-		SetProtocolVersion(4).SetAutoReconnect(false).SetConnectTimeout(waitFor)
-	dev2 := mqtt3.NewClient(o)
-	if tok := dev2.Connect(); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
-		t.Fatalf("connect dev2 over 3.1.1: %v", tok.Error())
-	}
-	t.Cleanup(func() { dev2.Disconnect(0) })
+	mqtttest.DialV3(t, e.MQTTAddr, "dev2", mqtttest.Credentials(A.PubUser, A.PubPass))
 
 	e.clock.Add(time.Minute)
 	published := e.clock.Now()
-	dev1.pub(t, A.topic("dev1", "telemetry/t"), 0, "0")
-	dev1.pub(t, A.topic("dev1", "telemetry/t"), 1, "1")
-	dev1.pub(t, A.topic("dev1", "state/mode"), 2, "2")
-	if _, err := dev1.publish(&paho.Publish{Topic: A.topic("dev1", "state/power"), QoS: 1, Retain: true, Payload: []byte(`{"on": true}`)}); err != nil {
+	dev1.Pub(t, A.topic("dev1", "telemetry/t"), 0, "0")
+	dev1.Pub(t, A.topic("dev1", "telemetry/t"), 1, "1")
+	dev1.Pub(t, A.topic("dev1", "state/mode"), 2, "2")
+	if _, err := dev1.TryPublish(&paho.Publish{Topic: A.topic("dev1", "state/power"), QoS: 1, Retain: true, Payload: []byte(`{"on": true}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dev1.publish(&paho.Publish{Topic: A.topic("dev1", "state/raw"), QoS: 1, Retain: true, Payload: []byte{0xde, 0xad}}); err != nil {
+	if _, err := dev1.TryPublish(&paho.Publish{Topic: A.topic("dev1", "state/raw"), QoS: 1, Retain: true, Payload: []byte{0xde, 0xad}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -315,36 +308,27 @@ func TestLivePublisherMQTT31(t *testing.T) {
 	A := e.tenant(t, "A", "starter", allAddOns, "old1", "legacy-device-0123456789")
 	e.synced(t)
 	sub := e.dial(t, "watcher", A.SubUser, A.SubPass)
-	if code := sub.subCode(t, A.topic("old1", "#"), 1); code > 2 {
+	if code := sub.SubCode(t, A.topic("old1", "#"), 1); code > 2 {
 		t.Fatalf("subscribe: 0x%02x", code)
 	}
 
-	v31 := func(id string) (mqtt3.Client, error) {
-		o := mqtt3.NewClientOptions().AddBroker("tcp://" + e.MQTTAddr).SetClientID(id).SetUsername(A.PubUser).SetPassword(A.PubPass).
-			SetProtocolVersion(3).SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(waitFor)
-		c := mqtt3.NewClient(o)
-		tok := c.Connect()
-		if !tok.WaitTimeout(waitFor) {
-			return c, fmt.Errorf("connect %s timed out", id)
-		}
-		return c, tok.Error()
+	v31 := func(id string) (*mqtttest.V3, byte, error) {
+		return mqtttest.TryV3(t, e.MQTTAddr, id, mqtttest.Credentials(A.PubUser, A.PubPass),
+			func(o *mqtt3.ClientOptions) { o.SetProtocolVersion(3) })
 	}
-	old, err := v31("old1")
+	old, _, err := v31("old1")
 	if err != nil {
 		t.Fatalf("connect old1 over 3.1: %v", err)
 	}
-	t.Cleanup(func() { old.Disconnect(0) })
-	if tok := old.Publish(A.topic("old1", "telemetry/t"), 1, false, "from 3.1"); !tok.WaitTimeout(waitFor) || tok.Error() != nil {
-		t.Fatalf("publish over 3.1: %v", tok.Error())
-	}
-	if m := sub.next(t); m.Topic != A.topic("old1", "telemetry/t") || string(m.Payload) != "from 3.1" {
+	old.Pub(t, A.topic("old1", "telemetry/t"), 1, false, "from 3.1")
+	if m := sub.Next(t); m.Topic != A.topic("old1", "telemetry/t") || string(m.Payload) != "from 3.1" {
 		t.Fatalf("subscriber got %s %q", m.Topic, m.Payload)
 	}
 	if q := e.live(t, A.Token)["old1"]; !q.Connected || q.Protocol != "MQTT 3.1" || q.QoSMixToday.Q1 != 1 {
 		t.Fatalf("old1 over 3.1: %+v", q)
 	}
 	// 24 characters: registered, but over what 3.1 allows.
-	if _, err := v31("legacy-device-0123456789"); err == nil || !strings.Contains(err.Error(), "identifier rejected") {
+	if _, _, err := v31("legacy-device-0123456789"); err == nil || !strings.Contains(err.Error(), "identifier rejected") {
 		t.Fatalf("3.1 client id of 24 characters: %v, want identifier rejected", err)
 	}
 }

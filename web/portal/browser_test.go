@@ -289,16 +289,13 @@ func (b *tab) html() string {
 // want, or the deadline passes.
 func (b *tab) reloadUntil(what, sel, want string) {
 	b.t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
+	var got string
+	if !testkit.Within(waitFor, func() bool {
 		b.load("reload", chromedp.Reload())
-		got := eval[string](b, "read "+sel, `(() => { const e = document.querySelector(`+js(sel)+`); return e ? e.innerText : ""; })()`)
-		if strings.Contains(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.fail(what, fmt.Errorf("%s shows %q, want %q", sel, got, want))
-		}
+		got = eval[string](b, "read "+sel, `(() => { const e = document.querySelector(`+js(sel)+`); return e ? e.innerText : ""; })()`)
+		return strings.Contains(got, want)
+	}) {
+		b.fail(what, fmt.Errorf("%s shows %q, want %q", sel, got, want))
 	}
 }
 
@@ -345,18 +342,12 @@ func (e *env) api(t *testing.T, method, path, token string) (int, string) {
 // token index follows the store within a reload interval).
 func (e *env) apiAnswers(t *testing.T, path, token string, status int, code string) {
 	t.Helper()
-	var st int
-	var c string
-	deadline := time.Now().Add(waitFor)
-	for {
-		if st, c = e.api(t, http.MethodGet, path, token); st == status && c == code {
-			return
+	testkit.CheckFor(t, waitFor, func() error {
+		if st, c := e.api(t, http.MethodGet, path, token); st != status || c != code {
+			return fmt.Errorf("GET %s: %d %q, want %d %q", path, st, c, status, code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %q, want %d %q", path, st, c, status, code)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // shot writes a screenshot of the whole page: to docs/screenshots/name.png
@@ -668,7 +659,7 @@ func TestBrowserQoS2PoolDemotion(t *testing.T) {
 	// A real device exhausts the pool.
 	d := e.connect(t, "pump-1", user, pass)
 	for i := range 5 {
-		d.publish(t, a.ID+"/pump-1/state/valve", 2, false, fmt.Sprintf(`{"open":%v}`, i%2 == 0))
+		publish(t, d, a.ID+"/pump-1/state/valve", 2, false, fmt.Sprintf(`{"open":%v}`, i%2 == 0))
 	}
 	b.press(`nav[aria-label="Main"]`, "Overview")
 	b.reloadUntil("the 5 messages to be metered", "#messages-today", "5")

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
@@ -35,7 +36,7 @@ const tourDays = 13
 type fieldDevice struct {
 	id, kind string // kind: pump, tank, meter
 	qos2     bool
-	d        *device
+	d        *mqtttest.V5
 	rng      *rand.Rand
 	level    float64 // tank level
 	cycles   int
@@ -220,7 +221,7 @@ func TestBrowserScreenshots(t *testing.T) {
 				t.Fatal(err)
 			}
 		case now.Equal(today.Add(9*time.Hour + 30*time.Minute)):
-			devs[2].d.disconnect() // tank-3 loses its link this morning
+			devs[2].d.Disconnect(&paho.Disconnect{}) // tank-3 loses its link this morning
 			devs = append(devs[:2], devs[3:]...)
 		}
 		// Readings every 5 minutes, at QoS 0 (the broker stamps them
@@ -389,24 +390,20 @@ func TestBrowserScreenshots(t *testing.T) {
 // start: a QoS 0 publish is on its way when Publish returns.
 func tourAccepted(t *testing.T, e *env, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
+	testkit.CheckFor(t, waitFor, func() error {
 		tot := e.Policy.Totals().Effective
-		if got := tot[0] + tot[1] + tot[2]; got >= n {
-			return
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the broker accepted %d messages, want %d", got, n)
+		if got := tot[0] + tot[1] + tot[2]; got < n {
+			return fmt.Errorf("the broker accepted %d messages, want %d", got, n)
 		}
-		time.Sleep(50 * time.Microsecond)
-	}
+		return nil
+	})
 }
 
 // tourUsage waits until the store has the account's usage of day, on
 // which the devices published want messages.
 func tourUsage(t *testing.T, e *env, accountID, day string, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for {
+	testkit.CheckFor(t, waitFor, func() error {
 		u, err := e.Store.Usage(e.ctx, accountID, day, day)
 		if err != nil {
 			t.Fatal(err)
@@ -415,12 +412,9 @@ func tourUsage(t *testing.T, e *env, accountID, day string, want int64) {
 		if len(u) == 1 {
 			got = u[0].Messages[0] + u[0].Messages[1] + u[0].Messages[2]
 		}
-		if got == want {
-			return
+		if got != want {
+			return fmt.Errorf("usage of %s in the store: %d messages, want the %d the devices published", day, got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("usage of %s in the store: %d messages, want the %d the devices published", day, got, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
+
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
@@ -178,14 +180,14 @@ func TestClientsCRUD(t *testing.T) {
 	e.Sync(e.ctx)
 	d := e.connect(t, "pump-1", creds[0].Username, pw)
 	for i := 0; i < 3; i++ {
-		d.publish(t, a.ID+"/pump-1/telemetry/t", 0, false, `{"temperature":20}`)
+		publish(t, d, a.ID+"/pump-1/telemetry/t", 0, false, `{"temperature":20}`)
 	}
-	d.publish(t, a.ID+"/pump-1/event/change", 1, false, `{"x":1}`)
+	publish(t, d, a.ID+"/pump-1/event/change", 1, false, `{"x":1}`)
 	eventually(t, "the clients page to show pump-1 connected with its QoS mix", func() bool {
 		p := b.get(t, "/clients")
 		return strings.Contains(p.Body, `data-status="connected"`) && strings.Contains(p.Body, "Q0 75% · Q1 25% · Q2 0%")
 	})
-	d.disconnect()
+	d.Disconnect(&paho.Disconnect{})
 	eventually(t, "pump-1 to show offline", func() bool {
 		return strings.Contains(b.get(t, "/clients").Body, `data-status="offline"`)
 	})

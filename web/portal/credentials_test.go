@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/eclipse/paho.golang/paho"
+
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
@@ -51,7 +53,7 @@ func TestCredentials(t *testing.T) {
 		t.Fatalf("stored subscriber password %+v", subs)
 	}
 	sd := e.connect(t, "dashboard-1", user, pw) // works at once
-	sd.disconnect()
+	sd.Disconnect(&paho.Disconnect{})
 	list := b.get(t, "/credentials").has(t, user, "grafana", a.ID+"/+/state/#").hasNot(t, pw)
 	if list.count(`data-testid="credential-row"`) != 1 {
 		t.Fatal("want one credential row")
@@ -62,7 +64,7 @@ func TestCredentials(t *testing.T) {
 	pubUser, pubPW := p.text(t, "credential-username"), p.text(t, "credential-password")
 	p.has(t, "mosquitto_pub", "-u "+pubUser+" -P "+pubPW+" -i pump-1", a.ID+"/pump-1/telemetry/temp_probe")
 	dev := e.connect(t, "pump-1", pubUser, pubPW)
-	dev.disconnect()
+	dev.Disconnect(&paho.Disconnect{})
 	b.get(t, "/credentials").hasNot(t, pubPW, pw)
 
 	// Revoke the subscriber password: confirmation, POST, refused at once.

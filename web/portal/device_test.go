@@ -130,7 +130,7 @@ func TestDevicePage(t *testing.T) {
 	cs, _ := e.Store.Credentials(e.ctx, a.ID, fleetmq.KindPublisher)
 	e.Sync(e.ctx)
 	d := e.connect(t, "dev1", cs[0].Username, pw)
-	d.publish(t, a.ID+"/dev1/state/summary", 1, true, `{"mode":"auto","marker":"retained-state"}`)
+	publish(t, d, a.ID+"/dev1/state/summary", 1, true, `{"mode":"auto","marker":"retained-state"}`)
 	eventually(t, "the device page to show the device connected with its retained state", func() bool {
 		p := b.get(t, "/clients/dev1")
 		return strings.Contains(p.Body, `data-testid="retained-row"`) && strings.Contains(p.Body, "retained-state") &&

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -32,6 +31,7 @@ import (
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/internal/apptest"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/web/portal"
 )
@@ -48,13 +48,10 @@ const requestTimeout = 2 * time.Minute
 // t0 is where the test clock starts: 2030-03-10 12:20:00 UTC.
 var t0 = time.Date(2030, 3, 10, 12, 20, 0, 0, time.UTC)
 
-// testClock is a settable clock passed as Config.Now.
-type testClock = testkit.Clock
-
 // env is a running App under test.
 type env struct {
 	*app.App
-	clock *testClock
+	clock *testkit.Clock
 	ctx   context.Context
 	base  string // http://127.0.0.1:port
 }
@@ -320,51 +317,22 @@ func eventually(t testing.TB, what string, cond func() bool) {
 
 func itoa(n int) string { return strconv.Itoa(n) }
 
-// device is a connected MQTT 5 client (paho.golang).
-type device struct {
-	*paho.Client
-	conn net.Conn
-}
-
 // connect connects an MQTT 5 client to the App's broker.
-func (e *env) connect(t testing.TB, clientID, user, pass string) *device {
+func (e *env) connect(t testing.TB, clientID, user, pass string) *mqtttest.V5 {
 	t.Helper()
-	d, err := e.tryConnect(t, clientID, user, pass)
-	if err != nil {
-		t.Fatalf("connect %s: %v", clientID, err)
-	}
-	return d
+	return mqtttest.DialV5(t, e.MQTTAddr, mqtttest.Login(clientID, user, pass))
 }
 
 // tryConnect connects and returns the refusal as an error.
-func (e *env) tryConnect(t testing.TB, clientID, user, pass string) (*device, error) {
+func (e *env) tryConnect(t testing.TB, clientID, user, pass string) (*mqtttest.V5, error) {
 	t.Helper()
-	nc, err := net.Dial("tcp", e.MQTTAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	c := paho.NewClient(paho.ClientConfig{ClientID: clientID, Conn: nc, PacketTimeout: waitFor})
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	if _, err := c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30,
-		Username: user, UsernameFlag: true, Password: []byte(pass), PasswordFlag: true}); err != nil {
-		return nil, err
-	}
-	return &device{Client: c, conn: nc}, nil
+	c, _, err := mqtttest.TryV5(t, e.MQTTAddr, mqtttest.Login(clientID, user, pass))
+	return c, err
 }
 
 // publish publishes and waits for the acknowledgement (QoS 1 and 2: the
 // message is stored).
-func (d *device) publish(t testing.TB, topic string, qos byte, retain bool, payload string) {
+func publish(t testing.TB, d *mqtttest.V5, topic string, qos byte, retain bool, payload string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	r, err := d.Publish(ctx, &paho.Publish{Topic: topic, QoS: qos, Retain: retain, Payload: []byte(payload)})
-	if err != nil || (qos > 0 && (r == nil || r.ReasonCode >= 0x80)) {
-		t.Fatalf("publish %s: %v (%+v)", topic, err, r)
-	}
+	d.MustPublish(t, &paho.Publish{Topic: topic, QoS: qos, Retain: retain, Payload: []byte(payload)})
 }
-
-// disconnect ends the connection cleanly.
-func (d *device) disconnect() { d.Disconnect(&paho.Disconnect{}) }

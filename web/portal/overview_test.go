@@ -63,7 +63,7 @@ func TestOverview(t *testing.T) {
 	e.Sync(e.ctx)
 	d := e.connect(t, "pump-1", cs[0].Username, pw)
 	for i := 0; i < 5; i++ {
-		d.publish(t, a.ID+"/pump-1/state/summary", 2, false, `{"n":1}`)
+		publish(t, d, a.ID+"/pump-1/state/summary", 2, false, `{"n":1}`)
 	}
 	// Stored usage catches up within a reload interval; the page shows
 	// what the store has.

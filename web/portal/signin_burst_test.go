@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/pgtest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
@@ -175,11 +176,7 @@ func TestSigninBurstOneCheckAtATime(t *testing.T) {
 		}
 		// Give the admitted sign-ins a moment to reach the store or a hash
 		// together, if they can; stop at once if they do.
-		for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-			if most, _, _, _ := w.snapshot(); most > 1 {
-				break
-			}
-		}
+		testkit.Within(500*time.Millisecond, func() bool { most, _, _, _ := w.snapshot(); return most > 1 })
 		open()
 		wg.Wait()
 		close(codes)

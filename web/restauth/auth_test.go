@@ -56,9 +56,6 @@ func must(t testing.TB, err error) {
 	}
 }
 
-// clock is a settable test clock for the control service.
-type clock = testkit.Clock
-
 // fixture is a store with accounts A and B on plan starter, the control
 // service on it (clock at t0), and an Authenticator refreshed by the
 // service's hook, as the app wires them.
@@ -66,7 +63,7 @@ type fixture struct {
 	ctx   context.Context
 	store *sqlstore.Store
 	svc   *control.Service
-	clock *clock
+	clock *testkit.Clock
 	auth  *restauth.Authenticator
 }
 
