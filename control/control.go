@@ -84,6 +84,13 @@ func (s *Service) CreateAccount(ctx context.Context, in NewAccount) (*fleetmq.Ac
 	return a, password, err
 }
 
+// SetSuspended suspends an account, or lifts its suspension. A suspended
+// account's sessions are disconnected when the broker applies the change,
+// and its devices' new connections are refused.
+func (s *Service) SetSuspended(ctx context.Context, accountID string, suspended bool) error {
+	return s.Store.SetSuspended(ctx, accountID, suspended)
+}
+
 // SetPlan sets an account's base plan ("" removes it).
 func (s *Service) SetPlan(ctx context.Context, accountID, plan string) error {
 	return s.Store.SetPlan(ctx, accountID, plan, s.now())
@@ -330,6 +337,12 @@ func (s *Service) PutLayout(ctx context.Context, l *fleetmq.Layout) error {
 	}
 	l.CreatedAt = s.now()
 	return s.Store.PutLayout(ctx, l)
+}
+
+// DeleteLayout removes a vendor layout: publishes on its wire root are
+// refused from then on.
+func (s *Service) DeleteLayout(ctx context.Context, name string) error {
+	return s.Store.DeleteLayout(ctx, name)
 }
 
 // DryRun is the result of matching a wire topic against the layouts.

@@ -105,7 +105,7 @@ func accountCmds(stdin io.Reader) map[string]*adminCmd {
 			help:  "suspend an account: its sessions are disconnected and new connections refused",
 			args:  1,
 			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {
-				if err := svc.Store.SetSuspended(ctx, pos[0], true); err != nil {
+				if err := svc.SetSuspended(ctx, pos[0], true); err != nil {
 					return err
 				}
 				fmt.Fprintf(out, "account %s suspended\n", pos[0])
@@ -117,7 +117,7 @@ func accountCmds(stdin io.Reader) map[string]*adminCmd {
 			help:  "lift a suspension",
 			args:  1,
 			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {
-				if err := svc.Store.SetSuspended(ctx, pos[0], false); err != nil {
+				if err := svc.SetSuspended(ctx, pos[0], false); err != nil {
 					return err
 				}
 				fmt.Fprintf(out, "account %s active\n", pos[0])

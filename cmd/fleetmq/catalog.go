@@ -162,7 +162,7 @@ func layoutCmds() map[string]*adminCmd {
 			help:  "remove a vendor layout; publishes on its wire root are refused from then on",
 			args:  1,
 			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {
-				if err := svc.Store.DeleteLayout(ctx, pos[0]); err != nil {
+				if err := svc.DeleteLayout(ctx, pos[0]); err != nil {
 					return err
 				}
 				fmt.Fprintf(out, "layout %s removed\n", pos[0])

@@ -378,6 +378,9 @@ func apiPages(ctx context.Context, st *sqlstore.Store, cfg HistoryConfig, client
 		if !errors.Is(err, fleetmq.ErrNotFound) {
 			return err
 		}
+		// On the store, not through control.Service: the account's id is
+		// fixed, because the reused bench store's records carry it, and the
+		// service chooses ids itself.
 		if err := st.CreateAccount(ctx, &fleetmq.Account{ID: benchAccount, Name: "history bench", OwnerEmail: "history@fleetmq.invalid",
 			Plan: "scale", CreatedAt: time.Now().UTC()}, ""); err != nil {
 			return err
@@ -437,6 +440,7 @@ func retentionPhase(ctx context.Context, st *sqlstore.Store, cfg HistoryConfig, 
 		if !errors.Is(err, fleetmq.ErrNotFound) {
 			return err
 		}
+		// On the store, with its fixed id, as the bench account (apiPages).
 		if err := st.CreateAccount(ctx, &fleetmq.Account{ID: benchExpired, Name: "retention bench", OwnerEmail: "retention@fleetmq.invalid",
 			Plan: "starter", CreatedAt: time.Now().UTC()}, ""); err != nil {
 			return err
