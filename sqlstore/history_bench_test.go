@@ -40,3 +40,53 @@ func BenchmarkAppendHistory(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDeleteHistory: retention's batched deletes of an account's
+// oldest records from SQLite, each one transaction that holds the write
+// lock (history commits wait for it).
+func BenchmarkDeleteHistory(b *testing.B) {
+	for _, batch := range []int{250, 500, 2000} {
+		b.Run(fmt.Sprintf("batch-%d", batch), func(b *testing.B) {
+			st, err := OpenSQLite(context.Background(), filepath.Join(b.TempDir(), "bench.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			const acc = "b0000000-0000-4000-8000-000000000001"
+			if err := st.CreateAccount(context.Background(), &fleetmq.Account{ID: acc, Name: "bench", OwnerEmail: "bench@fleetmq.invalid", CreatedAt: time.Now()}, ""); err != nil {
+				b.Fatal(err)
+			}
+			payload := make([]byte, 200)
+			at := time.Now().Add(-time.Hour)
+			fill := func(n int) {
+				recs := make([]*fleetmq.Record, 0, 2048)
+				for i := range n {
+					client := fmt.Sprintf("dev-%d", i%100)
+					at = at.Add(time.Microsecond)
+					recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: client, Topic: acc + "/" + client + "/telemetry/x",
+						Class: "telemetry", QoS: 1, PublishedQoS: 1, Payload: payload, Received: at})
+					if len(recs) == cap(recs) || i == n-1 {
+						if err := st.AppendHistory(context.Background(), recs); err != nil {
+							b.Fatal(err)
+						}
+						recs = recs[:0]
+					}
+				}
+			}
+			fill(100_000)
+			b.ResetTimer()
+			for range b.N {
+				n, err := st.DeleteHistory(context.Background(), acc, time.Now(), batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if n < int64(batch) {
+					b.StopTimer()
+					fill(100_000)
+					b.StartTimer()
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/batch")
+		})
+	}
+}
