@@ -519,9 +519,11 @@ type passResult struct {
 // recursively, within a budget of attempts that grows with the log of the
 // batch (a store that fails whatever it is given costs a few attempts per
 // pass, and one poison record about two per halving). A single record the
-// store refuses is poison when the store took others in the pass, or when
-// the store says the refusal is the record's fault (RecordError): a lone
-// poison record has no others to show the store works.
+// store refuses is poison when the store refuses it again, alone, after
+// taking others in the pass (a store that recovered in the middle of the
+// pass takes it then), or when the store says the refusal is the record's
+// fault (RecordError): a lone poison record has no others to show the
+// store works.
 func (w *Writer) pass(recs []*fleetmq.Record) passResult {
 	p := passResult{start: time.Now()}
 	if p.err = w.append(recs); p.err == nil {
@@ -538,6 +540,23 @@ func (w *Writer) pass(recs []*fleetmq.Record) passResult {
 		w.tryPart(recs, mid, len(recs)-mid, &p, &budget)
 	}
 	stored := slices.Contains(p.stored, true)
+	if stored {
+		// A record refused while the store was failing, in the first
+		// attempts of the pass, is not poison for others having gone in
+		// after the store recovered: each is tried once more, alone, now
+		// that the store takes records, and only a second refusal sets it
+		// aside.
+		for i, err := range p.poison {
+			if err == nil || w.recordError(err) || w.abortCtx.Err() != nil {
+				continue
+			}
+			if p.poison[i] = w.append(recs[i : i+1]); p.poison[i] == nil {
+				p.stored[i] = true
+			} else {
+				p.err = p.poison[i]
+			}
+		}
+	}
 	for i, err := range p.poison {
 		switch {
 		case err == nil:

@@ -9,6 +9,7 @@ package ingest_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"reflect"
 	"strings"
 	"sync"
@@ -693,5 +694,70 @@ func TestUpkeepAfterAcknowledgements(t *testing.T) {
 		case <-time.After(waitFor):
 			t.Fatal("no upkeep after a commit")
 		}
+	}
+}
+
+// flakyStore passes its first commit once the test opens the gate, then
+// refuses the attempts numbered in fail (1-based), as a database that
+// goes away for a moment does.
+type flakyStore struct {
+	fleetmq.HistoryStore
+	gate    chan struct{}
+	entered chan struct{}
+	fail    map[int32]bool
+	calls   atomic.Int32
+}
+
+func (s *flakyStore) AppendHistory(ctx context.Context, recs []*fleetmq.Record) error {
+	n := s.calls.Add(1)
+	if n == 1 {
+		close(s.entered)
+		<-s.gate
+	}
+	if s.fail[n] {
+		return errors.New("connection reset by peer")
+	}
+	return s.HistoryStore.AppendHistory(ctx, recs)
+}
+
+// TestStoreRecoveringMidPassSetsNothingAside: when the store fails the
+// first attempts at a group and then recovers while the writer is storing
+// the group's halves, a record refused during the failure is tried again
+// alone and stored: it is not taken for poison because others went in
+// after the store came back. Every record is stored and acknowledged.
+func TestStoreRecoveringMidPassSetsNothingAside(t *testing.T) {
+	db := openDB(t)
+	// Attempt 1 stores r0; the group r1-r4 then meets: 2 (whole) fail,
+	// 3 (r1-r2) fail, 4 (r1) fail, 5 (r2) and 6 (r3-r4) pass.
+	s := &flakyStore{HistoryStore: db.Store, gate: make(chan struct{}), entered: make(chan struct{}),
+		fail: map[int32]bool{2: true, 3: true, 4: true}}
+	w := newWriter(t, s, ingest.Options{MaxDelay: -1})
+	acks := make([]*ack, 5)
+	for i := range acks {
+		acks[i] = &ack{}
+	}
+	w.Accept(rec(acctA, 1), acks[0])
+	<-s.entered
+	for _, a := range acks[1:] {
+		w.Accept(rec(acctA, 1), a)
+	}
+	close(s.gate)
+	eventually(t, "every record acknowledged or refused", func() bool {
+		n := 0
+		for _, a := range acks {
+			n += int(a.n.Load() + a.refused.Load())
+		}
+		return n == len(acks)
+	})
+	for i, a := range acks {
+		if a.refused.Load() != 0 {
+			t.Fatalf("record %d refused as poison after a passing store failure", i)
+		}
+	}
+	if st := w.Stats(); st.NotStored != 0 || st.Written != 5 {
+		t.Fatalf("written %d, set aside %d; want 5 and 0", st.Written, st.NotStored)
+	}
+	if got := db.count(t, acctA); got != 5 {
+		t.Fatalf("history has %d records, want 5", got)
 	}
 }
