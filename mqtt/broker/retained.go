@@ -46,6 +46,13 @@ func newRetainedStore() *retainedStore {
 	return &retainedStore{seed: maphash.MakeSeed()}
 }
 
+// NewMemoryRetained returns the in-memory retained store a server uses
+// when Options.Retained is nil (there it is also saved with the state).
+func NewMemoryRetained() Retained { return newRetainedStore() }
+
+// Len is the number of retained messages stored.
+func (rs *retainedStore) Len() int64 { return rs.count.Load() }
+
 func firstLevel(t string) string {
 	if i := strings.IndexByte(t, '/'); i >= 0 {
 		return t[:i]
@@ -57,9 +64,9 @@ func (rs *retainedStore) shard(first string) *retainedShard {
 	return &rs.shards[maphash.String(rs.seed, first)%uint64(len(rs.shards))]
 }
 
-// set stores m as the retained message of its topic, or clears the topic
+// Set stores m as the retained message of its topic, or clears the topic
 // when the payload is empty.
-func (rs *retainedStore) set(m *Message) {
+func (rs *retainedStore) Set(m *Message) {
 	sh := rs.shard(firstLevel(m.Topic))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -172,10 +179,10 @@ func lookup(n *rnode, topic string) *Message {
 	return n.msg
 }
 
-// under returns the retained messages stored under topic's first level
+// Under returns the retained messages stored under topic's first level
 // and their payload bytes, and the payload size of the one retained on
 // topic itself (-1 when none).
-func (rs *retainedStore) under(topic string) (count int, bytes int64, current int) {
+func (rs *retainedStore) Under(topic string) (count int, bytes int64, current int) {
 	first, _ := cut(topic)
 	sh := rs.shard(first)
 	sh.mu.RLock()
@@ -224,9 +231,9 @@ func cut(t string) (level string, more bool) {
 	return t, false
 }
 
-// match returns the unexpired retained messages matching filter (not
+// Match returns the unexpired retained messages matching filter (not
 // shared). Leading wildcards do not match topics that start with '$'.
-func (rs *retainedStore) match(filter string, now time.Time) []*Message {
+func (rs *retainedStore) Match(filter string, now time.Time) []*Message {
 	var out []*Message
 	first, _ := cut(filter)
 	visit := func(sh *retainedShard) {
@@ -293,9 +300,9 @@ func collect(n *rnode, top bool, now time.Time, out *[]*Message) {
 	}
 }
 
-// sweep removes expired retained messages, and those older than maxAge
+// Sweep removes expired retained messages, and those older than maxAge
 // when it is set. It returns how many it removed.
-func (rs *retainedStore) sweep(now time.Time, maxAge time.Duration) int {
+func (rs *retainedStore) Sweep(now time.Time, maxAge time.Duration) int {
 	removed := 0
 	for i := range rs.shards {
 		sh := &rs.shards[i]
@@ -346,7 +353,7 @@ func collectAll(n *rnode, out *[]*Message) {
 // one retained on topic itself (-1 when none): what a policy needs to
 // bound the retained state of one tenant (see Policy.Publish).
 func (s *Server) RetainedUnder(topic string) (count int, bytes int64, current int) {
-	return s.retained.under(topic)
+	return s.retained.Under(topic)
 }
 
 // RetainedMessage is a copy of a stored retained message.
@@ -371,7 +378,7 @@ func (s *Server) Retained(filter string, limit int) ([]RetainedMessage, error) {
 		}
 		return nil, fmt.Errorf("broker: retained: %w", err)
 	}
-	ms := s.retained.match(filter, s.now())
+	ms := s.retained.Match(filter, s.now())
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Topic < ms[j].Topic })
 	if limit > 0 && len(ms) > limit {
 		ms = ms[:limit]
