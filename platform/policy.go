@@ -68,8 +68,9 @@ type Policy struct {
 	snap  atomic.Pointer[Snapshot]
 	meter *Meter
 
-	mu    sync.Mutex
-	pools map[string]*Pool
+	pools *LocalPools // the daily QoS 2 pools
+
+	mu sync.Mutex
 	// rates are the accounts' shared publish limiters (the account's
 	// connections' Identity.GroupLimiter), kept at the rates of the
 	// snapshot in force.
@@ -92,7 +93,7 @@ func NewPolicy(opts Options, snap *Snapshot) *Policy {
 		opts.Now = time.Now
 	}
 	opts.TopicPrefix = strings.Trim(opts.TopicPrefix, "/")
-	p := &Policy{opts: opts, meter: NewMeter(), pools: make(map[string]*Pool), rates: make(map[string]*broker.RateLimiter)}
+	p := &Policy{opts: opts, meter: NewMeter(), pools: NewLocalPools(), rates: make(map[string]*broker.RateLimiter)}
 	p.problems.seed = maphash.MakeSeed()
 	p.snap.Store(snap)
 	return p
@@ -111,16 +112,7 @@ func (p *Policy) Snapshot() *Snapshot { return p.snap.Load() }
 func (p *Policy) Meter() *Meter { return p.meter }
 
 // Pool returns the account's daily QoS 2 pool.
-func (p *Policy) Pool(accountID string) *Pool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pl := p.pools[accountID]
-	if pl == nil {
-		pl = &Pool{}
-		p.pools[accountID] = pl
-	}
-	return pl
-}
+func (p *Policy) Pool(accountID string) *Pool { return p.pools.Pool(accountID) }
 
 // AccountLimiter returns the account's publish limiter, shared by all its
 // publisher connections, at the rates of its plan in the snapshot in
