@@ -43,6 +43,10 @@ type Options struct {
 	// to it is enforced (sessions it no longer allows were disconnected).
 	// serve reports it to the operator commands waiting for their change.
 	Applied func(ctx context.Context, version int64)
+	// Changes, when set, tells Run of control-plane changes sooner than
+	// its poll of the version (several nodes: a notice from the node
+	// that wrote). Nil: the poll alone.
+	Changes Changes
 }
 
 // Sink receives the history record of every accepted message (ingest).

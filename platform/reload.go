@@ -35,7 +35,8 @@ const VersionPoll = 100 * time.Millisecond
 // also disconnects the sessions whose credential expired meanwhile and
 // flushes metered usage to sink; it flushes once more on the way out. srv
 // also becomes the broker the live view reads retained messages from
-// (SetBroker).
+// (SetBroker). A notice from Options.Changes starts a version check at
+// once, between polls.
 func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broker.Server, interval time.Duration, log *slog.Logger) {
 	if srv != nil {
 		p.SetBroker(srv)
@@ -44,6 +45,10 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 	defer t.Stop()
 	last := p.Snapshot().Version
 	lastFull := time.Now()
+	var notices <-chan struct{} // nil without Options.Changes: never ready
+	if p.opts.Changes != nil {
+		notices = p.opts.Changes.Watch(ctx)
+	}
 	for {
 		var now time.Time
 		select {
@@ -53,6 +58,12 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 			cancel()
 			return
 		case now = <-t.C:
+		case _, ok := <-notices:
+			if !ok {
+				notices = nil
+				continue
+			}
+			now = time.Now()
 		}
 		full := now.Sub(lastFull) >= interval
 		changed := false
