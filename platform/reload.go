@@ -17,7 +17,15 @@ type Source interface {
 	Load(ctx context.Context) (*Snapshot, error)
 }
 
-// UsageSink stores metered usage increments.
+// UsageSink stores metered usage increments: the Meter counts in memory
+// on the message path, and Run flushes what it counted since the last
+// flush. On several nodes every node flushes its own increments to the
+// one sink (PostgreSQL, whose INSERT … ON CONFLICT DO UPDATE adds them),
+// so the sink, not the meter, is what is shared. The contract a second
+// implementation must meet (the suite in internal/contract, Usage, checks
+// it): increments from any number of nodes, flushed at once, sum exactly
+// per account and day (drops per reason, clients per client and day);
+// an error means nothing was added (Run flushes the increments again).
 type UsageSink interface {
 	AddUsage(ctx context.Context, daily []DailyDelta, clients []ClientDelta) error
 }
