@@ -89,6 +89,7 @@ func Router(t *testing.T, newRouter func(t *testing.T) broker.Router) {
 		testkit.Eventually(t, within, "the replaced session's interest to go", func() bool {
 			return rec.interest("in/a") == 0
 		})
+		rec.want(t, map[string]int{"in/a": 0, "$share/g/in/b": 0})
 	})
 }
 
@@ -127,14 +128,17 @@ func (r *recorder) Unsubscribed(filter string) {
 func (r *recorder) interest(filter string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.negative) > 0 {
-		panic(fmt.Sprintf("more Unsubscribed than Subscribed for %q", r.negative))
-	}
 	return r.counts[filter]
 }
 
 func (r *recorder) want(t *testing.T, want map[string]int) {
 	t.Helper()
+	r.mu.Lock()
+	negative := r.negative
+	r.mu.Unlock()
+	if len(negative) > 0 {
+		t.Fatalf("more Unsubscribed than Subscribed calls for %q", negative)
+	}
 	for f, n := range want {
 		if got := r.interest(f); got != n {
 			t.Fatalf("interest in %q: %d, want %d", f, got, n)

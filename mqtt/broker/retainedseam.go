@@ -8,7 +8,7 @@ import "time"
 // Options.SweepInterval, and asks a Policy's questions of it
 // (Server.RetainedUnder).
 //
-// The single-node store (NewMemoryRetained, and the default of
+// The single-node store (MemoryRetained, the default of
 // Options.Retained) keeps the messages in memory and is saved with the
 // server's state. A cluster store keeps them where every node reads them
 // (a JetStream key-value bucket keyed by topic): a message retained

@@ -34,10 +34,10 @@ type Server struct {
 	owners   SessionOwners
 	unwatch  func() // ends the watch of this node's claims
 	subs     *topic.Index[string, subscription]
-	retained Retained       // Options.Retained, or local
-	local    *retainedStore // the in-memory retained store, saved with the state (nil: Options.Retained)
-	rlog     *retainedLog   // nil without Options.StatePath
-	saving   sync.Mutex     // one state save at a time
+	retained Retained        // Options.Retained, or local
+	local    *MemoryRetained // the in-memory retained store, saved with the state (nil: Options.Retained)
+	rlog     *retainedLog    // nil without Options.StatePath
+	saving   sync.Mutex      // one state save at a time
 	stats    counters
 
 	mu        sync.Mutex // guards sessions, listeners, conns, closed, wills, attached
@@ -81,7 +81,7 @@ func New(opts Options) (*Server, error) {
 		stopWatch: make(chan struct{}),
 	}
 	if s.retained == nil {
-		s.local = newRetainedStore()
+		s.local = NewMemoryRetained()
 		s.retained = s.local
 	}
 	s.parker = newParker(s.done, s.log)
