@@ -43,6 +43,11 @@ type Options struct {
 	// to it is enforced (sessions it no longer allows were disconnected).
 	// serve reports it to the operator commands waiting for their change.
 	Applied func(ctx context.Context, version int64)
+	// QoS2Pools, when set, holds the daily QoS 2 pools the Policy takes
+	// from, shared by several nodes; the Policy's own pools (Pool) then
+	// record what this node took and was refused. Nil: the Policy's own
+	// pools (LocalPools).
+	QoS2Pools QoS2Pools
 	// Changes, when set, tells Run of control-plane changes sooner than
 	// its poll of the version (several nodes: a notice from the node
 	// that wrote). Nil: the poll alone.
@@ -373,7 +378,7 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 	now := p.opts.Now()
 	slot := s.acct.slot(now)
 	eff, demoted := EffectiveQoS(pk.QoS, info.Class, acc.QoS2AddOn, func() bool {
-		return s.pool.Take(now, acc.QoS2DailyPool)
+		return p.takeQoS2(s.pool, acc.ID, now, acc.QoS2DailyPool)
 	})
 	m.QoS = eff
 	info.Demoted = demoted

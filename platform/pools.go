@@ -12,7 +12,8 @@ import (
 // gets nothing.
 //
 // LocalPools, the single-node implementation, counts in memory (the
-// counts survive a restart through the stored usage, Pool.Restore). A
+// counts survive a restart through the stored usage, Pool.Restore); a
+// Policy with Options.QoS2Pools takes from that instead. A
 // cluster implementation counts in one row per account and day, taken
 // with one atomic update (PostgreSQL: UPDATE … SET used = used + least(n,
 // size - used) WHERE used < size RETURNING), and spends on the message
@@ -93,4 +94,33 @@ func (p *Pool) takeLocked(day string, n, size int64, at time.Time) int64 {
 		p.demotedAt = at // the pool is used up from here on
 	}
 	return took
+}
+
+// takeQoS2 takes one unit of the account's pool of size at now: from the
+// Policy's own pool pl, or from Options.QoS2Pools, whose answer pl then
+// records (its State is this node's view). A shared pool that fails
+// gives no unit: the message goes out at QoS 1, never above the pool.
+func (p *Policy) takeQoS2(pl *Pool, account string, now time.Time, size int64) bool {
+	shared := p.opts.QoS2Pools
+	if shared == nil {
+		return pl.Take(now, size)
+	}
+	day := utcDay(now)
+	n, err := shared.Take(account, day, 1, size)
+	took := err == nil && n == 1
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if took {
+		pl.takeLocked(day, 0, size, now) // the day's counters, rolled over if need be
+		pl.used++
+		if pl.used == size {
+			pl.demotedAt = now
+		}
+		return true
+	}
+	if pl.takeLocked(day, 0, size, now); err == nil && pl.used < size {
+		pl.used, pl.demotedAt = size, now // used up by the other nodes
+	}
+	pl.demoted++
+	return false
 }
