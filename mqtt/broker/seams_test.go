@@ -2,7 +2,10 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +80,61 @@ func TestTakeoverByAnotherNode(t *testing.T) {
 	// Node a ending its session did not free node b's claim.
 	if c, ok, _ := owners.Owner("roamer"); !ok || c.Node != "b" {
 		t.Fatalf("after the takeover: owner %+v, %v; want node b", c, ok)
+	}
+}
+
+// TestOptionsRetainedIsTheStore: a server given a retained store keeps
+// its retained messages there and reads them from there.
+func TestOptionsRetainedIsTheStore(t *testing.T) {
+	rs := broker.NewMemoryRetained()
+	s, err := broker.New(broker.Options{Retained: rs, StatePath: filepath.Join(t.TempDir(), "state"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Publish(&broker.Message{Topic: "r/a", Payload: []byte("kept"), QoS: 1, Retain: true})
+	if n := rs.Len(); n != 1 {
+		t.Fatalf("the given store holds %d messages, want 1", n)
+	}
+	rs.Set(&broker.Message{Topic: "r/b", Payload: []byte("set elsewhere"), QoS: 1, Retain: true, Created: time.Now()})
+	got, err := s.Retained("r/#", 0)
+	if err != nil || len(got) != 2 || string(got[1].Payload) != "set elsewhere" {
+		t.Fatalf("Retained = %+v, %v; want both, read from the given store", got, err)
+	}
+	if n, _, _ := s.RetainedUnder("r/x"); n != 2 {
+		t.Fatalf("RetainedUnder counts %d, want 2", n)
+	}
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failingOwners cannot reach its shared record.
+type failingOwners struct{ *broker.LocalOwners }
+
+func (failingOwners) Claim(string, string) (broker.Claim, error) {
+	return broker.Claim{}, errors.New("the shared record cannot be reached")
+}
+
+// TestClaimErrorRefusesConnect: a session that cannot be claimed is not
+// served: CONNACK Server unavailable.
+func TestClaimErrorRefusesConnect(t *testing.T) {
+	s, err := broker.New(broker.Options{Owners: failingOwners{broker.NewLocalOwners()}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	ln, err := s.ListenTCP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := mqtt3.NewClientOptions().AddBroker("tcp://" + ln.Addr().String()).SetClientID("unclaimed").SetProtocolVersion(4).
+		SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(10 * time.Second)
+	c := mqtt3.NewClient(o)
+	tok := c.Connect()
+	if !tok.WaitTimeout(10 * time.Second) {
+		t.Fatal("connect timed out")
+	}
+	if err := tok.Error(); err == nil || !strings.Contains(strings.ToLower(err.Error()), "unavailable") {
+		t.Fatalf("connect: %v; want refused, server unavailable", err)
 	}
 }
