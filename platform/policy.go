@@ -44,6 +44,15 @@ type Options struct {
 	// to it is enforced (sessions it no longer allows were disconnected).
 	// serve reports it to the operator commands waiting for their change.
 	Applied func(ctx context.Context, version int64)
+	// QoS2Pools, when set, holds the daily QoS 2 pools the Policy takes
+	// from, shared by several nodes; the Policy's own pools (Pool) then
+	// record what this node took and was refused. Nil: the Policy's own
+	// pools (LocalPools).
+	QoS2Pools QoS2Pools
+	// Changes, when set, tells Run of control-plane changes sooner than
+	// its poll of the version (several nodes: a notice from the node
+	// that wrote). Nil: the poll alone.
+	Changes Changes
 }
 
 // Sink receives the history record of every accepted message (ingest).
@@ -71,8 +80,9 @@ type Policy struct {
 	snap  atomic.Pointer[Snapshot]
 	meter *Meter
 
-	mu    sync.Mutex
-	pools map[string]*Pool
+	pools *LocalPools // the daily QoS 2 pools
+
+	mu sync.Mutex
 	// rates are the accounts' shared publish limiters (the account's
 	// connections' Identity.GroupLimiter), kept at the rates of the
 	// snapshot in force.
@@ -95,7 +105,7 @@ func NewPolicy(opts Options, snap *Snapshot) *Policy {
 		opts.Now = time.Now
 	}
 	opts.TopicPrefix = strings.Trim(opts.TopicPrefix, "/")
-	p := &Policy{opts: opts, meter: NewMeter(), pools: make(map[string]*Pool), rates: make(map[string]*broker.RateLimiter)}
+	p := &Policy{opts: opts, meter: NewMeter(), pools: NewLocalPools(), rates: make(map[string]*broker.RateLimiter)}
 	p.problems.seed = maphash.MakeSeed()
 	p.snap.Store(snap)
 	return p
@@ -114,16 +124,7 @@ func (p *Policy) Snapshot() *Snapshot { return p.snap.Load() }
 func (p *Policy) Meter() *Meter { return p.meter }
 
 // Pool returns the account's daily QoS 2 pool.
-func (p *Policy) Pool(accountID string) *Pool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pl := p.pools[accountID]
-	if pl == nil {
-		pl = &Pool{}
-		p.pools[accountID] = pl
-	}
-	return pl
-}
+func (p *Policy) Pool(accountID string) *Pool { return p.pools.Pool(accountID) }
 
 // AccountLimiter returns the account's publish limiter, shared by all its
 // publisher connections, at the rates of its plan in the snapshot in
@@ -379,7 +380,7 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 	now := p.opts.Now()
 	slot := s.acct.slot(now)
 	eff, demoted := EffectiveQoS(pk.QoS, info.Class, acc.QoS2AddOn, func() bool {
-		return s.pool.Take(now, acc.QoS2DailyPool)
+		return p.takeQoS2(s.pool, acc.ID, now, acc.QoS2DailyPool)
 	})
 	m.QoS = eff
 	info.Demoted = demoted

@@ -22,17 +22,9 @@ func utcDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 // Take uses one unit of a pool of size at now. It reports false (and
 // counts a demotion) once the day's pool is used up.
 func (p *Pool) Take(now time.Time, size int64) bool {
-	day := utcDay(now)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.day != day {
-		p.day, p.used, p.demoted, p.demotedAt = day, 0, 0, time.Time{}
-	}
-	if p.used < size {
-		p.used++
-		if p.used == size {
-			p.demotedAt = now // the pool is used up from here on
-		}
+	if p.takeLocked(utcDay(now), 1, size, now) == 1 {
 		return true
 	}
 	p.demoted++

@@ -17,7 +17,15 @@ type Source interface {
 	Load(ctx context.Context) (*Snapshot, error)
 }
 
-// UsageSink stores metered usage increments.
+// UsageSink stores metered usage increments: the Meter counts in memory
+// on the message path, and Run flushes what it counted since the last
+// flush. On several nodes every node flushes its own increments to the
+// one sink (PostgreSQL, whose INSERT … ON CONFLICT DO UPDATE adds them),
+// so the sink, not the meter, is what is shared. The contract a second
+// implementation must meet (the suite in internal/contract, Usage, checks
+// it): increments from any number of nodes, flushed at once, sum exactly
+// per account and day (drops per reason, clients per client and day);
+// an error means nothing was added (Run flushes the increments again).
 type UsageSink interface {
 	AddUsage(ctx context.Context, daily []DailyDelta, clients []ClientDelta) error
 }
@@ -35,7 +43,8 @@ const VersionPoll = 100 * time.Millisecond
 // also disconnects the sessions whose credential expired meanwhile and
 // flushes metered usage to sink; it flushes once more on the way out. srv
 // also becomes the broker the live view reads retained messages from
-// (SetBroker).
+// (SetBroker). A notice from Options.Changes starts a version check at
+// once, between polls.
 func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broker.Server, interval time.Duration, log *slog.Logger) {
 	if srv != nil {
 		p.SetBroker(srv)
@@ -44,6 +53,10 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 	defer t.Stop()
 	last := p.Snapshot().Version
 	lastFull := time.Now()
+	var notices <-chan struct{} // nil without Options.Changes: never ready
+	if p.opts.Changes != nil {
+		notices = p.opts.Changes.Watch(ctx)
+	}
 	for {
 		var now time.Time
 		select {
@@ -53,6 +66,12 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 			cancel()
 			return
 		case now = <-t.C:
+		case _, ok := <-notices:
+			if !ok {
+				notices = nil
+				continue
+			}
+			now = time.Now()
 		}
 		full := now.Sub(lastFull) >= interval
 		changed := false

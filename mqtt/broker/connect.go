@@ -129,7 +129,11 @@ func (c *conn) connect(cp *packet.Connect) error {
 	c.logb = c.srv.events.limits(id.SessionKey())
 	c.id = id
 	c.idp.Store(id)
-	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window)
+	claim, err := c.srv.owners.Claim(id.SessionKey(), c.srv.opts.Node)
+	if err != nil {
+		return refuse(packet.ServerUnavailable, "session ownership: "+err.Error(), id)
+	}
+	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window, claim)
 	c.sess = ss
 	c.logConnected(cp, present)
 
@@ -203,8 +207,10 @@ func (c *conn) fillLimits(id *Identity) {
 // session, resuming a stored one, or starting fresh. It reports whether a
 // session was present. The lookup and the swap of the session's connection
 // happen under the server lock, so of two simultaneous CONNECTs with the same
-// client id exactly one ends up owning the session.
-func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window int) (*session, bool) {
+// client id exactly one ends up owning the session. claim is the
+// connection's claim of the session (SessionOwners): the session keeps
+// the latest.
+func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window int, claim Claim) (*session, bool) {
 	key := id.SessionKey()
 	now := s.now()
 	s.mu.Lock()
@@ -242,6 +248,9 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 	ss.window = window
 	ss.expiry = expiry
 	ss.ended = false
+	if claim.Epoch > ss.claim.Epoch {
+		ss.claim = claim
+	}
 	ss.mu.Unlock()
 	var prevConn *conn
 	if prev != nil {
@@ -364,18 +373,23 @@ func (s *Server) endSession(ss *session, remove bool, why DropReason) {
 		return // already ended, or reconnected meanwhile
 	}
 	ss.ended = true
+	claim := ss.claim
 	for wire, sub := range ss.subs {
-		s.subs.Unsubscribe(indexFilter(sub), ss.key)
+		s.unindex(sub, ss.key)
 		delete(ss.subs, wire)
 	}
 	ss.clearLocked(why)
 	ss.end2Locked()
 	ss.mu.Unlock()
 	s.mu.Lock()
-	if s.sessions[ss.key] == ss {
+	mine := s.sessions[ss.key] == ss
+	if mine {
 		delete(s.sessions, ss.key)
 	}
 	s.mu.Unlock()
+	if mine {
+		s.releaseClaim(claim)
+	}
 }
 
 // disconnect handles a client's DISCONNECT.

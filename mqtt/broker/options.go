@@ -13,6 +13,19 @@ type Options struct {
 	// Policy decides authentication, authorization and publish handling.
 	// Default: OpenPolicy{}.
 	Policy Policy
+	// Router takes each accepted message to the subscribers and learns
+	// of the sessions' subscription interest. Default: LocalRouter{} (this
+	// server's sessions only).
+	Router Router
+	// Retained keeps the retained messages. Default: an in-memory store,
+	// saved beside StatePath. Another store is not saved there: it keeps
+	// its messages itself.
+	Retained Retained
+	// Owners records which node owns each session; Node names this
+	// server among the nodes sharing it. Defaults: NewLocalOwners() and
+	// "local".
+	Owners SessionOwners
+	Node   string
 	// Logger receives connection-level events. Default: slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (tests inject one). Default: time.Now.
@@ -133,6 +146,15 @@ const (
 func (o *Options) fill() {
 	if o.Policy == nil {
 		o.Policy = OpenPolicy{}
+	}
+	if o.Router == nil {
+		o.Router = LocalRouter{}
+	}
+	if o.Owners == nil {
+		o.Owners = NewLocalOwners()
+	}
+	if o.Node == "" {
+		o.Node = "local"
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -159,8 +159,10 @@ func (s *Server) Save() error {
 func (s *Server) saveState(path string) error {
 	s.saving.Lock()
 	defer s.saving.Unlock()
-	if err := s.rlog.save(s.retained, s.now()); err != nil {
-		return fmt.Errorf("retained log: %w", err)
+	if s.local != nil { // another Options.Retained keeps its messages itself
+		if err := s.rlog.save(s.local, s.now()); err != nil {
+			return fmt.Errorf("retained log: %w", err)
+		}
 	}
 	st := stateFile{Version: stateVersion, Saved: s.now()}
 	s.mu.Lock()
@@ -238,6 +240,10 @@ func (s *Server) loadState(path string) error {
 		return err
 	}
 	now := s.now()
+	if s.local == nil { // another Options.Retained keeps its messages itself
+		s.loadSessions(st.Sessions, now)
+		return nil
+	}
 	var expired []string
 	keep := func(m *Message) {
 		s.clampRetained(m) // RetainedMaxAge may be lower than when it was saved
@@ -245,7 +251,7 @@ func (s *Server) loadState(path string) error {
 			expired = append(expired, m.Topic)
 			return
 		}
-		s.retained.set(m)
+		s.local.Set(m)
 	}
 	if st.Version == 1 {
 		// The version 1 file is newer than any retained log beside it:
@@ -258,8 +264,8 @@ func (s *Server) loadState(path string) error {
 		return err
 	}
 	// Expired while the server was down: the next save clears them.
-	s.retained.track = true
-	s.retained.markDirty(expired)
+	s.local.track = true
+	s.local.markDirty(expired)
 	s.loadSessions(st.Sessions, now)
 	return nil
 }
@@ -294,11 +300,16 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 			continue
 		}
 		ss.ident.Store(id)
+		if c, err := s.owners.Claim(ss.key, s.opts.Node); err != nil {
+			s.log.Warn("claim a restored session", "session", ss.key, "error", err)
+		} else {
+			ss.claim = c
+		}
 		for _, x := range sv.Subs {
 			sub := &subscription{sess: ss, wire: x.Wire, filter: x.Filter, qos: x.QoS, noLocal: x.NoLocal, rap: x.RAP,
 				retainHandling: x.RetainHandling, id: x.ID}
 			ss.subs[x.Wire] = sub
-			s.subs.Subscribe(indexFilter(sub), ss.key, *sub)
+			s.index(sub)
 		}
 		for _, x := range sv.Inflight {
 			d := newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs())

@@ -13,14 +13,15 @@ import (
 	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
-// retainedStore holds the retained message of each topic in a trie of
-// topic levels, sharded by first level so retained publishes of different
-// tenants do not contend.
+// MemoryRetained is the Retained store of a single node: the retained
+// message of each topic in a trie of topic levels, sharded by first level
+// so retained publishes of different tenants do not contend. A server
+// without Options.Retained keeps one and saves it with its state.
 //
 // With track set (when state is saved) each shard also remembers the
 // topics set, replaced or cleared since the last save, so a save writes
 // only those (see retainedLog).
-type retainedStore struct {
+type MemoryRetained struct {
 	seed   maphash.Seed
 	shards [32]retainedShard
 	count  atomic.Int64
@@ -42,9 +43,13 @@ type rnode struct {
 	underBytes int64
 }
 
-func newRetainedStore() *retainedStore {
-	return &retainedStore{seed: maphash.MakeSeed()}
+// NewMemoryRetained returns an empty store.
+func NewMemoryRetained() *MemoryRetained {
+	return &MemoryRetained{seed: maphash.MakeSeed()}
 }
+
+// Len is the number of retained messages stored.
+func (rs *MemoryRetained) Len() int64 { return rs.count.Load() }
 
 func firstLevel(t string) string {
 	if i := strings.IndexByte(t, '/'); i >= 0 {
@@ -53,13 +58,13 @@ func firstLevel(t string) string {
 	return t
 }
 
-func (rs *retainedStore) shard(first string) *retainedShard {
+func (rs *MemoryRetained) shard(first string) *retainedShard {
 	return &rs.shards[maphash.String(rs.seed, first)%uint64(len(rs.shards))]
 }
 
-// set stores m as the retained message of its topic, or clears the topic
+// Set stores m as the retained message of its topic, or clears the topic
 // when the payload is empty.
-func (rs *retainedStore) set(m *Message) {
+func (rs *MemoryRetained) Set(m *Message) {
 	sh := rs.shard(firstLevel(m.Topic))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -102,7 +107,7 @@ func (rs *retainedStore) set(m *Message) {
 }
 
 // markLocked records that topic changed since the last save.
-func (rs *retainedStore) markLocked(sh *retainedShard, topic string) {
+func (rs *MemoryRetained) markLocked(sh *retainedShard, topic string) {
 	if !rs.track {
 		return
 	}
@@ -114,7 +119,7 @@ func (rs *retainedStore) markLocked(sh *retainedShard, topic string) {
 
 // markDirty records topics as changed since the last save (a save that
 // failed gives its topics back).
-func (rs *retainedStore) markDirty(topics []string) {
+func (rs *MemoryRetained) markDirty(topics []string) {
 	for _, t := range topics {
 		sh := rs.shard(firstLevel(t))
 		sh.mu.Lock()
@@ -134,7 +139,7 @@ type retainedChange struct {
 // messages now, and starts a new set of changes. With all it returns every
 // retained message instead (and every change is forgotten): the content of
 // a compacted log.
-func (rs *retainedStore) takeDirty(all bool) []retainedChange {
+func (rs *MemoryRetained) takeDirty(all bool) []retainedChange {
 	var out []retainedChange
 	for i := range rs.shards {
 		sh := &rs.shards[i]
@@ -172,10 +177,10 @@ func lookup(n *rnode, topic string) *Message {
 	return n.msg
 }
 
-// under returns the retained messages stored under topic's first level
+// Under returns the retained messages stored under topic's first level
 // and their payload bytes, and the payload size of the one retained on
 // topic itself (-1 when none).
-func (rs *retainedStore) under(topic string) (count int, bytes int64, current int) {
+func (rs *MemoryRetained) Under(topic string) (count int, bytes int64, current int) {
 	first, _ := cut(topic)
 	sh := rs.shard(first)
 	sh.mu.RLock()
@@ -193,7 +198,7 @@ func (rs *retainedStore) under(topic string) (count int, bytes int64, current in
 
 // removeLocked clears topic under n (top is n's first-level node, nil
 // when n is a shard's root) and prunes empty nodes.
-func (rs *retainedStore) removeLocked(n, top *rnode, topic string) bool {
+func (rs *MemoryRetained) removeLocked(n, top *rnode, topic string) bool {
 	level, more := cut(topic)
 	child := n.children[level]
 	if child == nil {
@@ -224,9 +229,9 @@ func cut(t string) (level string, more bool) {
 	return t, false
 }
 
-// match returns the unexpired retained messages matching filter (not
+// Match returns the unexpired retained messages matching filter (not
 // shared). Leading wildcards do not match topics that start with '$'.
-func (rs *retainedStore) match(filter string, now time.Time) []*Message {
+func (rs *MemoryRetained) Match(filter string, now time.Time) []*Message {
 	var out []*Message
 	first, _ := cut(filter)
 	visit := func(sh *retainedShard) {
@@ -293,9 +298,9 @@ func collect(n *rnode, top bool, now time.Time, out *[]*Message) {
 	}
 }
 
-// sweep removes expired retained messages, and those older than maxAge
+// Sweep removes expired retained messages, and those older than maxAge
 // when it is set. It returns how many it removed.
-func (rs *retainedStore) sweep(now time.Time, maxAge time.Duration) int {
+func (rs *MemoryRetained) Sweep(now time.Time, maxAge time.Duration) int {
 	removed := 0
 	for i := range rs.shards {
 		sh := &rs.shards[i]
@@ -308,7 +313,7 @@ func (rs *retainedStore) sweep(now time.Time, maxAge time.Duration) int {
 
 // sweepNode sweeps n's subtree; top is n's first-level node (nil when n
 // is a shard's root).
-func (rs *retainedStore) sweepNode(sh *retainedShard, n, top *rnode, now time.Time, maxAge time.Duration) int {
+func (rs *MemoryRetained) sweepNode(sh *retainedShard, n, top *rnode, now time.Time, maxAge time.Duration) int {
 	removed := 0
 	for name, child := range n.children {
 		t := top
@@ -346,7 +351,7 @@ func collectAll(n *rnode, out *[]*Message) {
 // one retained on topic itself (-1 when none): what a policy needs to
 // bound the retained state of one tenant (see Policy.Publish).
 func (s *Server) RetainedUnder(topic string) (count int, bytes int64, current int) {
-	return s.retained.under(topic)
+	return s.retained.Under(topic)
 }
 
 // RetainedMessage is a copy of a stored retained message.
@@ -371,7 +376,7 @@ func (s *Server) Retained(filter string, limit int) ([]RetainedMessage, error) {
 		}
 		return nil, fmt.Errorf("broker: retained: %w", err)
 	}
-	ms := s.retained.match(filter, s.now())
+	ms := s.retained.Match(filter, s.now())
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Topic < ms[j].Topic })
 	if limit > 0 && len(ms) > limit {
 		ms = ms[:limit]

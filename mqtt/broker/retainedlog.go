@@ -166,7 +166,7 @@ func (l *retainedLog) load(keep func(*Message)) error {
 // save writes the retained changes since the last save (or, when due,
 // a compacted log of every retained message) and syncs the file. When it
 // fails, the changes it took are marked dirty again for the next save.
-func (l *retainedLog) save(rs *retainedStore, now time.Time) error {
+func (l *retainedLog) save(rs *MemoryRetained, now time.Time) error {
 	if l.rewrite || l.size == 0 {
 		return l.compact(rs, now)
 	}
@@ -260,7 +260,7 @@ func (l *retainedLog) append(b []byte) error {
 
 // compact writes every retained message to a fresh log that replaces the
 // old one.
-func (l *retainedLog) compact(rs *retainedStore, now time.Time) (err error) {
+func (l *retainedLog) compact(rs *MemoryRetained, now time.Time) (err error) {
 	changes := rs.takeDirty(true)
 	defer func() {
 		if err != nil {

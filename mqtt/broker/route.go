@@ -16,10 +16,10 @@ import (
 // client makes, and merging needs no memory but the stack.
 const maxCopyIDs = 64
 
-// router is the scratch space of a route whose matches outgrow the
-// stack (routeInline). Routers are pooled, so that memory goes with the
+// routeScratch is the scratch space of a route whose matches outgrow the
+// stack (routeInline). Scratches are pooled, so that memory goes with the
 // routes in progress, not with the connections.
-type router struct {
+type routeScratch struct {
 	own   []routeMatch
 	table []int32 // link's hash table
 }
@@ -35,34 +35,41 @@ type routeMatch struct {
 	dup    bool // link: not the first match of its session
 }
 
-var routers = sync.Pool{New: func() any { return new(router) }}
+var scratches = sync.Pool{New: func() any { return new(routeScratch) }}
 
 // routeInline is how many matches a route collects on the stack; more
-// take a pooled router.
+// take a pooled routeScratch.
 const routeInline = 8
 
-// routerKeep is the most matches a pooled router keeps room for; the
+// scratchKeep is the most matches a pooled scratch keeps room for; the
 // scratch of a larger fan-out is given back to the allocator.
-const routerKeep = 1 << 16
+const scratchKeep = 1 << 16
 
-// route stores a retained message and delivers the message to every
-// matching subscription: one copy per session for its non-shared
-// subscriptions, one copy per matching shared subscription group. from is
-// the publishing connection (nil for wills and injected messages).
+// route stores a retained message and hands the message to the router
+// (Options.Router), which delivers it to this server's sessions through
+// Local.Deliver (and, in a cluster, to the other nodes). from is the
+// publishing connection (nil for wills and injected messages).
+func (s *Server) route(m *Message, from *conn) {
+	if m.Retain {
+		s.retained.Set(m)
+	}
+	s.router.Route(m, Local{s: s, from: from})
+}
+
+// deliverLocal delivers the message to every matching subscription of
+// this server's sessions: one copy per session for its non-shared
+// subscriptions, one copy per matching shared subscription group.
 //
 // The matches are collected under the index's read locks and delivered
 // after: enqueue takes session locks, and a SUBSCRIBE or UNSUBSCRIBE holds
 // its session's lock while it updates the index (lock order session.mu,
 // then the index), so delivering inside Match could deadlock with it.
-func (s *Server) route(m *Message, from *conn) {
-	if m.Retain {
-		s.retained.set(m)
-	}
+func (s *Server) deliverLocal(m *Message, from *conn) {
 	// ms is on the stack until it fills; then big holds the matches. No
 	// heap object is ever given ms: inline stays on the stack.
 	var inline [routeInline]routeMatch
 	ms := inline[:0]
-	var big *router
+	var big *routeScratch
 	s.subs.Match(m.Topic, func(_ string, sub subscription, group string) {
 		if group == "" && sub.noLocal && m.Origin != "" && m.Origin == sub.sess.key {
 			// Not forwarded to its publisher through this subscription
@@ -77,7 +84,7 @@ func (s *Server) route(m *Message, from *conn) {
 		case len(ms) < cap(ms):
 			ms = append(ms, x)
 		default:
-			big = routers.Get().(*router)
+			big = scratches.Get().(*routeScratch)
 			big.own = append(append(big.own[:0], ms...), x)
 		}
 	})
@@ -105,12 +112,12 @@ func (s *Server) route(m *Message, from *conn) {
 	if big != nil {
 		clear(big.own) // drop the references to sessions
 		big.own, big.table = keep(big.own), keep(big.table)
-		routers.Put(big)
+		scratches.Put(big)
 	}
 }
 
 func keep[T any](s []T) []T {
-	if cap(s) > routerKeep {
+	if cap(s) > scratchKeep {
 		return nil
 	}
 	return s[:0]
@@ -120,7 +127,7 @@ func keep[T any](s []T) []T {
 // of each session heads a chain (next) through its other matches, which
 // are marked dup. Up to routeInline matches are compared pairwise; more
 // (held by big) are hashed.
-func link(ms []routeMatch, big *router) {
+func link(ms []routeMatch, big *routeScratch) {
 	if len(ms) <= routeInline {
 		for i := 1; i < len(ms); i++ {
 			if ms[i].shared {

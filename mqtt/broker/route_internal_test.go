@@ -10,7 +10,7 @@ import (
 // for more), and leaves shared matches alone.
 func TestRouterLink(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	big := new(router)
+	big := new(routeScratch)
 	for round := range 2000 {
 		n := 1 + r.IntN(40)
 		if round%10 == 0 {

@@ -30,10 +30,14 @@ type Server struct {
 	events   *eventLog
 	now      func() time.Time
 
+	router   Router
+	owners   SessionOwners
+	unwatch  func() // ends the watch of this node's claims
 	subs     *topic.Index[string, subscription]
-	retained *retainedStore
-	rlog     *retainedLog // nil without Options.StatePath
-	saving   sync.Mutex   // one state save at a time
+	retained Retained        // Options.Retained, or local
+	local    *MemoryRetained // the in-memory retained store, saved with the state (nil: Options.Retained)
+	rlog     *retainedLog    // nil without Options.StatePath
+	saving   sync.Mutex      // one state save at a time
 	stats    counters
 
 	mu        sync.Mutex // guards sessions, listeners, conns, closed, wills, attached
@@ -67,12 +71,18 @@ func New(opts Options) (*Server, error) {
 		events:    newEventLog(&opts),
 		now:       opts.Now,
 		subs:      topic.NewIndex[string, subscription](),
-		retained:  newRetainedStore(),
+		router:    opts.Router,
+		owners:    opts.Owners,
+		retained:  opts.Retained,
 		sessions:  make(map[string]*session),
 		conns:     make(map[*conn]struct{}),
 		wills:     make(map[string]*time.Timer),
 		done:      make(chan struct{}),
 		stopWatch: make(chan struct{}),
+	}
+	if s.retained == nil {
+		s.local = NewMemoryRetained()
+		s.retained = s.local
 	}
 	s.parker = newParker(s.done, s.log)
 	s.observer, _ = opts.Policy.(ConnectObserver)
@@ -83,6 +93,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("broker: load state: %w", err)
 		}
 	}
+	s.unwatch = s.owners.Watch(opts.Node, s.takenElsewhere)
 	s.wg.Add(1)
 	go s.background()
 	go s.watch(s.stopWatch)
@@ -259,6 +270,7 @@ func (s *Server) Close(ctx context.Context) error {
 		}
 	}
 	close(s.stopWatch)
+	s.unwatch()
 	if s.opts.StatePath != "" {
 		if serr := s.saveState(s.opts.StatePath); serr != nil {
 			err = errors.Join(err, fmt.Errorf("broker: save state: %w", serr))
@@ -297,7 +309,7 @@ func (s *Server) background() {
 // It runs every Options.SweepInterval; tests call it to avoid waiting.
 func (s *Server) Sweep() {
 	now := s.now()
-	s.retained.sweep(now, s.opts.RetainedMaxAge)
+	s.retained.Sweep(now, s.opts.RetainedMaxAge)
 	s.mu.Lock()
 	var expired []*session
 	for _, ss := range s.sessions {

@@ -123,6 +123,7 @@ type session struct {
 	mu       sync.Mutex
 	id       *Identity
 	c        *conn // nil while offline
+	claim    Claim // this node's hold on the session (SessionOwners)
 	subs     map[string]*subscription
 	queue    []*delivery // waiting behind the inflight window
 	qhead    int

@@ -123,7 +123,7 @@ func (s *Server) Stats() Stats {
 		Routed:           c.routed.Load(),
 		Inflight:         c.inflight.Load(),
 		Queued:           c.queued.Load(),
-		Retained:         s.retained.count.Load(),
+		Retained:         s.retained.Len(),
 		Subscriptions:    int64(s.subs.Len()),
 		ProtocolErrors:   c.protocolErrors.Load(),
 		WillsPublished:   c.willsPublished.Load(),

@@ -72,10 +72,10 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 		ss.mu.Lock()
 		old := ss.subs[req.Filter]
 		if old != nil && old.filter != filter {
-			c.srv.subs.Unsubscribe(indexFilter(old), ss.key)
+			c.srv.unindex(old, ss.key)
 		}
 		ss.subs[req.Filter] = sub
-		c.srv.subs.Subscribe(indexFilter(sub), ss.key, *sub)
+		c.srv.index(sub)
 		ss.mu.Unlock()
 		codes[i] = code
 		retained = append(retained, pending{sub: sub, isNew: old == nil, shared: shared})
@@ -92,7 +92,7 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 			continue
 		}
 		sub := r.sub
-		for _, m := range c.srv.retained.match(sub.filter, now) {
+		for _, m := range c.srv.retained.Match(sub.filter, now) {
 			if bound > 0 && sent >= bound {
 				ss.mu.Lock()
 				ss.dropLocked(m, DropRetainedBurst)
@@ -131,7 +131,7 @@ func (c *conn) unsubscribe(p *packet.Unsubscribe) error {
 		sub := ss.subs[f]
 		if sub != nil {
 			delete(ss.subs, f)
-			c.srv.subs.Unsubscribe(indexFilter(sub), ss.key)
+			c.srv.unindex(sub, ss.key)
 		}
 		ss.mu.Unlock()
 		if sub == nil {

@@ -13,8 +13,21 @@ import (
 // "Limits").
 const DefaultRateLimit = 5000
 
-// CounterStore keeps the request counts of hourly windows; a
-// fleetmq.ControlStore is one.
+// CounterStore keeps the request counts of hourly windows, shared by
+// every process on one database; a fleetmq.ControlStore is one (SQLite on
+// one node, PostgreSQL's atomic INSERT … ON CONFLICT DO UPDATE SET count =
+// count + excluded.count on several). The Limiter counts in memory and
+// flushes to it, so a token's standing is shared within a flush interval.
+//
+// The contract a second implementation must meet (the suite in
+// internal/contract, RESTCounters, checks it):
+//   - AddRESTRequests adds each count to the token's count in the window
+//     (its start, a whole UTC hour); adds from any number of processes at
+//     once sum exactly; a zero count or an empty map changes nothing.
+//   - RESTRequests returns every token's count in the window (an empty
+//     map, not an error, when none was added).
+//   - Windows more than two hours before the latest one added to may be
+//     forgotten.
 type CounterStore interface {
 	AddRESTRequests(ctx context.Context, window time.Time, counts map[string]int64) error
 	RESTRequests(ctx context.Context, window time.Time) (map[string]int64, error)

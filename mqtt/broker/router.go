@@ -1,0 +1,92 @@
+package broker
+
+// Router is where an accepted message goes after the Policy, and what
+// learns of the topic filters this server's sessions subscribe to (their
+// interest). It sits between the sessions and the subscription index: the
+// server updates the retained store, then calls Route; Route hands the
+// message to this server's own sessions through local.Deliver.
+//
+// LocalRouter, the single-node router, does only that. A cluster router
+// also passes the message to the other nodes, and holds interest in the
+// other nodes' messages for the filters its sessions subscribe to; what
+// arrives from another node it hands to Server.DeliverLocal, which
+// delivers to this server's sessions only (never routed again, never
+// retained again: the node that accepted the message did both).
+//
+// The contract a second implementation must meet (the suite in
+// internal/contract, Router, checks it):
+//   - Route is called once per accepted message that is to be delivered,
+//     on the goroutine of the publishing connection (or of the injector),
+//     after the retained store was updated. It calls local.Deliver(m)
+//     exactly once before it returns: a publisher's messages reach the
+//     local subscribers in the order it sent them, and the publisher's
+//     back-pressure (a full subscriber queue pausing its reader) depends
+//     on it. Route does no blocking I/O and allocates nothing per message
+//     in the steady state: what goes to other nodes is handed off to a
+//     goroutine of its own.
+//   - m is shared and read-only: Route must not change it. What outlives
+//     Route (a copy for another node) may keep m or its Payload.
+//   - Subscribed(filter) is called when a session's subscription enters
+//     the subscription index and Unsubscribed(filter) when it leaves
+//     (UNSUBSCRIBE, a SUBSCRIBE replacing its filter, the session's end).
+//     The calls pair up: a filter is of interest while its Subscribed
+//     calls outnumber its Unsubscribed calls. A shared subscription's
+//     filter carries its group: "$share/{group}/{filter}" (a cluster
+//     delivers one copy per group across the nodes: a queue group). They
+//     are called with the session's lock held: they must not block or call
+//     back into the Server.
+type Router interface {
+	Route(m *Message, local Local)
+	Subscribed(filter string)
+	Unsubscribed(filter string)
+}
+
+// Local delivers a message to the sessions of one server: the Router
+// gets one with each message to route.
+type Local struct {
+	s    *Server
+	from *conn // the publishing connection, nil when none
+}
+
+// Deliver hands m to every matching subscription of the server's own
+// sessions.
+func (l Local) Deliver(m *Message) { l.s.deliverLocal(m, l.from) }
+
+// DeliverLocal delivers m to the matching subscriptions of this server's
+// sessions only: it neither retains m nor hands it to the Router. A
+// cluster router calls it for a message another node accepted; m.Created
+// and m.Expiry must be set as that node set them (Message Expiry counts
+// from there).
+func (s *Server) DeliverLocal(m *Message) { s.deliverLocal(m, nil) }
+
+// LocalRouter is the Router of a single node: every message goes to the
+// server's own sessions, and interest concerns no one else.
+type LocalRouter struct{}
+
+// Route delivers m locally.
+func (LocalRouter) Route(m *Message, local Local) { local.Deliver(m) }
+
+// Subscribed does nothing: no other node needs to know.
+func (LocalRouter) Subscribed(string) {}
+
+// Unsubscribed does nothing: no other node needs to know.
+func (LocalRouter) Unsubscribed(string) {}
+
+// index puts a session's subscription in the subscription index and tells
+// the router of the new interest. The caller holds the session's lock.
+func (s *Server) index(sub *subscription) {
+	f := indexFilter(sub)
+	if !s.subs.Subscribe(f, sub.sess.key, *sub) {
+		s.router.Subscribed(f)
+	}
+}
+
+// unindex takes a session's subscription out of the subscription index
+// and tells the router the interest ended. The caller holds the session's
+// lock.
+func (s *Server) unindex(sub *subscription, key string) {
+	f := indexFilter(sub)
+	if s.subs.Unsubscribe(f, key) {
+		s.router.Unsubscribed(f)
+	}
+}
