@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -14,9 +15,9 @@ import (
 // shows the pool used up.
 func TestPolicySharedQoS2Pool(t *testing.T) {
 	shared := NewLocalPools()
-	clk := &clock{t: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
-	n1 := NewPolicy(Options{Now: clk.now, QoS2Pools: shared}, testSnapshot(t))
-	n2 := NewPolicy(Options{Now: clk.now, QoS2Pools: shared}, testSnapshot(t))
+	clk := testkit.NewClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	n1 := NewPolicy(Options{Now: clk.Now, QoS2Pools: shared}, testSnapshot(t))
+	n2 := NewPolicy(Options{Now: clk.Now, QoS2Pools: shared}, testSnapshot(t))
 	publish := func(p *Policy) byte {
 		t.Helper()
 		id := connect(t, p, "pub-a", "dev1")
@@ -36,7 +37,7 @@ func TestPolicySharedQoS2Pool(t *testing.T) {
 		t.Fatalf("shared pool used %d, want 2", used)
 	}
 	for name, p := range map[string]*Policy{"n1": n1, "n2": n2} {
-		st := p.Pool(accA).State(clk.now(), 2)
+		st := p.Pool(accA).State(clk.Now(), 2)
 		if !st.Demoted || st.Used != 2 || st.Demotions != 1 {
 			t.Fatalf("%s's pool state %+v; want demoted, 2 used, 1 demotion", name, st)
 		}
