@@ -79,6 +79,7 @@ var docsSkipped = map[docRef]string{
 	{"docs/benchmarks.md", "### Memory per idle connection", 1}:                                         "a benchmark: minutes of full load on the machine",
 	{"docs/benchmarks.md", "## Stored history: ingest through the broker", 1}:                           "a benchmark: minutes of full load on the machine",
 	{"docs/benchmarks.md", "### The ingest writer alone", 1}:                                            "a benchmark (go test -bench)",
+	{"docs/benchmarks.md", "### The ingest writer alone", 2}:                                            "a benchmark (go test -bench)",
 	{"docs/benchmarks.md", "## Stored history: queries, export and retention on 10 million records", 1}: "a benchmark: writes 10 million records",
 	{"docs/benchmarks.md", "## Subscriber REST API", 1}:                                                 "a benchmark: writes 10 million records, then go test -bench",
 	{"docs/benchmarks.md", "## Go benchmarks", 1}:                                                       "a benchmark (go test -bench)",
