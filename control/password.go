@@ -26,12 +26,15 @@ const (
 )
 
 // HashPassword returns the PHC-format argon2id hash of a human password.
+// Like CheckPassword, it computes at the lowest CPU priority
+// (atLowPriority).
 func HashPassword(pw string) (string, error) {
 	salt := make([]byte, 16)
 	if _, err := rand.Read(salt); err != nil {
 		return "", err
 	}
-	key := argon2.IDKey([]byte(pw), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
+	var key []byte
+	atLowPriority(func() { key = argon2.IDKey([]byte(pw), salt, argonTime, argonMemory, argonThreads, argonKeyLen) })
 	enc := base64.RawStdEncoding
 	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, argonMemory, argonTime, argonThreads,
 		enc.EncodeToString(salt), enc.EncodeToString(key)), nil
@@ -59,6 +62,7 @@ func CheckPassword(hash, pw string) (bool, error) {
 	if err1 != nil || err2 != nil {
 		return false, errors.New("argon2 hash: bad encoding")
 	}
-	got := argon2.IDKey([]byte(pw), salt, t, m, p, uint32(len(key)))
+	var got []byte
+	atLowPriority(func() { got = argon2.IDKey([]byte(pw), salt, t, m, p, uint32(len(key))) })
 	return subtle.ConstantTimeCompare(got, key) == 1, nil
 }
