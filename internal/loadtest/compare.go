@@ -94,6 +94,7 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	sources := fs.String("sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "source addresses of the idle load")
 	port := fs.Int("port", 18830, "first loopback port for the brokers")
 	only := fs.String("only", "", "run only this scenario")
+	client := fs.String("client", ClientLean, "the publishers' MQTT client: lean (the repository's own, MQTT 5, batching writes when unthrottled) or paho3 (paho.mqtt.golang over MQTT 3.1.1, one packet per write, as devices publish)")
 	out := fs.String("out", "", "also write every result as JSON lines to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -190,7 +191,7 @@ log_dest none
 					r, err = RunIdle(ctx, ic)
 				} else {
 					pc := PubSubConfig{Addr: b.addr, Publishers: *pubs, Subscribers: 1, QoS: sc.qos,
-						Size: *size, Rate: sc.rate * *rate / 4000, Duration: *duration, BrokerPID: pid}
+						Size: *size, Rate: sc.rate * *rate / 4000, Duration: *duration, BrokerPID: pid, Client: *client}
 					if name == "platform" {
 						plat.pubsub(&pc)
 					}

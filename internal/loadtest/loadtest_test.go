@@ -36,11 +36,19 @@ func inProcessBroker(t *testing.T) string {
 // figures come from this very process.
 func TestPubSubCountsEveryMessage(t *testing.T) {
 	addr := inProcessBroker(t)
+	for _, client := range []string{ClientLean, ClientPaho3} {
+		t.Run(client, func(t *testing.T) { pubSubCountsEveryMessage(t, addr, client) })
+	}
+}
+
+// pubSubCountsEveryMessage is TestPubSubCountsEveryMessage with one
+// publisher client (PubSubConfig.Client).
+func pubSubCountsEveryMessage(t *testing.T, addr, client string) {
 	for _, qos := range []byte{0, 1, 2} {
 		for _, rate := range []int{0, 2000} {
 			r, err := RunPubSub(context.Background(), PubSubConfig{
 				Addr: addr, Publishers: 4, Subscribers: 2, QoS: qos, Size: 64, Rate: rate,
-				Duration: 200 * time.Millisecond, BrokerPID: os.Getpid(),
+				Duration: 200 * time.Millisecond, BrokerPID: os.Getpid(), Client: client,
 			})
 			if err != nil {
 				t.Fatalf("qos %d rate %d: %v", qos, rate, err)

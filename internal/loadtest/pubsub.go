@@ -30,6 +30,11 @@ type PubSubConfig struct {
 	Window      int           // unacknowledged QoS 1/2 publishes per publisher (capped by Receive Maximum)
 	Drain       time.Duration // how long to wait for stragglers without progress
 	BrokerPID   int           // 0: no CPU/memory figures
+	// Client is the publishers' MQTT client: ClientLean (default, the
+	// repository's own, which batches writes when unthrottled) or
+	// ClientPaho3 (paho.mqtt.golang speaking MQTT 3.1.1, one packet per
+	// write, as most device firmware does). The subscribers are lean.
+	Client string
 
 	// Topic and identity templates; "{i}" is replaced by the index.
 	PubClientID string
@@ -42,9 +47,22 @@ type PubSubConfig struct {
 	SubPassword string
 }
 
+// Publisher clients (PubSubConfig.Client).
+const (
+	ClientLean  = "lean"
+	ClientPaho3 = "paho3"
+)
+
 func (c *PubSubConfig) fill() error {
 	if c.Version == 0 {
 		c.Version = packet.Version5
+	}
+	switch c.Client {
+	case "":
+		c.Client = ClientLean
+	case ClientLean, ClientPaho3:
+	default:
+		return fmt.Errorf("client %q: must be %s or %s", c.Client, ClientLean, ClientPaho3)
 	}
 	if c.Publishers <= 0 || c.Subscribers <= 0 {
 		return errors.New("need at least one publisher and one subscriber")
@@ -162,7 +180,18 @@ func (s *subscriber) loop() error {
 	}
 }
 
-// publisher sends numbered messages.
+// benchPublisher is one publisher of a load, whatever its client.
+type benchPublisher interface {
+	// run publishes until ctx ends, at rate msgs/s (0 = as fast as the
+	// window allows).
+	run(ctx context.Context, cfg *PubSubConfig, rate float64) error
+	// acks completes the QoS 1/2 flows until the connection closes.
+	acks() error
+	counts() (sent, acked int64)
+	close()
+}
+
+// publisher sends numbered messages with the lean client.
 type publisher struct {
 	idx    int
 	c      *conn
@@ -170,6 +199,10 @@ type publisher struct {
 	sent   atomic.Int64
 	acked  atomic.Int64
 }
+
+func (p *publisher) counts() (sent, acked int64) { return p.sent.Load(), p.acked.Load() }
+
+func (p *publisher) close() { p.c.close() }
 
 // acks completes the publisher's QoS 1/2 flows.
 func (p *publisher) acks() error {
@@ -292,13 +325,27 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 		}
 		subs[i] = &subscriber{c: c, seen: make([][]uint64, cfg.Publishers)}
 	}
-	pubs := make([]*publisher, cfg.Publishers)
+	pubs := make([]benchPublisher, cfg.Publishers)
+	defer func() {
+		for _, p := range pubs {
+			if p != nil {
+				p.close()
+			}
+		}
+	}()
 	for i := range pubs {
+		if cfg.Client == ClientPaho3 {
+			p, err := dialPaho3Publisher(ctx, &cfg, i, d.timeout)
+			if err != nil {
+				return nil, err
+			}
+			pubs[i] = p
+			continue
+		}
 		c, rm, err := d.connect(ctx, connectPacket(expand(cfg.PubClientID, i), cfg.PubUsername, cfg.PubPassword), 16<<10)
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, c)
 		w := min(cfg.Window, int(rm))
 		pubs[i] = &publisher{idx: i, c: c, window: make(chan struct{}, w)}
 	}
@@ -333,12 +380,14 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	pubEnd := time.Now()
 	var ackedWhilePublishing int64
 	for _, p := range pubs {
-		ackedWhilePublishing += p.acked.Load()
+		_, a := p.counts()
+		ackedWhilePublishing += a
 	}
 
 	var sent int64
 	for _, p := range pubs {
-		sent += p.sent.Load()
+		s, _ := p.counts()
+		sent += s
 	}
 	expected := sent * int64(len(subs))
 	delivered := func() int64 {
@@ -355,7 +404,8 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 		n := delivered()
 		var acked int64
 		for _, p := range pubs {
-			acked += p.acked.Load()
+			_, a := p.counts()
+			acked += a
 		}
 		if n != last {
 			last, lastChange = n, time.Now()
@@ -383,6 +433,9 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	rss, _ := procRSS(cfg.BrokerPID)
 	for _, c := range closers {
 		c.close()
+	}
+	for _, p := range pubs {
+		p.close()
 	}
 	readers.Wait()
 	close(errs)

@@ -1,0 +1,137 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+)
+
+// paho3Publisher publishes with paho.mqtt.golang over MQTT 3.1.1, as most
+// devices do: every PUBLISH is its own write, and the client answers the
+// broker's acknowledgements itself. The window bounds its messages not yet
+// completed (written, for QoS 0; acknowledged, for QoS 1 and 2), and a
+// goroutine completes them in order.
+type paho3Publisher struct {
+	idx       int
+	c         mqtt3.Client
+	window    chan struct{}
+	tokens    chan mqtt3.Token
+	sent      atomic.Int64
+	acked     atomic.Int64
+	stopped   chan struct{} // closed by close: acks stops waiting
+	closeOnce sync.Once
+}
+
+func dialPaho3Publisher(ctx context.Context, cfg *PubSubConfig, i int, timeout time.Duration) (*paho3Publisher, error) {
+	id := expand(cfg.PubClientID, i)
+	o := mqtt3.NewClientOptions().
+		AddBroker("tcp://" + cfg.Addr).
+		SetClientID(id).
+		SetUsername(cfg.PubUsername).
+		SetPassword(cfg.PubPassword).
+		SetProtocolVersion(4).
+		SetCleanSession(true).
+		SetKeepAlive(300 * time.Second).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(timeout).
+		SetWriteTimeout(timeout)
+	c := mqtt3.NewClient(o)
+	tok := c.Connect()
+	select {
+	case <-tok.Done():
+	case <-ctx.Done():
+		c.Disconnect(0)
+		return nil, ctx.Err()
+	}
+	if err := tok.Error(); err != nil {
+		return nil, fmt.Errorf("connect %s: %w", id, err)
+	}
+	w := cfg.Window
+	return &paho3Publisher{idx: i, c: c, window: make(chan struct{}, w), tokens: make(chan mqtt3.Token, w), stopped: make(chan struct{})}, nil
+}
+
+func (p *paho3Publisher) counts() (sent, acked int64) { return p.sent.Load(), p.acked.Load() }
+
+func (p *paho3Publisher) close() {
+	p.closeOnce.Do(func() {
+		close(p.stopped)
+		p.c.Disconnect(0)
+	})
+}
+
+// acks completes the publisher's messages in the order they were sent,
+// until close.
+func (p *paho3Publisher) acks() error {
+	for {
+		var tok mqtt3.Token
+		select {
+		case tok = <-p.tokens:
+		case <-p.stopped:
+			return nil
+		}
+		select {
+		case <-tok.Done():
+		case <-p.stopped:
+			return nil
+		}
+		if err := tok.Error(); err != nil {
+			select {
+			case <-p.stopped:
+				return nil // closed at the end of the run
+			default:
+			}
+			return fmt.Errorf("publisher %d: %w", p.idx, err)
+		}
+		p.acked.Add(1)
+		<-p.window
+	}
+}
+
+func (p *paho3Publisher) run(ctx context.Context, cfg *PubSubConfig, rate float64) error {
+	topic := expand(cfg.PubTopic, p.idx)
+	var interval time.Duration
+	if rate > 0 {
+		interval = time.Duration(float64(time.Second) / rate)
+	}
+	start := time.Now()
+	for seq := uint64(0); ; seq++ {
+		if interval > 0 {
+			if d := time.Until(start.Add(time.Duration(seq) * interval)); d > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(d):
+				}
+			}
+		}
+		select {
+		case p.window <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		if ctx.Err() != nil {
+			<-p.window
+			return nil
+		}
+		// paho keeps the payload until it is written: one per message.
+		payload := make([]byte, cfg.Size)
+		for i := headerSize; i < len(payload); i++ {
+			payload[i] = 'x'
+		}
+		binary.BigEndian.PutUint32(payload, uint32(p.idx))
+		binary.BigEndian.PutUint64(payload[4:], seq)
+		binary.BigEndian.PutUint64(payload[12:], uint64(time.Now().UnixNano()))
+		tok := p.c.Publish(topic, cfg.QoS, false, payload)
+		p.sent.Add(1)
+		p.tokens <- tok // never blocks: each queued token holds one of the window's slots
+		if !p.c.IsConnectionOpen() {
+			return fmt.Errorf("publisher %d: connection lost", p.idx)
+		}
+	}
+}
