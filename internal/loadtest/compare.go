@@ -94,7 +94,7 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	sources := fs.String("sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "source addresses of the idle load")
 	port := fs.Int("port", 18830, "first loopback port for the brokers")
 	only := fs.String("only", "", "run only this scenario")
-	client := fs.String("client", ClientLean, "the publishers' MQTT client: lean (the repository's own, MQTT 5, batching writes when unthrottled) or paho3 (paho.mqtt.golang over MQTT 3.1.1, one packet per write, as devices publish)")
+	client := fs.String("client", ClientLean, "the MQTT client of the publishers and the subscriber: lean (the repository's own, MQTT 5, batching writes when unthrottled) or paho3 (paho.mqtt.golang over MQTT 3.1.1, one packet per write, as devices and most applications do)")
 	out := fs.String("out", "", "also write every result as JSON lines to this file")
 	if err := fs.Parse(args); err != nil {
 		return err

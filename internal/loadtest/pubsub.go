@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
@@ -33,7 +35,7 @@ type PubSubConfig struct {
 	// Client is the publishers' MQTT client: ClientLean (default, the
 	// repository's own, which batches writes when unthrottled) or
 	// ClientPaho3 (paho.mqtt.golang speaking MQTT 3.1.1, one packet per
-	// write, as most device firmware does). The subscribers are lean.
+	// write, as most device firmware does), for the subscribers too.
 	Client string
 
 	// Topic and identity templates; "{i}" is replaced by the index.
@@ -47,7 +49,7 @@ type PubSubConfig struct {
 	SubPassword string
 }
 
-// Publisher clients (PubSubConfig.Client).
+// Clients of the publishers and the subscribers (PubSubConfig.Client).
 const (
 	ClientLean  = "lean"
 	ClientPaho3 = "paho3"
@@ -102,7 +104,10 @@ const headerSize = 20
 
 // subscriber counts what one subscriber receives.
 type subscriber struct {
-	c         *conn
+	c    *conn        // the lean client's connection, or
+	paho mqtt3.Client // paho's (record runs on its handler goroutine, under mu)
+	mu   sync.Mutex
+
 	seen      [][]uint64 // per publisher, a bitset of sequence numbers
 	unique    atomic.Int64
 	dups      atomic.Int64
@@ -306,6 +311,17 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 
 	subs := make([]*subscriber, cfg.Subscribers)
 	for i := range subs {
+		if cfg.Client == ClientPaho3 {
+			s := &subscriber{seen: make([][]uint64, cfg.Publishers)}
+			c, err := dialPaho3Subscriber(ctx, &cfg, i, d.timeout, s)
+			if err != nil {
+				return nil, err
+			}
+			defer c.Disconnect(0)
+			s.paho = c
+			subs[i] = s
+			continue
+		}
 		c, _, err := d.connect(ctx, connectPacket(expand(cfg.SubClientID, i), cfg.SubUsername, cfg.SubPassword), 64<<10)
 		if err != nil {
 			return nil, err
@@ -353,6 +369,9 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	errs := make(chan error, len(pubs)*2+len(subs))
 	var readers sync.WaitGroup
 	for _, s := range subs {
+		if s.paho != nil {
+			continue // paho reads on its own goroutines
+		}
 		readers.Add(1)
 		go func() { defer readers.Done(); errs <- ignoreClosed(s.loop()) }()
 	}
@@ -436,6 +455,13 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	}
 	for _, p := range pubs {
 		p.close()
+	}
+	for _, s := range subs {
+		if s.paho != nil {
+			s.paho.Disconnect(0)
+			s.mu.Lock() // the handler's last record happens before what follows
+			s.mu.Unlock()
+		}
 	}
 	readers.Wait()
 	close(errs)

@@ -135,3 +135,52 @@ func (p *paho3Publisher) run(ctx context.Context, cfg *PubSubConfig, rate float6
 		}
 	}
 }
+
+// dialPaho3Subscriber connects subscriber i with paho.mqtt.golang over MQTT
+// 3.1.1 and subscribes it, recording what it receives in s.
+func dialPaho3Subscriber(ctx context.Context, cfg *PubSubConfig, i int, timeout time.Duration, s *subscriber) (mqtt3.Client, error) {
+	id := expand(cfg.SubClientID, i)
+	o := mqtt3.NewClientOptions().
+		AddBroker("tcp://" + cfg.Addr).
+		SetClientID(id).
+		SetUsername(cfg.SubUsername).
+		SetPassword(cfg.SubPassword).
+		SetProtocolVersion(4).
+		SetCleanSession(true).
+		SetKeepAlive(300 * time.Second).
+		SetAutoReconnect(false).
+		SetConnectRetry(false).
+		SetConnectTimeout(timeout).
+		SetWriteTimeout(timeout).
+		SetOrderMatters(true)
+	o.SetDefaultPublishHandler(func(_ mqtt3.Client, m mqtt3.Message) {
+		s.mu.Lock()
+		s.record(m.Payload(), time.Now())
+		s.mu.Unlock()
+	})
+	c := mqtt3.NewClient(o)
+	wait := func(what string, tok mqtt3.Token) error {
+		select {
+		case <-tok.Done():
+			return tok.Error()
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(timeout):
+			return fmt.Errorf("%s %s: no answer in %v", what, id, timeout)
+		}
+	}
+	if err := wait("connect", c.Connect()); err != nil {
+		c.Disconnect(0)
+		return nil, fmt.Errorf("connect %s: %w", id, err)
+	}
+	tok := c.Subscribe(cfg.SubFilter, cfg.QoS, nil)
+	if err := wait("subscribe", tok); err != nil {
+		c.Disconnect(0)
+		return nil, err
+	}
+	if r := tok.(*mqtt3.SubscribeToken).Result()[cfg.SubFilter]; r >= 0x80 {
+		c.Disconnect(0)
+		return nil, fmt.Errorf("subscribe %q refused: 0x%02X", cfg.SubFilter, r)
+	}
+	return c, nil
+}
