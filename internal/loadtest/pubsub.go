@@ -459,8 +459,6 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	for _, s := range subs {
 		if s.paho != nil {
 			s.paho.Disconnect(0)
-			s.mu.Lock() // the handler's last record happens before what follows
-			s.mu.Unlock()
 		}
 	}
 	readers.Wait()
@@ -475,8 +473,10 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	var dups int64
 	var lat []time.Duration
 	for _, s := range subs {
+		s.mu.Lock() // after paho's handler's last record
 		dups += s.dups.Load()
 		lat = append(lat, s.latencies...)
+		s.mu.Unlock()
 	}
 	r := &Result{
 		Mode: "pubsub", QoS: int(cfg.QoS), Publishers: cfg.Publishers, Subscribers: cfg.Subscribers,

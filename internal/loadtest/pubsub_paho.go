@@ -27,13 +27,14 @@ type paho3Publisher struct {
 	closeOnce sync.Once
 }
 
-func dialPaho3Publisher(ctx context.Context, cfg *PubSubConfig, i int, timeout time.Duration) (*paho3Publisher, error) {
-	id := expand(cfg.PubClientID, i)
-	o := mqtt3.NewClientOptions().
-		AddBroker("tcp://" + cfg.Addr).
-		SetClientID(id).
-		SetUsername(cfg.PubUsername).
-		SetPassword(cfg.PubPassword).
+// paho3Options are a load client's paho.mqtt.golang options: MQTT 3.1.1,
+// a clean session, no reconnecting (a lost connection fails the run).
+func paho3Options(addr, clientID, username, password string, timeout time.Duration) *mqtt3.ClientOptions {
+	return mqtt3.NewClientOptions().
+		AddBroker("tcp://" + addr).
+		SetClientID(clientID).
+		SetUsername(username).
+		SetPassword(password).
 		SetProtocolVersion(4).
 		SetCleanSession(true).
 		SetKeepAlive(300 * time.Second).
@@ -41,7 +42,11 @@ func dialPaho3Publisher(ctx context.Context, cfg *PubSubConfig, i int, timeout t
 		SetConnectRetry(false).
 		SetConnectTimeout(timeout).
 		SetWriteTimeout(timeout)
-	c := mqtt3.NewClient(o)
+}
+
+func dialPaho3Publisher(ctx context.Context, cfg *PubSubConfig, i int, timeout time.Duration) (*paho3Publisher, error) {
+	id := expand(cfg.PubClientID, i)
+	c := mqtt3.NewClient(paho3Options(cfg.Addr, id, cfg.PubUsername, cfg.PubPassword, timeout))
 	tok := c.Connect()
 	select {
 	case <-tok.Done():
@@ -140,19 +145,7 @@ func (p *paho3Publisher) run(ctx context.Context, cfg *PubSubConfig, rate float6
 // 3.1.1 and subscribes it, recording what it receives in s.
 func dialPaho3Subscriber(ctx context.Context, cfg *PubSubConfig, i int, timeout time.Duration, s *subscriber) (mqtt3.Client, error) {
 	id := expand(cfg.SubClientID, i)
-	o := mqtt3.NewClientOptions().
-		AddBroker("tcp://" + cfg.Addr).
-		SetClientID(id).
-		SetUsername(cfg.SubUsername).
-		SetPassword(cfg.SubPassword).
-		SetProtocolVersion(4).
-		SetCleanSession(true).
-		SetKeepAlive(300 * time.Second).
-		SetAutoReconnect(false).
-		SetConnectRetry(false).
-		SetConnectTimeout(timeout).
-		SetWriteTimeout(timeout).
-		SetOrderMatters(true)
+	o := paho3Options(cfg.Addr, id, cfg.SubUsername, cfg.SubPassword, timeout).SetOrderMatters(true)
 	o.SetDefaultPublishHandler(func(_ mqtt3.Client, m mqtt3.Message) {
 		s.mu.Lock()
 		s.record(m.Payload(), time.Now())
