@@ -123,19 +123,11 @@ func (q *queue) push(it item) (ok bool, room <-chan struct{}) {
 func (q *queue) take(b *batch, max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	waiting := 0
-	for _, l := range q.ready {
-		if l.free(b) {
-			waiting++
-		}
-	}
-	took := 0
-	turns := -1 // one account waiting: as many turns as max allows
-	if waiting > 1 {
-		turns = waiting
-	}
-	for took < max && turns != 0 {
-		k := q.pass(b, max-took, &turns)
+	// One pass is one round of turns; only an account alone with records
+	// to give takes more turns, up to max.
+	took, lanes := q.pass(b, max)
+	for lanes == 1 && took < max {
+		k, _ := q.pass(b, max-took)
 		if k == 0 {
 			break
 		}
@@ -150,22 +142,21 @@ func (q *queue) take(b *batch, max int) int {
 }
 
 // pass goes once through the turn order, giving b a turn of each lane it
-// may take from while turns last (counting down; -1 does not end), and
-// puts the lanes back in order: those passed over (held by another batch)
-// at the front, those with records left after their turn at the back. It
-// returns how many records it took, at most max.
-func (q *queue) pass(b *batch, max int, turns *int) int {
-	took := 0
+// may take from, and puts the lanes back in order: those passed over (held
+// by another batch) at the front, those with records left after their
+// turn at the back. It returns how many records it took, at most max, and
+// from how many lanes.
+func (q *queue) pass(b *batch, max int) (took, lanes int) {
 	held, again := q.held[:0], q.again[:0]
 	i := 0
-	for ; i < len(q.ready) && took < max && *turns != 0; i++ {
+	for ; i < len(q.ready) && took < max; i++ {
 		l := q.ready[i]
 		q.ready[i] = nil
 		if !l.free(b) {
 			held = append(held, l)
 			continue
 		}
-		*turns--
+		lanes++
 		k := min(l.len(), q.turn, max-took)
 		for j := l.head; j < l.head+k; j++ {
 			b.add(l.items[j])
@@ -200,7 +191,7 @@ func (q *queue) pass(b *batch, max int, turns *int) int {
 	clear(held)
 	clear(again)
 	q.held, q.again = held[:0], again[:0]
-	return took
+	return took, lanes
 }
 
 // release gives back the lanes b holds once its records are committed (or

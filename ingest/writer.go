@@ -403,11 +403,23 @@ func (w *Writer) first(b *batch, draining *bool) bool {
 			return true
 		}
 		if *draining {
-			// An Accept that raced with Close may still be about to queue.
-			if w.active.Load() == 0 && w.q.len() == 0 {
+			if w.active.Load() > 0 {
+				// An Accept that raced with Close may still be about to queue.
+				runtime.Gosched()
+				continue
+			}
+			if w.q.len() == 0 {
 				return false
 			}
-			runtime.Gosched()
+			// What is left is in lanes another writer holds while its
+			// commit goes on, retries included: wait for it to give them
+			// back (or to take them itself) without spinning.
+			select {
+			case <-w.q.notify:
+			case <-time.After(time.Millisecond):
+			case <-w.abortCtx.Done():
+				return false
+			}
 			continue
 		}
 		select {

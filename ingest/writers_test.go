@@ -155,3 +155,39 @@ func TestWritersKeepEachAccountsOrder(t *testing.T) {
 		t.Fatalf("commits of one account overlapped: %v", s.overlap)
 	}
 }
+
+// TestCloseWithTwoWritersDrainsHeldLanes: at Close, a record waiting
+// behind its account's commit in progress (held by one writer) is taken
+// once that commit ends, and Close returns with everything stored.
+func TestCloseWithTwoWritersDrainsHeldLanes(t *testing.T) {
+	s := newParallelStore(acctA)
+	w, err := ingest.New(s, ingest.Options{Writers: 2, MaxDelay: -1, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Accept(rec(acctA, 1), nil)
+	select {
+	case <-s.entered:
+	case <-time.After(waitFor):
+		t.Fatal("A's commit never began")
+	}
+	w.Accept(rec(acctA, 1), nil) // behind the held commit
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		closed <- w.Close(ctx)
+	}()
+	close(s.opened)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(2 * waitFor):
+		t.Fatal("Close never returned")
+	}
+	if got := len(s.committed()); got != 2 {
+		t.Fatalf("%d records stored at Close, want 2", got)
+	}
+}
