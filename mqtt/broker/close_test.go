@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -260,20 +259,8 @@ func v5Pub(tb testing.TB, addr, id string) *mqtttest.Raw {
 func TestKeepAliveTimeoutOverTLSAndWebSocket(t *testing.T) {
 	log, sink := testkit.NewLog()
 	b := startBroker(t, broker.Options{Logger: log})
-	cert, pool := testkit.SelfSigned(t)
-	tln, err := b.ListenTLS("127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wln, err := b.ListenWebSocket("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc, err := tls.Dial("tcp", tln.Addr().String(), &tls.Config{RootCAs: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rc := range []*mqtttest.Raw{mqtttest.RawOver(t, tc, packet.Version5), mqtttest.RawOver(t, hdDialWS(t, wsURL(wln.Addr().String()), "mqtt"), packet.Version5)} {
+	tc, wc := hgTLSAndWS(t, b)
+	for _, rc := range []*mqtttest.Raw{mqtttest.RawOver(t, tc, packet.Version5), mqtttest.RawOver(t, wc, packet.Version5)} {
 		rc.Connect(t, &packet.Connect{ClientID: "ka-" + rc.Conn.LocalAddr().String(), CleanStart: true, KeepAlive: 1})
 		if code, ok := lastDisconnect(rc.Closed(t)); !ok || code != packet.KeepAliveTimeout {
 			t.Fatalf("got DISCONNECT %v (%v), want 0x8D", code, ok)
