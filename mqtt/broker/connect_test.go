@@ -628,6 +628,10 @@ func TestPropertiesPassThrough(t *testing.T) {
 	}
 	pub.MustPublish(t, &paho.Publish{Topic: "pp/live", QoS: 1, Payload: []byte(`{"n":1}`), Properties: props(100)})
 	check(sub.Next(t), 100)
+	// paho answers PUBACK after handing the message over: the broker must
+	// have it before the client goes, or the message is (rightly) resent
+	// on resume.
+	eventually(t, "the subscriber's PUBACK", func() bool { return b.Stats().Inflight == 0 })
 
 	// Offline: one message expires while queued, the other counts down.
 	sub.Disconnect(&paho.Disconnect{})
