@@ -26,15 +26,15 @@ const (
 )
 
 // HashPassword returns the PHC-format argon2id hash of a human password.
-// Like CheckPassword, it computes at the lowest CPU priority
-// (atLowPriority).
+// Like CheckPassword, it computes at the lowest CPU priority: in the
+// process's KeyWorker if it has one (UseKeyWorker), else on a thread of
+// its own (atLowPriority).
 func HashPassword(pw string) (string, error) {
 	salt := make([]byte, 16)
 	if _, err := rand.Read(salt); err != nil {
 		return "", err
 	}
-	var key []byte
-	atLowPriority(func() { key = argon2.IDKey([]byte(pw), salt, argonTime, argonMemory, argonThreads, argonKeyLen) })
+	key := deriveKey(pw, salt, argonTime, argonMemory, argonThreads, argonKeyLen)
 	enc := base64.RawStdEncoding
 	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, argonMemory, argonTime, argonThreads,
 		enc.EncodeToString(salt), enc.EncodeToString(key)), nil
@@ -62,7 +62,12 @@ func CheckPassword(hash, pw string) (bool, error) {
 	if err1 != nil || err2 != nil {
 		return false, errors.New("argon2 hash: bad encoding")
 	}
-	var got []byte
-	atLowPriority(func() { got = argon2.IDKey([]byte(pw), salt, t, m, p, uint32(len(key))) })
+	if len(pw) > maxKeyPass {
+		return false, nil // far past MaxPasswordLen: no password set here is this long
+	}
+	if err := checkKeyParams(t, m, p, uint32(len(key)), len(salt), 0); err != nil {
+		return false, err
+	}
+	got := deriveKey(pw, salt, t, m, p, uint32(len(key)))
 	return subtle.ConstantTimeCompare(got, key) == 1, nil
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
@@ -40,7 +41,9 @@ import (
 const childEnv = "FLEETMQ_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	control.ServeKeyWorkerIfAsked()
 	if os.Getenv(childEnv) == "1" {
+		keyWorkers = true // a child is "fleetmq serve" as the binary runs it
 		i := 0
 		for i < len(os.Args) && os.Args[i] != "--" {
 			i++

@@ -18,9 +18,13 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+
+	"github.com/fleetmq/fleetmq/control"
 )
 
 func main() {
+	control.ServeKeyWorkerIfAsked() // the child "fleetmq serve" hashes passwords in
+	keyWorkers = true
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := runStdin(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
@@ -31,6 +35,11 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// keyWorkers is set when this is the fleetmq binary (not a test calling
+// runServe in process): serve then hashes passwords in a child process of
+// this executable (control.KeyWorker).
+var keyWorkers bool
 
 const usage = `fleetmq — a multi-tenant MQTT platform in one binary
 

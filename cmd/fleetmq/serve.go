@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/ingest"
 	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
@@ -33,6 +35,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg.Logger = log
 	cfg.Version = version
+	if keyWorkers {
+		if exe, err := os.Executable(); err == nil {
+			w := control.NewKeyWorker(exe, log)
+			control.UseKeyWorker(w)
+			defer w.Close()
+		}
+	}
 	a, err := app.Start(ctx, cfg)
 	if err != nil {
 		return err
