@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
@@ -18,9 +17,6 @@ const historyColumns = `account_id, client_id, topic, class, qos, published_qos,
 
 const historyColumnCount = 13
 
-// insertChunk is how many rows one INSERT statement carries.
-const insertChunk = 64
-
 // AppendHistory implements fleetmq.HistoryStore: one transaction, multi-row
 // INSERTs, and the latest-per-topic table updated with the newest record of
 // each topic in the batch.
@@ -32,60 +28,7 @@ func (s *Store) AppendHistory(ctx context.Context, recs []*fleetmq.Record) (err 
 	if s.dialect == postgresDialect {
 		return s.appendHistoryPostgres(ctx, recs)
 	}
-	return s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		args := make([]any, 0, insertChunk*historyColumnCount)
-		for start := 0; start < len(recs); start += insertChunk {
-			chunk := recs[start:min(start+insertChunk, len(recs))]
-			args = args[:0]
-			for _, r := range chunk {
-				var props any
-				if len(r.UserProperties) > 0 {
-					b, err := json.Marshal(r.UserProperties)
-					if err != nil {
-						return err
-					}
-					props = string(b)
-				}
-				payload := r.Payload
-				if payload == nil {
-					payload = []byte{}
-				}
-				args = append(args, r.AccountID, r.ClientID, r.Topic, r.Class, r.QoS, r.PublishedQoS, r.Retain,
-					payload, r.ContentType, r.PayloadFormat, props, r.StationControllerDeviceID, r.Received.UnixMicro())
-			}
-			res, err := tx.ExecContext(ctx, s.rebind(insertSQL(len(chunk))), args...)
-			if err != nil {
-				return err
-			}
-			// SQLite gives each new row of a rowid table the largest rowid
-			// plus one, row by row, and the transaction holds the write lock:
-			// the chunk's ids are consecutive and end at the last insert id.
-			last, err := res.LastInsertId()
-			if err != nil {
-				return err
-			}
-			for i, r := range chunk {
-				r.ID = last - int64(len(chunk)-1-i)
-			}
-		}
-		return s.updateLatest(ctx, tx, recs)
-	})
-}
-
-// insertSQL is a multi-row INSERT of n history rows.
-func insertSQL(n int) string {
-	var b strings.Builder
-	b.WriteString("INSERT INTO history (")
-	b.WriteString(historyColumns)
-	b.WriteString(") VALUES ")
-	row := "(" + strings.TrimSuffix(strings.Repeat("?, ", historyColumnCount), ", ") + ")"
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(row)
-	}
-	return b.String()
+	return s.appendHistorySQLite(ctx, recs)
 }
 
 // newestPerTopic returns the newest record of each (account, client,
@@ -106,20 +49,6 @@ func newestPerTopic(recs []*fleetmq.Record) []*fleetmq.Record {
 		out = append(out, r)
 	}
 	return out
-}
-
-// updateLatest records the newest record of each (account, client, topic)
-// of a batch.
-func (s *Store) updateLatest(ctx context.Context, tx *sql.Tx, recs []*fleetmq.Record) error {
-	q := s.rebind(`INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
-		WHERE excluded.received_us >= history_latest.received_us`)
-	for _, r := range newestPerTopic(recs) {
-		if _, err := tx.ExecContext(ctx, q, r.AccountID, r.ClientID, r.Topic, r.ID, r.Received.UnixMicro()); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // LatestHistory implements fleetmq.HistoryStore.

@@ -81,6 +81,8 @@ type Store struct {
 	// writeTurn (SQLite only; capacity 1) is held by this process's write
 	// in progress: see takeWriteTurn.
 	writeTurn chan struct{}
+	// appendStmts (SQLite only) are the history writer's statements.
+	appendStmts *appendStmts
 }
 
 var (
@@ -149,6 +151,10 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
+	}
+	if err := s.prepareAppend(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s.stopCkpt, s.ckptDone = make(chan struct{}), make(chan struct{})
 	go s.checkpoint(CheckpointInterval)
@@ -331,7 +337,7 @@ func (s *Store) Close() error {
 		})
 		ckptErr = s.ckpt.Close()
 	}
-	return errors.Join(s.reads.Close(), s.ingest.Close(), s.db.Close(), ckptErr)
+	return errors.Join(s.appendStmts.close(), s.reads.Close(), s.ingest.Close(), s.db.Close(), ckptErr)
 }
 
 // DB exposes the database for stores built on the same connection.
