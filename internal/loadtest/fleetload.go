@@ -379,12 +379,14 @@ func runFleetDevice(ctx context.Context, cfg *FleetConfig, i int, c fleetConn, s
 	}
 }
 
-// harnessRSS is this process's resident memory (KiB), for the devices'
-// own cost.
-func harnessRSS() int64 {
+// harnessInUse is the memory this process's heap and goroutine stacks
+// hold after a collection (KiB), for the devices' own cost: unlike its
+// RSS, it does not keep what an earlier run left to the allocator.
+func harnessInUse() int64 {
 	runtime.GC()
-	kib, _ := procRSS(syscall.Getpid())
-	return kib
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse+m.StackInuse) >> 10
 }
 
 // RunFleet connects the subscribers and the devices, lets the devices
@@ -402,7 +404,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	harnessBefore, goroutinesBefore := harnessRSS(), runtime.NumGoroutine()
+	harnessBefore, goroutinesBefore := harnessInUse(), runtime.NumGoroutine()
 
 	subs := make([]*fleetSub, cfg.Subscribers)
 	defer func() {
@@ -486,7 +488,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	harnessConnected, goroutinesConnected := harnessRSS(), runtime.NumGoroutine()
+	harnessConnected, goroutinesConnected := harnessInUse(), runtime.NumGoroutine()
 
 	// Publish for the window; the devices' phases spread the load over
 	// each period from the start.

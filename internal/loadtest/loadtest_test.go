@@ -317,8 +317,8 @@ func TestFleetShort(t *testing.T) {
 			addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePorts(t, 1))
 			argv := []string{bin, "broker", "--listen", addr, "--log-level", "error"}
 			var plat *platformSetup
+			dir := t.TempDir()
 			if target == "platform" {
-				dir := t.TempDir()
 				var err error
 				if plat, err = provisionPlatform(ctx, dir, benchClientIDs(devices)); err != nil {
 					t.Fatal(err)
@@ -359,6 +359,18 @@ func TestFleetShort(t *testing.T) {
 			// take more than one.
 			if r.BrokerCPUSeconds <= 0 || r.CPUPerMsgUs <= 0 || r.CPUPerInMsgUs <= r.CPUPerMsgUs {
 				t.Fatalf("CPU figures: %.2f s, %.2f µs/delivered, %.2f µs/received", r.BrokerCPUSeconds, r.CPUPerMsgUs, r.CPUPerInMsgUs)
+			}
+			if plat != nil {
+				// Acked means stored: history holds every acknowledged
+				// state message (and the telemetry it had room for).
+				b.stop()
+				stored, err := plat.historyCount(ctx, dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if stored < r.Acked || stored > r.Sent+r.TelemetrySent {
+					t.Fatalf("history holds %d records; %d state messages acked, %d telemetry sent", stored, r.Acked, r.TelemetrySent)
+				}
 			}
 		})
 	}

@@ -88,6 +88,9 @@ func (r *Result) summary() string {
 				r.BrokerCPUSeconds, r.CPUPerMsgUs, r.CPUPerInMsgUs, r.BrokerRSSConnectedKiB, r.KiBPerConn, r.BrokerRSSKiB, r.KiBPerConnSteady)
 		}
 		s += fmt.Sprintf("; harness %.1f KiB and %.1f goroutines per device (RSS %d KiB publishing)", r.HarnessKiBPerDevice, r.HarnessGoroutinesPerDevice, r.HarnessRSSKiB)
+		if r.Stored > 0 {
+			s += fmt.Sprintf("; history +%d records", r.Stored)
+		}
 		if r.DevicesStopped > 0 {
 			s += fmt.Sprintf("; %d devices stopped by a failed publish, first: %s", r.DevicesStopped, r.FirstError)
 		}
