@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -65,10 +66,11 @@ func (b *brokerProc) stop() {
 
 // scenario is one standard load of the comparison.
 type scenario struct {
-	name string
-	qos  byte
-	rate int  // 0 = unthrottled
-	idle bool // idle-connections scenario
+	name  string
+	qos   byte
+	rate  int  // 0 = unthrottled
+	idle  bool // idle-connections scenario
+	fleet bool // the fleet of devices (opt-in: -only fleet)
 }
 
 var scenarios = []scenario{
@@ -78,6 +80,7 @@ var scenarios = []scenario{
 	{name: "unthrottled-qos1", qos: 1},
 	{name: "unthrottled-qos2", qos: 2},
 	{name: "idle", idle: true},
+	{name: "fleet", fleet: true},
 }
 
 func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -93,8 +96,19 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	conns := fs.Int("idle-conns", maxIdleConns, "connections of the idle load")
 	sources := fs.String("sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "source addresses of the idle load")
 	port := fs.Int("port", 18830, "first loopback port for the brokers")
-	only := fs.String("only", "", "run only this scenario")
-	client := fs.String("client", ClientLean, "the MQTT client of the publishers and the subscriber: lean (the repository's own, MQTT 5, batching writes when unthrottled) or paho3 (paho.mqtt.golang over MQTT 3.1.1, one packet per write, as devices and most applications do)")
+	only := fs.String("only", "", "run only this scenario: fixed-rate-qos0/1/2, unthrottled-qos1/2, idle, or fleet (not run by default: "+
+		"N devices, each connected all along and publishing a JSON state message at QoS 1 and telemetry at QoS 0 every few seconds, into a few wildcard subscribers; "+
+		"broker CPU per message, memory per connected device, state latency)")
+	client := fs.String("client", ClientLean, "the MQTT client of the publishers and the subscribers: lean (the repository's own, MQTT 5, batching writes when unthrottled), paho3 (paho.mqtt.golang over MQTT 3.1.1) or pahov5 (paho.golang over MQTT 5); the paho clients write one packet per write, as devices and most applications do")
+	devices := fs.Int("devices", 15000, "fleet: devices, each connected all along (they need as many open files in this process)")
+	deviceClient := fs.String("device-client", "", "fleet: the devices' client (lean, paho3 or pahov5; default: -client); 15,000 fit in the harness with each")
+	fleetSubs := fs.Int("fleet-subscribers", 3, "fleet: wildcard subscribers receiving every device's messages")
+	// 15,000 devices at 10 s: 3,000 msg/s in and 9,000 out, which a 2-core
+	// machine carries with paho clients on both sides; at 5 s the
+	// harness's subscribers fall seconds behind.
+	stateEvery := fs.Duration("state-every", 10*time.Second, "fleet: each device's QoS 1 JSON state message period")
+	telemetryEvery := fs.Duration("telemetry-every", 10*time.Second, "fleet: each device's QoS 0 JSON telemetry period")
+	fleetDuration := fs.Duration("fleet-duration", 30*time.Second, "fleet: the measured window of steady publishing")
 	out := fs.String("out", "", "also write every result as JSON lines to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -125,7 +139,11 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	mosqAddr := "127.0.0.1:" + strconv.Itoa(*port+1)
 	platAddr := "127.0.0.1:" + strconv.Itoa(*port+2)
 	platDir := filepath.Join(work, "platform-data")
-	plat, err := provisionPlatform(ctx, platDir, benchClientIDs(*pubs))
+	platClients := *pubs
+	if *only == "fleet" {
+		platClients = max(platClients, *devices)
+	}
+	plat, err := provisionPlatform(ctx, platDir, benchClientIDs(platClients))
 	if err != nil {
 		return fmt.Errorf("provision the platform: %w", err)
 	}
@@ -163,7 +181,7 @@ log_dest none
 		}
 		for _, name := range order {
 			for _, sc := range scenarios {
-				if *only != "" && sc.name != *only {
+				if (*only != "" && sc.name != *only) || (*only == "" && sc.fleet) {
 					continue
 				}
 				if ctx.Err() != nil {
@@ -183,13 +201,22 @@ log_dest none
 						return err
 					}
 				}
-				if sc.idle {
+				switch {
+				case sc.fleet:
+					fc := FleetConfig{Addr: b.addr, Devices: *devices, Subscribers: *fleetSubs, StateEvery: *stateEvery,
+						TelemetryEvery: *telemetryEvery, Duration: *fleetDuration, Sources: ips, Client: *client,
+						DeviceClient: *deviceClient, BrokerPID: pid}
+					if name == "platform" {
+						plat.fleet(&fc)
+					}
+					r, err = RunFleet(ctx, fc)
+				case sc.idle:
 					ic := IdleConfig{Addr: b.addr, Conns: *conns, Sources: ips, BrokerPID: pid}
 					if name == "platform" {
 						plat.idle(&ic)
 					}
 					r, err = RunIdle(ctx, ic)
-				} else {
+				default:
 					pc := PubSubConfig{Addr: b.addr, Publishers: *pubs, Subscribers: 1, QoS: sc.qos,
 						Size: *size, Rate: sc.rate * *rate / 4000, Duration: *duration, BrokerPID: pid, Client: *client}
 					if name == "platform" {
@@ -237,6 +264,8 @@ func writeTable(w io.Writer, results map[string]map[string][]*Result) {
 		}
 		figure, get := "broker CPU µs/msg", func(r *Result) float64 { return r.CPUPerMsgUs }
 		switch {
+		case sc.fleet:
+			figure = "broker CPU µs/delivered msg"
 		case sc.idle:
 			figure, get = "KiB per idle connection", func(r *Result) float64 { return r.KiBPerConn }
 		case sc.rate == 0:
@@ -247,7 +276,56 @@ func writeTable(w io.Writer, results map[string]map[string][]*Result) {
 			lostDup(byBroker["fleetmq"]), lostDup(byBroker["mosquitto"]), lostDup(byBroker["platform"]))
 	}
 	tw.Flush()
+	writeFleetTable(w, results)
 	writeIngestTable(w, results)
+}
+
+// writeFleetTable prints the fleet load's figures per broker (medians).
+func writeFleetTable(w io.Writer, results map[string]map[string][]*Result) {
+	byBroker := results["fleet"]
+	if byBroker == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "| fleet (medians)\t| fleetmq broker\t| mosquitto\t| fleetmq platform\t|")
+	fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|")
+	rows := []struct {
+		name   string
+		format string
+		get    func(*Result) float64
+	}{
+		{"devices", "%.0f", func(r *Result) float64 { return float64(r.Devices) }},
+		{"broker CPU µs per delivered msg", "%.2f", func(r *Result) float64 { return r.CPUPerMsgUs }},
+		{"broker CPU µs per received msg", "%.2f", func(r *Result) float64 { return r.CPUPerInMsgUs }},
+		{"KiB per connected device", "%.2f", func(r *Result) float64 { return r.KiBPerConn }},
+		{"KiB per device, publishing", "%.2f", func(r *Result) float64 { return r.KiBPerConnSteady }},
+		{"state (QoS 1) latency p50 ms", "%.2f", func(r *Result) float64 { return r.P50Ms }},
+		{"state (QoS 1) latency p99 ms", "%.2f", func(r *Result) float64 { return r.P99Ms }},
+		{"state sent", "%.0f", func(r *Result) float64 { return float64(r.Sent) }},
+		{"state acked", "%.0f", func(r *Result) float64 { return float64(r.Acked) }},
+		{"state received (all subscribers)", "%.0f", func(r *Result) float64 { return float64(r.Delivered) }},
+		{"state lost", "%.0f", func(r *Result) float64 { return float64(r.Lost) }},
+		{"telemetry sent", "%.0f", func(r *Result) float64 { return float64(r.TelemetrySent) }},
+		{"telemetry received (all subscribers)", "%.0f", func(r *Result) float64 { return float64(r.TelemetryDelivered) }},
+		{"telemetry lost", "%.0f", func(r *Result) float64 { return float64(r.TelemetryLost) }},
+		{"devices stopped by a failed publish", "%.0f", func(r *Result) float64 { return float64(r.DevicesStopped) }},
+		{"delivered msg/s in the window", "%.0f", func(r *Result) float64 { return r.DeliveredPerSec }},
+		{"connect time of all devices s", "%.1f", func(r *Result) float64 { return r.ConnectSeconds }},
+		{"history records added (platform)", "%.0f", func(r *Result) float64 { return float64(r.Stored) }},
+	}
+	for _, row := range rows {
+		fmt.Fprintf(tw, "| %s", row.name)
+		for _, b := range []string{"fleetmq", "mosquitto", "platform"} {
+			if len(byBroker[b]) == 0 || (strings.HasSuffix(row.name, "(platform)") && b != "platform") {
+				fmt.Fprint(tw, "\t| -")
+				continue
+			}
+			fmt.Fprintf(tw, "\t| "+row.format, median(byBroker[b], row.get))
+		}
+		fmt.Fprintln(tw, "\t|")
+	}
+	tw.Flush()
 }
 
 // writeIngestTable prints, for the platform's QoS 1/2 loads, the rate at

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func inProcessBroker(t *testing.T) string {
 // figures come from this very process.
 func TestPubSubCountsEveryMessage(t *testing.T) {
 	addr := inProcessBroker(t)
-	for _, client := range []string{ClientLean, ClientPaho3} {
+	for _, client := range []string{ClientLean, ClientPaho3, ClientPahoV5} {
 		t.Run(client, func(t *testing.T) { pubSubCountsEveryMessage(t, addr, client) })
 	}
 }
@@ -66,6 +67,35 @@ func pubSubCountsEveryMessage(t *testing.T, addr, client string) {
 				t.Fatalf("rate %d for 200ms sent %d", rate, r.Sent)
 			}
 		}
+	}
+}
+
+// TestPubSubPahoV5 runs paho.golang (MQTT 5) publishers and subscribers
+// at a low fixed rate for a second per QoS against the in-process broker:
+// every message is acknowledged and delivered once to each subscriber.
+func TestPubSubPahoV5(t *testing.T) {
+	addr := inProcessBroker(t)
+	for _, qos := range []byte{0, 1, 2} {
+		r, err := RunPubSub(context.Background(), PubSubConfig{
+			Addr: addr, Publishers: 5, Subscribers: 2, QoS: qos, Size: 100, Rate: 200,
+			Duration: time.Second, BrokerPID: os.Getpid(), Client: ClientPahoV5,
+		})
+		if err != nil {
+			t.Fatalf("qos %d: %v", qos, err)
+		}
+		t.Logf("qos %d: %s", qos, r.summary())
+		if r.Sent < 100 || r.Sent > 210 || r.Delivered != 2*r.Sent || r.Lost != 0 || r.Duplicates != 0 {
+			t.Fatalf("qos %d: sent %d at 200 msg/s for 1 s, delivered %d (lost %d, dup %d)", qos, r.Sent, r.Delivered, r.Lost, r.Duplicates)
+		}
+		if qos > 0 && r.Acked < r.Sent*9/10 { // acked while publishing: the last few may come after
+			t.Fatalf("qos %d: %d of %d acknowledged while publishing", qos, r.Acked, r.Sent)
+		}
+		if r.P50Ms <= 0 || r.P99Ms < r.P50Ms {
+			t.Fatalf("qos %d: latency %+v", qos, r)
+		}
+	}
+	if _, err := RunPubSub(context.Background(), PubSubConfig{Addr: addr, Publishers: 1, Subscribers: 1, Client: "paho4"}); err == nil {
+		t.Fatal("an unknown client was accepted")
 	}
 }
 
@@ -136,11 +166,7 @@ func TestCompareEndToEnd(t *testing.T) {
 		}
 		t.Skip("mosquitto is not installed")
 	}
-	bin := filepath.Join(t.TempDir(), "fleetmq")
-	build := exec.Command("go", "build", "-o", bin, "github.com/fleetmq/fleetmq/cmd/fleetmq")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := fleetmqBinary(t)
 	port := testkit.FreePorts(t, 3) // fleetmq broker, Mosquitto, platform
 	jsonl := filepath.Join(t.TempDir(), "out.jsonl")
 	var out, errs bytes.Buffer
@@ -212,5 +238,140 @@ func TestRunHistory(t *testing.T) {
 	}
 	if again.FillPerSec != 0 || again.Records != 20_000 {
 		t.Fatalf("second run refilled the store: %+v", again)
+	}
+}
+
+var built struct {
+	once sync.Once
+	bin  string
+	err  error
+	out  []byte
+}
+
+// fleetmqBinary builds cmd/fleetmq once for the package's tests.
+func fleetmqBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "fleetmq-loadtest-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.bin = filepath.Join(dir, "fleetmq")
+		build := exec.Command("go", "build", "-o", built.bin, "github.com/fleetmq/fleetmq/cmd/fleetmq")
+		built.out, built.err = build.CombinedOutput()
+	})
+	if built.err != nil {
+		t.Fatalf("build: %v\n%s", built.err, built.out)
+	}
+	return built.bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.bin != "" {
+		os.RemoveAll(filepath.Dir(built.bin))
+	}
+	os.Exit(code)
+}
+
+// TestFleetPayload: the devices' messages are JSON objects of 150-200
+// bytes whose first fields the subscribers read back.
+func TestFleetPayload(t *testing.T) {
+	for _, state := range []bool{true, false} {
+		p := fleetPayload(nil, 14999, 123456, state)
+		var m map[string]any
+		if err := json.Unmarshal(p, &m); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if len(p) < 120 || len(p) > 200 {
+			t.Errorf("%d bytes: %s", len(p), p)
+		}
+		dev, seq, sent, st, ok := fleetHeader(p)
+		if !ok || dev != 14999 || seq != 123456 || st != state || time.Since(time.Unix(0, sent)) > time.Minute {
+			t.Fatalf("%s read back as %d %d %d %v %v", p, dev, seq, sent, st, ok)
+		}
+	}
+	for _, bad := range []string{"", "{", `{"n":1,"seq":2}`, `{"n":x,"seq":2,"sent_ns":3,"kind":"state"}`} {
+		if _, _, _, _, ok := fleetHeader([]byte(bad)); ok {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestFleetShort runs the fleet load's short form: 50 devices (state and
+// telemetry every 500 ms, for 2.5 s) into 3 subscribers, against
+// fleetmq broker and fleetmq serve (provisioned devices, the platform's
+// topic layout), each started from the built binary. Every QoS 1 state
+// message reaches every subscriber, and the broker figures are there.
+func TestFleetShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and starts two brokers")
+	}
+	bin := fleetmqBinary(t)
+	const devices = 50
+	for _, target := range []string{"broker", "platform"} {
+		t.Run(target, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			addr := "127.0.0.1:" + strconv.Itoa(testkit.FreePorts(t, 1))
+			argv := []string{bin, "broker", "--listen", addr, "--log-level", "error"}
+			var plat *platformSetup
+			dir := t.TempDir()
+			if target == "platform" {
+				var err error
+				if plat, err = provisionPlatform(ctx, dir, benchClientIDs(devices)); err != nil {
+					t.Fatal(err)
+				}
+				argv = []string{bin, "serve", "-data", dir, "-listen", addr, "-http-listen", "", "-log-level", "error"}
+			}
+			var log bytes.Buffer
+			b, err := startBroker(ctx, target, addr, argv, &log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.stop()
+			cfg := FleetConfig{Addr: addr, Devices: devices, Subscribers: 3, StateEvery: 500 * time.Millisecond,
+				TelemetryEvery: 500 * time.Millisecond, Duration: 2500 * time.Millisecond, Client: ClientPaho3,
+				Sources: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv4(127, 0, 0, 2)}, BrokerPID: b.cmd.Process.Pid}
+			if plat != nil {
+				plat.fleet(&cfg)
+			}
+			r, err := RunFleet(ctx, cfg)
+			if err != nil {
+				t.Fatalf("%v\nbroker log:\n%s", err, &log)
+			}
+			t.Log(r.summary())
+			// 5 state messages per device in 2.5 s, give or take one.
+			if r.Sent < devices*4 || r.Sent > devices*6 || r.Acked != r.Sent || r.Expected != 3*r.Sent || r.Delivered != r.Expected || r.Lost != 0 || r.Duplicates != 0 {
+				t.Fatalf("state messages: sent %d, acked %d, delivered %d of %d (lost %d, dup %d)", r.Sent, r.Acked, r.Delivered, r.Expected, r.Lost, r.Duplicates)
+			}
+			if r.TelemetrySent < devices*4 || r.TelemetryDelivered == 0 || r.DevicesStopped != 0 {
+				t.Fatalf("telemetry sent %d, delivered %d; %d devices stopped (%s)", r.TelemetrySent, r.TelemetryDelivered, r.DevicesStopped, r.FirstError)
+			}
+			if r.WindowReceived == 0 || r.WindowDelivered == 0 || r.BrokerRSSKiB <= 0 || r.BrokerRSSConnectedKiB <= 0 {
+				t.Fatalf("window or memory figures missing: %+v", r)
+			}
+			if r.P50Ms <= 0 || r.P99Ms < r.P50Ms || r.MaxMs < r.P99Ms {
+				t.Fatalf("latency percentiles: %+v", r)
+			}
+			// CPU comes in 10 ms ticks; 2.5 s of 200 msg/s in and 600 out
+			// take more than one.
+			if r.BrokerCPUSeconds <= 0 || r.CPUPerMsgUs <= 0 || r.CPUPerInMsgUs <= r.CPUPerMsgUs {
+				t.Fatalf("CPU figures: %.2f s, %.2f µs/delivered, %.2f µs/received", r.BrokerCPUSeconds, r.CPUPerMsgUs, r.CPUPerInMsgUs)
+			}
+			if plat != nil {
+				// Acked means stored: history holds every acknowledged
+				// state message (and the telemetry it had room for).
+				b.stop()
+				stored, err := plat.historyCount(ctx, dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if stored < r.Acked || stored > r.Sent+r.TelemetrySent {
+					t.Fatalf("history holds %d records; %d state messages acked, %d telemetry sent", stored, r.Acked, r.TelemetrySent)
+				}
+			}
+		})
 	}
 }

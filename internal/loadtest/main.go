@@ -50,10 +50,52 @@ type Result struct {
 	BrokerRSSKiB     int64   `json:"broker_rss_kib,omitempty"`
 	Conns            int     `json:"conns,omitempty"`
 	KiBPerConn       float64 `json:"kib_per_conn,omitempty"`
+
+	// The fleet load (Mode "fleet"): Sent .. Duplicates and the latencies
+	// are the QoS 1 state messages'; the telemetry (QoS 0) is counted
+	// apart. WindowReceived counts the messages the devices published in
+	// the measured window (Seconds) and WindowDelivered those the
+	// subscribers received in it: CPUPerMsgUs is the broker's CPU in the
+	// window per message delivered, CPUPerInMsgUs per message received.
+	// KiBPerConn is the broker's RSS with every device connected, less
+	// its RSS before, per device; KiBPerConnSteady the same at the end of
+	// the window.
+	Devices                    int     `json:"devices,omitempty"`
+	TelemetrySent              int64   `json:"telemetry_sent,omitempty"`
+	TelemetryDelivered         int64   `json:"telemetry_delivered,omitempty"`
+	TelemetryLost              int64   `json:"telemetry_lost,omitempty"`
+	WindowReceived             int64   `json:"window_received,omitempty"`
+	WindowDelivered            int64   `json:"window_delivered,omitempty"`
+	CPUPerInMsgUs              float64 `json:"cpu_per_in_msg_us,omitempty"`
+	BrokerRSSConnectedKiB      int64   `json:"broker_rss_connected_kib,omitempty"`
+	KiBPerConnSteady           float64 `json:"kib_per_conn_steady,omitempty"`
+	ConnectSeconds             float64 `json:"connect_seconds,omitempty"`
+	DevicesStopped             int64   `json:"devices_stopped,omitempty"` // by a failed publish
+	FirstError                 string  `json:"first_error,omitempty"`
+	HarnessKiBPerDevice        float64 `json:"harness_kib_per_device,omitempty"` // the harness's own RSS per connected device
+	HarnessRSSKiB              int64   `json:"harness_rss_kib,omitempty"`
+	HarnessGoroutinesPerDevice float64 `json:"harness_goroutines_per_device,omitempty"`
 }
 
 // summary is the one-line human form of r.
 func (r *Result) summary() string {
+	if r.Mode == "fleet" {
+		s := fmt.Sprintf("fleet: %d devices connected in %.1fs; state qos1 sent %d, acked %d, delivered %d/%d (lost %d, dup %d), latency p50 %.2fms p90 %.2fms p99 %.2fms max %.1fms; telemetry qos0 sent %d, delivered %d (lost %d); window %.1fs: %d in, %d out = %.0f msg/s out",
+			r.Devices, r.ConnectSeconds, r.Sent, r.Acked, r.Delivered, r.Expected, r.Lost, r.Duplicates, r.P50Ms, r.P90Ms, r.P99Ms, r.MaxMs,
+			r.TelemetrySent, r.TelemetryDelivered, r.TelemetryLost, r.Seconds, r.WindowReceived, r.WindowDelivered, r.DeliveredPerSec)
+		if r.BrokerCPUSeconds > 0 {
+			s += fmt.Sprintf("; broker CPU %.2fs = %.2f µs/delivered msg, %.2f µs/received msg; RSS %d KiB connected (%.2f KiB/device), %d KiB publishing (%.2f KiB/device)",
+				r.BrokerCPUSeconds, r.CPUPerMsgUs, r.CPUPerInMsgUs, r.BrokerRSSConnectedKiB, r.KiBPerConn, r.BrokerRSSKiB, r.KiBPerConnSteady)
+		}
+		s += fmt.Sprintf("; harness %.1f KiB and %.1f goroutines per device (RSS %d KiB publishing)", r.HarnessKiBPerDevice, r.HarnessGoroutinesPerDevice, r.HarnessRSSKiB)
+		if r.Stored > 0 {
+			s += fmt.Sprintf("; history +%d records", r.Stored)
+		}
+		if r.DevicesStopped > 0 {
+			s += fmt.Sprintf("; %d devices stopped by a failed publish, first: %s", r.DevicesStopped, r.FirstError)
+		}
+		return s
+	}
 	if r.Mode == "idle" {
 		return fmt.Sprintf("idle: %d connections in %.1fs, broker RSS %d KiB, %.2f KiB/connection",
 			r.Conns, r.Seconds, r.BrokerRSSKiB, r.KiBPerConn)

@@ -78,6 +78,19 @@ func (p *platformSetup) pubsub(c *PubSubConfig) {
 	c.SubUsername, c.SubPassword = p.subUser, p.subPass
 }
 
+// fleet fills a fleet load's identities and topics: devices dev{i} with
+// the publisher credential, on {account}/dev{i}/state/device and
+// {account}/dev{i}/telemetry/sensors (the platform layout wants a level
+// after the class), and subscribers following the whole account.
+func (p *platformSetup) fleet(c *FleetConfig) {
+	c.DeviceID = "dev{i}"
+	c.StateTopic = p.account + "/dev{i}/state/device"
+	c.TelemetryTopic = p.account + "/dev{i}/telemetry/sensors"
+	c.DeviceUsername, c.DevicePassword = p.pubUser, p.pubPass
+	c.SubFilter = p.account + "/#"
+	c.SubUsername, c.SubPassword = p.subUser, p.subPass
+}
+
 // idle fills an idle load's credentials (subscriber passwords connect with
 // any client id).
 func (p *platformSetup) idle(c *IdleConfig) {

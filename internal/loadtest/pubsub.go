@@ -14,8 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	mqtt3 "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
@@ -35,7 +33,8 @@ type PubSubConfig struct {
 	// Client is the publishers' MQTT client: ClientLean (default, the
 	// repository's own, which batches writes when unthrottled) or
 	// ClientPaho3 (paho.mqtt.golang speaking MQTT 3.1.1, one packet per
-	// write, as most device firmware does), for the subscribers too.
+	// write, as most device firmware does) or ClientPahoV5 (paho.golang
+	// speaking MQTT 5, one packet per write too), for the subscribers too.
 	Client string
 
 	// Topic and identity templates; "{i}" is replaced by the index.
@@ -51,20 +50,29 @@ type PubSubConfig struct {
 
 // Clients of the publishers and the subscribers (PubSubConfig.Client).
 const (
-	ClientLean  = "lean"
-	ClientPaho3 = "paho3"
+	ClientLean   = "lean"
+	ClientPaho3  = "paho3"
+	ClientPahoV5 = "pahov5"
 )
+
+// checkClient checks a client name (PubSubConfig.Client).
+func checkClient(c string) error {
+	switch c {
+	case ClientLean, ClientPaho3, ClientPahoV5:
+		return nil
+	}
+	return fmt.Errorf("client %q: must be %s, %s or %s", c, ClientLean, ClientPaho3, ClientPahoV5)
+}
 
 func (c *PubSubConfig) fill() error {
 	if c.Version == 0 {
 		c.Version = packet.Version5
 	}
-	switch c.Client {
-	case "":
+	if c.Client == "" {
 		c.Client = ClientLean
-	case ClientLean, ClientPaho3:
-	default:
-		return fmt.Errorf("client %q: must be %s or %s", c.Client, ClientLean, ClientPaho3)
+	}
+	if err := checkClient(c.Client); err != nil {
+		return err
 	}
 	if c.Publishers <= 0 || c.Subscribers <= 0 {
 		return errors.New("need at least one publisher and one subscriber")
@@ -104,9 +112,9 @@ const headerSize = 20
 
 // subscriber counts what one subscriber receives.
 type subscriber struct {
-	c    *conn        // the lean client's connection, or
-	paho mqtt3.Client // paho's (record runs on its handler goroutine, under mu)
-	mu   sync.Mutex
+	stop func()       // closes the subscriber's connection
+	run  func() error // the lean client's read loop (nil: paho reads on its own goroutines)
+	mu   sync.Mutex   // held by record
 
 	seen      [][]uint64 // per publisher, a bitset of sequence numbers
 	unique    atomic.Int64
@@ -118,6 +126,7 @@ type subscriber struct {
 // maxSamples bounds the latency samples each subscriber keeps.
 const maxSamples = 200_000
 
+// record notes a message of the pubsub load (its binary header).
 func (s *subscriber) record(payload []byte, now time.Time) {
 	if len(payload) < headerSize {
 		return
@@ -125,7 +134,15 @@ func (s *subscriber) record(payload []byte, now time.Time) {
 	pub := int(binary.BigEndian.Uint32(payload))
 	seq := binary.BigEndian.Uint64(payload[4:])
 	sent := int64(binary.BigEndian.Uint64(payload[12:]))
-	if pub >= len(s.seen) {
+	s.mu.Lock()
+	s.note(pub, seq, sent, now)
+	s.mu.Unlock()
+}
+
+// note counts message seq of publisher pub, sent at sent (Unix ns), under
+// s.mu.
+func (s *subscriber) note(pub int, seq uint64, sent int64, now time.Time) {
+	if pub < 0 || pub >= len(s.seen) {
 		return
 	}
 	w, bit := seq/64, seq%64
@@ -148,33 +165,34 @@ func (s *subscriber) record(payload []byte, now time.Time) {
 	}
 }
 
-// loop reads until the connection closes, acknowledging every flow.
-func (s *subscriber) loop() error {
+// leanSubscriberLoop reads a lean subscriber's connection until it
+// closes, acknowledging every flow and handing each payload to on.
+func leanSubscriberLoop(c *conn, on func(payload []byte)) error {
 	for {
-		p, err := s.c.read()
+		p, err := c.read()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			return err
 		}
-		more := s.c.r.Buffered() > 0
+		more := c.r.Buffered() > 0
 		switch p := p.(type) {
 		case *packet.Publish:
-			s.record(p.Payload, time.Now())
+			on(p.Payload)
 			switch p.QoS {
 			case 1:
-				err = s.c.sendAck(packet.PUBACK, p.PacketID, !more)
+				err = c.sendAck(packet.PUBACK, p.PacketID, !more)
 			case 2:
-				err = s.c.sendAck(packet.PUBREC, p.PacketID, !more)
+				err = c.sendAck(packet.PUBREC, p.PacketID, !more)
 			default:
 				if !more {
-					err = s.c.flush()
+					err = c.flush()
 				}
 			}
 		case *packet.Ack:
 			if p.Kind == packet.PUBREL {
-				err = s.c.sendAck(packet.PUBCOMP, p.PacketID, !more)
+				err = c.sendAck(packet.PUBCOMP, p.PacketID, !more)
 			}
 		case *packet.Disconnect:
 			return fmt.Errorf("server disconnected the subscriber: %v", p.ReasonCode)
@@ -302,44 +320,23 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 		return nil, err
 	}
 	d := dialer{addr: cfg.Addr, version: cfg.Version, timeout: 10 * time.Second}
-	var closers []*conn
-	defer func() {
-		for _, c := range closers {
-			c.close()
-		}
-	}()
 
 	subs := make([]*subscriber, cfg.Subscribers)
-	for i := range subs {
-		if cfg.Client == ClientPaho3 {
-			s := &subscriber{seen: make([][]uint64, cfg.Publishers)}
-			c, err := dialPaho3Subscriber(ctx, &cfg, i, d.timeout, s)
-			if err != nil {
-				return nil, err
+	defer func() {
+		for _, s := range subs {
+			if s != nil {
+				s.stop()
 			}
-			defer c.Disconnect(0)
-			s.paho = c
-			subs[i] = s
-			continue
 		}
-		c, _, err := d.connect(ctx, connectPacket(expand(cfg.SubClientID, i), cfg.SubUsername, cfg.SubPassword), 64<<10)
+	}()
+	for i := range subs {
+		s := &subscriber{seen: make([][]uint64, cfg.Publishers)}
+		stop, run, err := dialBenchSubscriber(ctx, cfg.Client, cfg.Version, cfg.subDial(i, d.timeout), func(payload []byte) { s.record(payload, time.Now()) })
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, c)
-		if err := c.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: cfg.SubFilter, QoS: cfg.QoS}}}, true); err != nil {
-			return nil, err
-		}
-		c.nc.SetReadDeadline(time.Now().Add(d.timeout))
-		p, err := c.read()
-		c.nc.SetReadDeadline(time.Time{})
-		if err != nil {
-			return nil, fmt.Errorf("subscribe: %w", err)
-		}
-		if sa, ok := p.(*packet.Suback); !ok || len(sa.ReasonCodes) != 1 || sa.ReasonCodes[0] >= 0x80 {
-			return nil, fmt.Errorf("subscribe %q refused: %+v", cfg.SubFilter, p)
-		}
-		subs[i] = &subscriber{c: c, seen: make([][]uint64, cfg.Publishers)}
+		s.stop, s.run = stop, run
+		subs[i] = s
 	}
 	pubs := make([]benchPublisher, cfg.Publishers)
 	defer func() {
@@ -350,8 +347,8 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 		}
 	}()
 	for i := range pubs {
-		if cfg.Client == ClientPaho3 {
-			p, err := dialPaho3Publisher(ctx, &cfg, i, d.timeout)
+		if cfg.Client != ClientLean {
+			p, err := dialPahoPublisher(ctx, &cfg, i, d.timeout)
 			if err != nil {
 				return nil, err
 			}
@@ -369,11 +366,11 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	errs := make(chan error, len(pubs)*2+len(subs))
 	var readers sync.WaitGroup
 	for _, s := range subs {
-		if s.paho != nil {
+		if s.run == nil {
 			continue // paho reads on its own goroutines
 		}
 		readers.Add(1)
-		go func() { defer readers.Done(); errs <- ignoreClosed(s.loop()) }()
+		go func() { defer readers.Done(); errs <- ignoreClosed(s.run()) }()
 	}
 	for _, p := range pubs {
 		readers.Add(1)
@@ -450,16 +447,11 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	}
 	cpu1, _ := procCPU(cfg.BrokerPID)
 	rss, _ := procRSS(cfg.BrokerPID)
-	for _, c := range closers {
-		c.close()
-	}
 	for _, p := range pubs {
 		p.close()
 	}
 	for _, s := range subs {
-		if s.paho != nil {
-			s.paho.Disconnect(0)
-		}
+		s.stop()
 	}
 	readers.Wait()
 	close(errs)
@@ -473,7 +465,7 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	var dups int64
 	var lat []time.Duration
 	for _, s := range subs {
-		s.mu.Lock() // after paho's handler's last record
+		s.mu.Lock() // after the last record
 		dups += s.dups.Load()
 		lat = append(lat, s.latencies...)
 		s.mu.Unlock()
