@@ -27,6 +27,7 @@ type brokerConfig struct {
 	RetainedMaxAge time.Duration
 	ConnectTimeout time.Duration
 	WriteTimeout   time.Duration
+	IdleParkAfter  time.Duration
 	Log            logFlags
 }
 
@@ -40,6 +41,7 @@ func (c *brokerConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetainedMaxAge, "retained-max-age", 0, "maximum age of retained messages, 0 for none [FLEETMQ_RETAINED_MAX_AGE]")
 	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", broker.DefaultConnectTimeout, "how long a new connection may take to send CONNECT (TLS handshake included) [FLEETMQ_CONNECT_TIMEOUT]")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", broker.DefaultWriteTimeout, "how long a write to a client may wait before the client is disconnected as not reading [FLEETMQ_WRITE_TIMEOUT]")
+	fs.DurationVar(&c.IdleParkAfter, "idle-park-after", broker.DefaultIdleParkAfter, "how long a plain TCP client may send nothing before it waits without a goroutine of its own (Linux; negative: never) [FLEETMQ_IDLE_PARK_AFTER]")
 	c.Log.register(fs)
 }
 
@@ -75,6 +77,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		StatePath:      cfg.StatePath,
 		ConnectTimeout: cfg.ConnectTimeout,
 		WriteTimeout:   cfg.WriteTimeout,
+		IdleParkAfter:  cfg.IdleParkAfter,
 	}
 	httpConns := 0
 	if cfg.HTTPListen != "" {

@@ -70,6 +70,8 @@ type Config struct {
 	// write to a client may wait before the client is disconnected.
 	ConnectTimeout time.Duration
 	WriteTimeout   time.Duration
+	// IdleParkAfter is the broker's Options.IdleParkAfter (default 10 s).
+	IdleParkAfter time.Duration
 	// StateSaveInterval is how often the broker saves retained messages
 	// and persistent sessions while running (they are also saved at a
 	// clean shutdown). Default 30 s.
@@ -204,6 +206,7 @@ func (a *App) start(ctx context.Context) error {
 		SweepInterval:  cfg.SweepInterval,
 		ConnectTimeout: cfg.ConnectTimeout,
 		WriteTimeout:   cfg.WriteTimeout,
+		IdleParkAfter:  cfg.IdleParkAfter,
 		SaveInterval:   cfg.StateSaveInterval,
 		StatePath:      filepath.Join(cfg.DataDir, BrokerStateFile),
 	}

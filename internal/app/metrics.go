@@ -89,6 +89,8 @@ func RegisterBroker(reg prometheus.Registerer, srv *broker.Server) {
 			}},
 		one("fleetmq_log_suppressed_total", "Event-log lines suppressed by the per-client rate limit.", metrics.Counter, func(s broker.Stats) int64 { return s.LogSuppressed }),
 		one("fleetmq_mqtt_strangers_waiting", "Open MQTT connections whose CONNECT has not fully arrived, waiting with no goroutine.", metrics.Gauge, func(s broker.Stats) int64 { return s.StrangersWaiting }),
+		one("fleetmq_mqtt_idle_parks_total", "Times an idle MQTT client was parked (its reader goroutine ended until it sends again).", metrics.Counter, func(s broker.Stats) int64 { return s.IdleParks }),
+		one("fleetmq_mqtt_idle_parked", "MQTT clients (plain TCP) that sent nothing for -idle-park-after, waiting with no goroutine until they send again.", metrics.Gauge, func(s broker.Stats) int64 { return s.IdleParked }),
 		one("fleetmq_mqtt_publisher_pauses_total", "1 ms pauses of publishers whose messages overflowed the queue of a subscriber still reading.", metrics.Counter, func(s broker.Stats) int64 { return s.PublisherPauses }),
 		one("fleetmq_mqtt_publish_throttled_total", "Inbound PUBLISH packets that waited for their client's or account's publish rate (the connection was not read meanwhile).", metrics.Counter, func(s broker.Stats) int64 { return s.PublishThrottled }),
 		metrics.Value("fleetmq_mqtt_publish_throttled_seconds_total", "Time connections spent not reading while a PUBLISH waited for its client's or account's publish rate.", metrics.Counter,

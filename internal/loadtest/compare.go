@@ -94,6 +94,7 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	pubs := fs.Int("publishers", 50, "publishers")
 	size := fs.Int("size", 200, "payload bytes")
 	conns := fs.Int("idle-conns", maxIdleConns, "connections of the idle load")
+	quiet := fs.Duration("idle-quiet", 15*time.Second, "how long the idle load's connections stay idle before the memory is measured (fleetmq parks idle clients after -idle-park-after, 10 s by default)")
 	sources := fs.String("sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "source addresses of the idle load")
 	port := fs.Int("port", 18830, "first loopback port for the brokers")
 	only := fs.String("only", "", "run only this scenario: fixed-rate-qos0/1/2, unthrottled-qos1/2, idle, or fleet (not run by default: "+
@@ -211,7 +212,7 @@ log_dest none
 					}
 					r, err = RunFleet(ctx, fc)
 				case sc.idle:
-					ic := IdleConfig{Addr: b.addr, Conns: *conns, Sources: ips, BrokerPID: pid}
+					ic := IdleConfig{Addr: b.addr, Conns: *conns, Sources: ips, BrokerPID: pid, Quiet: *quiet}
 					if name == "platform" {
 						plat.idle(&ic)
 					}

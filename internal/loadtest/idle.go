@@ -20,6 +20,10 @@ type IdleConfig struct {
 	ClientID  string // template with {i}
 	Username  string
 	Password  string
+	// Quiet is how long the connections stay idle before their memory is
+	// measured: a broker may change how it holds an idle connection after
+	// a while (fleetmq parks idle clients after -idle-park-after).
+	Quiet time.Duration
 
 	onMeasured func() // called with the connections still open
 }
@@ -90,6 +94,11 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (*Result, error) {
 		return nil, firstErr
 	}
 	connected := time.Since(start)
+	select {
+	case <-time.After(cfg.Quiet):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 	after, err := settledRSS(ctx, cfg.BrokerPID)
 	if err != nil {
 		return nil, err

@@ -217,6 +217,7 @@ func mainIdle(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&cfg.Username, "username", "", "username")
 	fs.StringVar(&cfg.Password, "password", "", "password")
 	hold := fs.Duration("hold", 0, "keep the connections open this long after measuring")
+	fs.DurationVar(&cfg.Quiet, "quiet", 15*time.Second, "how long the connections stay idle before the broker's memory is measured (fleetmq parks idle clients after -idle-park-after, 10 s by default)")
 	version := fs.Int("version", 5, "MQTT protocol level: 4 (3.1.1) or 5")
 	if err := fs.Parse(args); err != nil {
 		return err

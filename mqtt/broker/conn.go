@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -138,6 +139,18 @@ type conn struct {
 	graced   bool // the reader had its strangerGrace wait
 	parkedFD atomic.Int32
 	pend     *pendingConnect
+	// An idle client is parked too (Options.IdleParkAfter): idleState
+	// says whether its reader waits in fill's read with nothing buffered
+	// (idleWaiting), and the watchdog's request to park (idleAsked, with
+	// a read deadline in the past that wakes the read). The reader clears
+	// the deadline under idleMu before any other read, so no deadline
+	// outlives the request. parkedIdle (guarded by the parker's mu) says
+	// the parked connection is past CONNECT; noIdlePark (reader-owned),
+	// that the parker stopped.
+	idleMu     sync.Mutex
+	idleState  uint8
+	parkedIdle bool
+	noIdlePark bool
 	// flushes lists the connections this reader wrote routed messages to
 	// and owes a flush (reader-owned; see endWrite).
 	flushes []*conn
@@ -190,19 +203,29 @@ func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
 }
 
 // run serves the connection until it ends, or until it parks: a stranger
-// whose CONNECT has not fully arrived waits in the parker, which runs it
-// again when more bytes come (or when it ends).
+// whose CONNECT has not fully arrived, or an idle client, waits in the
+// parker, which runs it again when more bytes come (or when it ends).
 func (c *conn) run() {
 	err := c.serve()
 	for err == errParked {
-		if c.ending.Load() == nil && c.srv.parker.park(c) {
+		idle := c.id != nil
+		if idle {
+			// An idle client: nothing is buffered (fill parks only then),
+			// so it waits with its inline buffer only.
+			c.releaseRead()
+			c.buf, c.r, c.w = c.small[:], 0, 0
+		}
+		if srv := c.srv; c.ending.Load() == nil && srv.parker.park(c) {
+			if idle { // not c.id: once parked, c is the parker's
+				srv.stats.idleParks.Add(1)
+			}
 			return
 		}
 		if c.ending.Load() != nil || !c.srv.parker.down() {
 			err = net.ErrClosed // ending, or the socket is closed
 			break
 		}
-		c.parking = false // the parker stopped: wait here
+		c.parking, c.noIdlePark = false, true // the parker stopped: wait here
 		err = c.serve()
 	}
 	c.flushPending() // flushes this reader still owes others
@@ -215,22 +238,27 @@ func (c *conn) run() {
 // and ends.
 var errParked = errors.New("nothing to read yet: parked")
 
+// serve reads and handles packets until the connection ends or parks
+// (errParked); a connection that parked goes on where it was: a stranger
+// with its CONNECT, an idle client with its next packet.
 func (c *conn) serve() error {
-	first, err := c.readPacket()
-	if err == errParked {
-		return err
-	}
-	c.parking = false
-	if err != nil {
-		c.failConnect(first, err)
-		return err
-	}
-	cp, ok := first.(*packet.Connect)
-	if !ok {
-		return c.protocolError(packet.ProtocolError, fmt.Sprintf("first packet is %v, not CONNECT", first.Type()))
-	}
-	if err := c.connect(cp); err != nil {
-		return err
+	if c.id == nil {
+		first, err := c.readPacket()
+		if err == errParked {
+			return err
+		}
+		c.parking = false
+		if err != nil {
+			c.failConnect(first, err)
+			return err
+		}
+		cp, ok := first.(*packet.Connect)
+		if !ok {
+			return c.protocolError(packet.ProtocolError, fmt.Sprintf("first packet is %v, not CONNECT", first.Type()))
+		}
+		if err := c.connect(cp); err != nil {
+			return err
+		}
 	}
 	for {
 		p, err := c.readPacket()
@@ -333,7 +361,14 @@ func (c *conn) fill() error {
 			c.r, c.w = 0, n
 		}
 	}
+	idle := c.r == c.w && c.mayParkIdle()
+	if idle {
+		c.setIdle(idleWaiting)
+	}
 	n, err := c.readSome(c.buf[c.w:])
+	if idle && c.setIdle(idleBusy) && n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && c.ending.Load() == nil {
+		return errParked // idle: the watchdog woke the read to park it
+	}
 	c.lastN = n
 	c.w += n
 	if n > 0 {
@@ -345,6 +380,53 @@ func (c *conn) fill() error {
 		err = io.ErrNoProgress
 	}
 	return err
+}
+
+// The reader's states for idle parking (conn.idleState).
+const (
+	idleBusy    = iota // reading a packet, or handling one
+	idleWaiting        // in fill's read with nothing buffered
+	idleAsked          // asked to park: the read's deadline is in the past
+)
+
+// mayParkIdle reports whether the reader, about to wait for a packet, may
+// be parked if none comes for Options.IdleParkAfter: plain TCP only (TLS
+// and WebSocket keep bytes the socket no longer shows), past CONNECT, and
+// not ending.
+func (c *conn) mayParkIdle() bool {
+	return c.raw != nil && c.id != nil && !c.noIdlePark && c.srv.parker != nil && c.srv.opts.IdleParkAfter > 0 &&
+		c.ending.Load() == nil
+}
+
+// setIdle sets the reader's idle state and reports whether the watchdog
+// had asked it to park; if so, it clears the read deadline the request
+// set, unless the connection is closing and its own deadline (hangup.go)
+// stands.
+func (c *conn) setIdle(state uint8) (asked bool) {
+	c.idleMu.Lock()
+	asked = c.idleState == idleAsked
+	c.idleState = state
+	if asked {
+		c.wmu.Lock()
+		if !c.writeShut && !c.inDrain {
+			c.nc.SetReadDeadline(time.Time{})
+		}
+		c.wmu.Unlock()
+	}
+	c.idleMu.Unlock()
+	return asked
+}
+
+// askPark is the watchdog's request to park an idle client: if its reader
+// waits in fill's read with nothing buffered, a read deadline in the past
+// wakes the read, which then parks.
+func (c *conn) askPark() {
+	c.idleMu.Lock()
+	if c.idleState == idleWaiting {
+		c.idleState = idleAsked
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+	c.idleMu.Unlock()
 }
 
 // received records the time of a network read that returned bytes (per

@@ -95,6 +95,13 @@ type Options struct {
 	// ConnectTimeout is how long a new connection may take to send CONNECT.
 	// Default 10 seconds.
 	ConnectTimeout time.Duration
+	// IdleParkAfter is how long a plain TCP client may send nothing before
+	// its reader goroutine ends and its socket waits in the server's epoll
+	// set (Linux), until bytes arrive: an idle device then costs its
+	// session and connection state, not a goroutine's stack. Messages to
+	// it are written as to any connection. Default 10 seconds; negative
+	// never parks.
+	IdleParkAfter time.Duration
 	// WriteTimeout bounds one write to a client socket: a client that
 	// takes nothing for this long is disconnected (write_timeout). Default
 	// 30 seconds.
@@ -140,6 +147,7 @@ const (
 	DefaultSweepInterval     = time.Minute
 	DefaultConnectTimeout    = 10 * time.Second
 	DefaultWriteTimeout      = 30 * time.Second
+	DefaultIdleParkAfter     = 10 * time.Second
 	DefaultSaveInterval      = 30 * time.Second
 )
 
@@ -194,6 +202,9 @@ func (o *Options) fill() {
 	}
 	if o.WriteTimeout == 0 {
 		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.IdleParkAfter == 0 {
+		o.IdleParkAfter = DefaultIdleParkAfter
 	}
 	if o.CloseDrainTimeout == 0 {
 		o.CloseDrainTimeout = DefaultCloseDrainTimeout

@@ -55,9 +55,10 @@ func TestParkerDownStrangersGoOn(t *testing.T) {
 
 	parked := dial()
 	parked.Write(msg[:len(msg)/2])
-	waitFor("the stranger parked", func() bool { return s.parker.parked() == 1 })
+	strangers := func() int { n, _ := s.parker.parked(); return n }
+	waitFor("the stranger parked", func() bool { return strangers() == 1 })
 	s.parker.close() // as after a failed epoll wait
-	waitFor("the parked stranger let go", func() bool { return s.parker.parked() == 0 })
+	waitFor("the parked stranger let go", func() bool { return strangers() == 0 })
 	parked.Write(msg[len(msg)/2:])
 	connack(parked, "the stranger parked when the parker stopped")
 

@@ -10,12 +10,16 @@ import (
 )
 
 // parker holds strangers (connections whose CONNECT has not fully arrived)
-// without a goroutine each: their sockets wait in one epoll set, and a
-// reader goroutine runs only while bytes are there to read. A plain TCP
-// stranger that sends part of a CONNECT and falls silent keeps its
-// connection struct and the bytes it sent, not a goroutine's stack; a TLS
-// stranger waits here for its first byte (the handshake then runs in its
-// reader). The watchdog's connect timeout still ends them: ending a parked
+// and idle clients (plain TCP connections past CONNECT that sent nothing
+// for Options.IdleParkAfter) without a goroutine each: their sockets wait
+// in one epoll set, and a reader goroutine runs only while bytes are there
+// to read. A plain TCP stranger that sends part of a CONNECT and falls
+// silent keeps its connection struct and the bytes it sent, not a
+// goroutine's stack; a TLS stranger waits here for its first byte (the
+// handshake then runs in its reader); an idle device keeps its session
+// and connection struct, and messages for it are written from the
+// goroutines that route them, as for any connection. The watchdog's
+// connect timeout and keep alive still end them: ending a parked
 // connection starts its reader, which sees the end and cleans up.
 type parker struct {
 	epfd int
@@ -23,6 +27,7 @@ type parker struct {
 
 	mu     sync.Mutex
 	conns  map[int32]*conn // by socket descriptor
+	idle   int             // how many of conns are past CONNECT
 	closed bool            // epfd is closed: park refuses
 }
 
@@ -65,7 +70,7 @@ func (p *parker) loop(done <-chan struct{}) {
 }
 
 // close closes the epoll set and starts the reader of every connection
-// still parked.
+// still parked (an idle client's reader then waits in its goroutine).
 func (p *parker) close() {
 	p.mu.Lock()
 	if p.closed {
@@ -120,6 +125,9 @@ func (p *parker) park(c *conn) bool {
 	}
 	p.conns[fd] = c
 	c.parkedFD.Store(fd)
+	if c.parkedIdle = c.identity() != nil; c.parkedIdle {
+		p.idle++
+	}
 	p.mu.Unlock()
 	if c.ending.Load() != nil {
 		p.unpark(c) // ended while it was being parked: end's unpark missed it
@@ -159,6 +167,9 @@ func (p *parker) unpark(c *conn) {
 func (p *parker) removeLocked(c *conn) {
 	delete(p.conns, c.parkedFD.Load())
 	c.parkedFD.Store(-1)
+	if c.parkedIdle {
+		p.idle--
+	}
 	if p.closed {
 		return
 	}
@@ -168,14 +179,14 @@ func (p *parker) removeLocked(c *conn) {
 	})
 }
 
-// parked reports how many connections are parked.
-func (p *parker) parked() int {
+// parked reports how many strangers and how many idle clients are parked.
+func (p *parker) parked() (strangers, idle int) {
 	if p == nil {
-		return 0
+		return 0, 0
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.conns)
+	return len(p.conns) - p.idle, p.idle
 }
 
 // strangerGrace is how long a new connection's reader waits for its first

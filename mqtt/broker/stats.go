@@ -30,6 +30,7 @@ type counters struct {
 	protocolErrors    atomic.Int64
 	willsPublished    atomic.Int64
 	publisherPauses   atomic.Int64
+	idleParks         atomic.Int64
 	// publish rates (ratelimit.go)
 	publishThrottled      atomic.Int64
 	publishThrottledNanos atomic.Int64
@@ -45,6 +46,11 @@ type Stats struct {
 	// StrangersWaiting counts the open connections whose CONNECT has not
 	// fully arrived that wait with no goroutine (Linux; see the parker).
 	StrangersWaiting int64
+	// IdleParked counts the clients past CONNECT that wait with no
+	// goroutine, idle for Options.IdleParkAfter (Linux, plain TCP).
+	IdleParked int64
+	// IdleParks counts the times an idle client was parked.
+	IdleParks int64
 	// ConnsRefusedAtAccept counts connections closed as soon as they were
 	// accepted: a listener had Options.MaxConns open ([0]), their address
 	// had its MaxConnsPerAddr ([1]) or came faster than MaxConnRatePerAddr
@@ -129,11 +135,13 @@ func (s *Server) Stats() Stats {
 		WillsPublished:   c.willsPublished.Load(),
 		LogSuppressed:    s.events.suppressed.Load(),
 		PublisherPauses:  c.publisherPauses.Load(),
-		StrangersWaiting: int64(s.parker.parked()),
+		IdleParks:        c.idleParks.Load(),
 
 		PublishThrottled:     c.publishThrottled.Load(),
 		PublishThrottledTime: time.Duration(c.publishThrottledNanos.Load()),
 	}
+	strangers, idle := s.parker.parked()
+	st.StrangersWaiting, st.IdleParked = int64(strangers), int64(idle)
 	st.ConnectsRefused, st.ConnectsRefusedBy = byCode(&c.connectsRefused)
 	st.PublishRefused, st.PublishRefusedBy = byCode(&c.publishRefused)
 	st.SubscribesRefused, st.SubscribesRefusedBy = byCode(&c.subscribesRefused)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -14,43 +15,75 @@ import (
 // not completed). Sockets carry no deadlines at all, so a deadline set for
 // one write can never fail a later one, and reads and writes cost no timer
 // operations. A connection over a limit is ended with its reason (v5
-// clients get DISCONNECT 0x8D for the keep alive). The one exception is the
+// clients get DISCONNECT 0x8D for the keep alive). The watchdog also asks
+// idle clients to park (Options.IdleParkAfter). The exceptions are the
 // drain of a connection the server ended (hangup.go): a read deadline, set
-// once the connection is ending, when no write can follow it.
+// once the connection is ending, when no write can follow it; and the
+// request to park, a read deadline in the past that only a reader waiting
+// with nothing buffered gets, and clears before it reads again
+// (conn.askPark).
 
 // finalWriteTimeout bounds the last write of a connection the server is
 // closing (the DISCONNECT or refusing CONNACK after what was buffered).
 const finalWriteTimeout = 2 * time.Second
 
 // watchInterval is how often the watchdog looks at every connection: a
-// quarter of the shortest time limit, within 10-250 ms.
+// quarter of the shortest time limit (or of the idle time before parking),
+// within 10-250 ms.
 func (o *Options) watchInterval() time.Duration {
-	return min(max(min(o.ConnectTimeout, o.WriteTimeout)/4, 10*time.Millisecond), 250*time.Millisecond)
+	limit := min(o.ConnectTimeout, o.WriteTimeout)
+	if o.IdleParkAfter > 0 {
+		limit = min(limit, o.IdleParkAfter)
+	}
+	return min(max(limit/4, 10*time.Millisecond), 250*time.Millisecond)
 }
+
+// A crowd of clients parked at once leaves their readers' stacks to the Go
+// runtime, which frees them at its next collection and returns the memory
+// to the system slowly after that; on a quiet server the next collection
+// may be two minutes away. After parking freeAfterParks clients, the
+// watchdog has the memory returned at once once they have parked (at most
+// every freeEvery): a full collection and runtime/debug.FreeOSMemory's
+// return of every free page, tens of milliseconds of one core for a
+// heap of a few hundred megabytes.
+const (
+	freeAfterParks = 1024
+	freeEvery      = time.Minute
+	freeDelay      = time.Second // for the parked readers to end
+)
 
 // watch runs the watchdog until stop is closed.
 func (s *Server) watch(stop <-chan struct{}) {
 	t := time.NewTicker(s.opts.watchInterval())
 	defer t.Stop()
+	parks, lastFree := 0, time.Time{}
 	for {
 		select {
 		case <-stop:
 			return
 		case now := <-t.C:
-			s.checkConns(now)
+			asked := s.checkConns(now)
+			parks += asked
+			// Once the crowd has parked (a pass that asks nobody).
+			if asked == 0 && parks >= freeAfterParks && now.Sub(lastFree) >= freeEvery {
+				parks, lastFree = 0, now
+				time.AfterFunc(freeDelay, debug.FreeOSMemory)
+			}
 		}
 	}
 }
 
-// checkConns ends the connections that are over a time limit at now.
-func (s *Server) checkConns(now time.Time) {
+// checkConns ends the connections that are over a time limit at now, and
+// asks idle clients to park; it returns how many it asked.
+func (s *Server) checkConns(now time.Time) int {
 	type due struct {
 		c *conn
 		d Disconnection
 	}
 	var ends []due
-	var stuck []*conn
+	var stuck, idle []*conn
 	n := now.UnixNano()
+	park := int64(s.opts.IdleParkAfter)
 	s.mu.Lock()
 	for c := range s.conns {
 		if c.ending.Load() != nil {
@@ -62,15 +95,21 @@ func (s *Server) checkConns(now time.Time) {
 		}
 		if d, ok := c.overdue(n, &s.opts); ok {
 			ends = append(ends, due{c, d})
+		} else if park > 0 && c.raw != nil && c.parkedFD.Load() < 0 && n-c.lastRead.Load() > park && c.idp.Load() != nil {
+			idle = append(idle, c)
 		}
 	}
 	s.mu.Unlock()
 	for _, c := range stuck {
 		c.nc.Close()
 	}
+	for _, c := range idle {
+		c.askPark()
+	}
 	for _, e := range ends {
 		e.c.closeWith(e.d)
 	}
+	return len(idle)
 }
 
 // overdue reports whether c is over a time limit at n (Unix ns), and why.
