@@ -140,7 +140,7 @@ type conn struct {
 	parkedFD atomic.Int32
 	pend     *pendingConnect
 	// An idle client is parked too (Options.IdleParkAfter): idleState
-	// says whether its reader waits in fill's read with nothing buffered
+	// says whether its reader waits in readRaw with nothing buffered
 	// (idleWaiting), and the watchdog's request to park (idleAsked, with
 	// a read deadline in the past that wakes the read). The reader clears
 	// the deadline under idleMu before any other read, so no deadline
@@ -332,10 +332,14 @@ func unsupportedForm(cp *packet.Connect) byte {
 	return packet.Version311
 }
 
-// fill reads more bytes into the read buffer. It releases the large buffer
-// before blocking when the previous read was small, so idle connections
-// hold only the inline buffer.
+// fill reads more bytes into the read buffer. A plain TCP connection
+// holds no buffer while it waits (readRaw); a TLS or WebSocket one
+// releases the large buffer before blocking when the previous read was
+// small, so idle connections hold only the inline buffer.
 func (c *conn) fill() error {
+	if c.r == c.w && c.raw != nil && !c.parking {
+		return c.readRaw()
+	}
 	if c.r == c.w {
 		c.r, c.w = 0, 0
 		switch {
@@ -361,14 +365,7 @@ func (c *conn) fill() error {
 			c.r, c.w = 0, n
 		}
 	}
-	idle := c.r == c.w && c.mayParkIdle()
-	if idle {
-		c.setIdle(idleWaiting)
-	}
 	n, err := c.readSome(c.buf[c.w:])
-	if idle && c.setIdle(idleBusy) && n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && c.ending.Load() == nil {
-		return errParked // idle: the watchdog woke the read to park it
-	}
 	c.lastN = n
 	c.w += n
 	if n > 0 {
@@ -385,7 +382,7 @@ func (c *conn) fill() error {
 // The reader's states for idle parking (conn.idleState).
 const (
 	idleBusy    = iota // reading a packet, or handling one
-	idleWaiting        // in fill's read with nothing buffered
+	idleWaiting        // in readRaw, nothing buffered
 	idleAsked          // asked to park: the read's deadline is in the past
 )
 
@@ -418,7 +415,7 @@ func (c *conn) setIdle(state uint8) (asked bool) {
 }
 
 // askPark is the watchdog's request to park an idle client: if its reader
-// waits in fill's read with nothing buffered, a read deadline in the past
+// waits in readRaw with nothing buffered, a read deadline in the past
 // wakes the read, which then parks.
 func (c *conn) askPark() {
 	c.idleMu.Lock()
@@ -427,6 +424,59 @@ func (c *conn) askPark() {
 		c.nc.SetReadDeadline(time.Unix(1, 0))
 	}
 	c.idleMu.Unlock()
+}
+
+// readRaw is fill for a plain TCP connection whose read buffer is empty:
+// it waits for bytes with no buffer at all, then reads whatever is there
+// (up to largeRead) into a pooled buffer in one system call, which the
+// next readRaw gives back. A PUBLISH longer than the inline buffer comes
+// in one read, not two, and a waiting connection holds nothing.
+func (c *conn) readRaw() error {
+	c.releaseRead()
+	c.buf, c.r, c.w = c.small[:], 0, 0
+	idle := c.mayParkIdle()
+	if idle {
+		c.setIdle(idleWaiting)
+	}
+	var n int
+	var rerr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		if c.large == nil {
+			c.large = readPool.Get().(*[]byte)
+		}
+		for {
+			n, rerr = syscall.Read(int(fd), *c.large)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		if rerr == syscall.EAGAIN {
+			readPool.Put(c.large) // wait with no buffer
+			c.large = nil
+			return false
+		}
+		return true
+	})
+	if idle && c.setIdle(idleBusy) && errors.Is(err, os.ErrDeadlineExceeded) && c.ending.Load() == nil {
+		return errParked // idle: the watchdog woke the wait to park it
+	}
+	if err == nil {
+		err = rerr
+	}
+	if n > 0 {
+		c.buf, c.w, c.lastN = *c.large, n, n
+		c.srv.stats.bytesIn.Add(int64(n))
+		c.received()
+		return nil
+	}
+	c.releaseRead()
+	switch {
+	case err != nil:
+		return err
+	case n == 0:
+		return io.EOF
+	}
+	return io.ErrNoProgress
 }
 
 // received records the time of a network read that returned bytes (per
