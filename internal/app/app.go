@@ -164,6 +164,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, Store: store, Service: &control.Service{Store: store, Now: cfg.Now}, lock: lock}
+	a.HistorySlots.Now = cfg.Now
 	if err := a.start(ctx); err != nil {
 		if a.Broker != nil {
 			a.Broker.Close(context.Background())

@@ -90,6 +90,7 @@ func (a *API) registerHistory() {
 		if full != nil {
 			return nil, full
 		}
+		st := a.deps.HistorySlots.Charged(p.account.ID, a.deps.Store)
 		if !paged {
 			return &huma.StreamResponse{Body: func(hc huma.Context) {
 				defer release()
@@ -97,7 +98,7 @@ func (a *API) registerHistory() {
 				hc.SetStatus(http.StatusOK)
 				_, w := humago.Unwrap(hc)
 				out := &deadlineWriter{w: hc.BodyWriter(), rc: http.NewResponseController(w), timeout: ExportWriteTimeout}
-				if _, err := history.Export(ctx, out, a.deps.Store, q, f); err != nil {
+				if _, err := history.Export(ctx, out, st, q, f); err != nil {
 					// The status is sent; all that is left is to stop.
 					a.deps.Logger.Warn("api: history export ended early", "account", p.account.ID, "error", err)
 				}
@@ -106,7 +107,7 @@ func (a *API) registerHistory() {
 		defer release()
 		qctx, cancel := context.WithTimeout(ctx, a.deps.QueryTimeout)
 		defer cancel()
-		page, err := history.Page(qctx, a.deps.Store, q)
+		page, err := history.Page(qctx, st, q)
 		if err != nil {
 			if p := queryProblem(ctx, err, a.deps.QueryTimeout); p != nil {
 				return nil, p

@@ -600,3 +600,28 @@ func TestHistoryQueryTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestHistoryStoreTime: an account whose history reads have spent their
+// store time (history.StoreTimeBurst, earned back at one second per
+// second) gets 429 rate_limited on GET /history with the seconds until it
+// has some again in Retry-After and in the detail; another account's
+// history is unaffected; once the time has passed, the account reads
+// again.
+func TestHistoryStoreTime(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	A := e.tenant(t, "A", "starter", allAddOns)
+	B := e.tenant(t, "B", "starter", allAddOns)
+	e.HistorySlots.Charge(A.ID, history.StoreTimeBurst+3*time.Second) // as two heavy reads at once would
+	r := e.get(t, A.Token, "/history")
+	p := r.problem(t, http.StatusTooManyRequests, fleetmq.CodeRateLimited)
+	if got := r.Header.Get("Retry-After"); got != "4" { // 3 s and a millisecond
+		t.Fatalf("Retry-After %q, want 4", got)
+	}
+	if !strings.Contains(p.Detail, "store time") || !strings.Contains(p.Detail, "retry in 4 s") {
+		t.Fatalf("detail %q", p.Detail)
+	}
+	e.get(t, B.Token, "/history").ok(t, http.StatusOK, nil)
+	e.clock.Add(4 * time.Second)
+	e.get(t, A.Token, "/history").ok(t, http.StatusOK, nil)
+}

@@ -16,16 +16,25 @@ import (
 const QueryTimeout = 15 * time.Second
 
 // takeQuery reserves a history slot for the account, or answers 429 when
-// it has none free. The returned func gives the slot back.
+// it has none free or its reads have spent their store time. The returned
+// func gives the slot back.
 func (a *API) takeQuery(accountID string) (func(), *Problem) {
-	release, ok := a.deps.HistorySlots.Take(accountID)
+	release, retry, ok := a.deps.HistorySlots.Take(accountID)
 	if !ok {
-		p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited,
-			strconv.Itoa(history.RequestsPerAccount)+" history requests of this account are running already (a page, an export or a portal device page each); retry when one has finished")
-		p.GetHeaders().Set("Retry-After", "1")
+		msg := strconv.Itoa(history.RequestsPerAccount) + " history requests of this account are running already (a page, an export or a portal device page each); retry when one has finished"
+		if retry > 0 {
+			msg = "this account's history reads have used their store time (one second per second, bursts of " + history.StoreTimeBurst.String() + "); retry in " + retrySeconds(retry) + " s"
+		}
+		p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited, msg)
+		p.GetHeaders().Set("Retry-After", retrySeconds(retry))
 		return nil, p
 	}
 	return release, nil
+}
+
+// retrySeconds is a Retry-After value: whole seconds, at least 1.
+func retrySeconds(d time.Duration) string {
+	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
 }
 
 // queryProblem turns a page query that ran out of its time (limit) into a

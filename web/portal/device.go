@@ -93,15 +93,21 @@ func (p *Portal) device(c *call) {
 	// The page reads history (latest values, a page, a chart): it takes
 	// one of the account's history slots, shared with the REST API, and
 	// its reads stop after HistoryTimeout.
-	release, ok := p.deps.HistorySlots.Take(c.acc.ID)
+	release, retry, ok := p.deps.HistorySlots.Take(c.acc.ID)
 	if !ok {
-		c.w.Header().Set("Retry-After", "1")
+		msg := "Your account is running " + strconv.Itoa(history.RequestsPerAccount) +
+			" history requests already (exports or pages through the REST API, or device pages). Reload this page when one has finished."
+		if retry > 0 {
+			msg = "Your account's history reads (exports or pages through the REST API, or device pages) have used the database time they may use for now. Reload this page in " +
+				strconv.Itoa(max(1, int(retry.Round(time.Second)/time.Second))) + " s."
+		}
+		c.w.Header().Set("Retry-After", strconv.Itoa(max(1, int((retry+time.Second-1)/time.Second))))
 		c.render(http.StatusTooManyRequests, "error", "Busy", "clients", "clients", errorData{Status: http.StatusTooManyRequests,
-			Heading: "History is busy", Message: "Your account is running " + strconv.Itoa(history.RequestsPerAccount) +
-				" history requests already (exports or pages through the REST API, or device pages). Reload this page when one has finished."})
+			Heading: "History is busy", Message: msg})
 		return
 	}
 	defer release()
+	hist := p.deps.HistorySlots.Charged(c.acc.ID, p.deps.Store)
 	ctx, cancel := context.WithTimeout(c.ctx, HistoryTimeout)
 	defer cancel()
 	c.ctx = ctx
@@ -122,7 +128,7 @@ func (p *Portal) device(c *call) {
 		return
 	}
 	d.Problems = problemRows(problems, d.Prefix, nil)
-	latest, err := p.deps.Store.LatestHistory(c.ctx, c.acc.ID, cl.ClientID)
+	latest, err := hist.LatestHistory(c.ctx, c.acc.ID, cl.ClientID)
 	if err != nil {
 		c.fail(err)
 		return
@@ -146,7 +152,7 @@ func (p *Portal) device(c *call) {
 		d.Class, d.Cursor = "", ""
 		hq, _ = history.Build(c.acc.ID, history.Params{ClientID: cl.ClientID, Limit: strconv.Itoa(HistoryPageSize)}, false)
 	}
-	page, err := history.Page(c.ctx, p.deps.Store, hq)
+	page, err := history.Page(c.ctx, hist, hq)
 	if err != nil {
 		c.fail(err)
 		return
@@ -220,7 +226,7 @@ func (p *Portal) chart(c *call, cl *fleetmq.MQTTClient, q url.Values, latest []*
 		ch.Error = "The topic filter is not valid: give a topic under this client, such as telemetry/temp_probe or telemetry/#."
 		return ch
 	}
-	s, err := history.Aggregate(c.ctx, p.deps.Store, hq, ch.Field, bucket)
+	s, err := history.Aggregate(c.ctx, p.deps.HistorySlots.Charged(c.acc.ID, p.deps.Store), hq, ch.Field, bucket)
 	if err != nil {
 		if fleetmq.CodeOf(err) == fleetmq.CodeValidation {
 			ch.Error = "The field name is not valid: give a JSON field such as temperature, or a dotted path such as battery.level."
