@@ -79,6 +79,7 @@ var docsSkipped = map[docRef]string{
 	{"docs/benchmarks.md", "### Unthrottled fan-in", 1}:                                                 "a benchmark: minutes of full load on the machine",
 	{"docs/benchmarks.md", "### Memory per idle connection", 1}:                                         "a benchmark: minutes of full load on the machine",
 	{"docs/benchmarks.md", "### A fleet of 15,000 devices", 1}:                                          "a benchmark: 15,000 devices against three brokers (the short form is internal/loadtest's TestFleetShort)",
+	{"docs/benchmarks.md", "### A fleet of 15,000 devices", 2}:                                          "a benchmark: the paho.mqtt.golang fleet again, one round (the short form is internal/loadtest's TestFleetShort)",
 	{"docs/benchmarks.md", "## Stored history: ingest through the broker", 1}:                           "a benchmark: minutes of full load on the machine",
 	{"docs/benchmarks.md", "### The ingest writer alone", 1}:                                            "a benchmark (go test -bench)",
 	{"docs/benchmarks.md", "### The ingest writer alone", 2}:                                            "a benchmark (go test -bench)",
