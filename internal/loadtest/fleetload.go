@@ -82,16 +82,11 @@ func (c *FleetConfig) fill() error {
 	if c.Drain <= 0 {
 		c.Drain = 5 * time.Second
 	}
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&c.DeviceID, "dev{i}")
-	def(&c.StateTopic, "fleet/dev{i}/state/device")
-	def(&c.TelemetryTopic, "fleet/dev{i}/telemetry/sensors")
-	def(&c.SubClientID, "fleet-sub-{i}")
-	def(&c.SubFilter, "fleet/#")
+	orDefault(&c.DeviceID, "dev{i}")
+	orDefault(&c.StateTopic, "fleet/dev{i}/state/device")
+	orDefault(&c.TelemetryTopic, "fleet/dev{i}/telemetry/sensors")
+	orDefault(&c.SubClientID, "fleet-sub-{i}")
+	orDefault(&c.SubFilter, "fleet/#")
 	return nil
 }
 

@@ -92,15 +92,10 @@ func (c *PubSubConfig) fill() error {
 	if c.Drain <= 0 {
 		c.Drain = 5 * time.Second
 	}
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&c.PubClientID, "bench-pub-{i}")
-	def(&c.PubTopic, "bench/{i}/telemetry")
-	def(&c.SubClientID, "bench-sub-{i}")
-	def(&c.SubFilter, "bench/#")
+	orDefault(&c.PubClientID, "bench-pub-{i}")
+	orDefault(&c.PubTopic, "bench/{i}/telemetry")
+	orDefault(&c.SubClientID, "bench-sub-{i}")
+	orDefault(&c.SubFilter, "bench/#")
 	return nil
 }
 
@@ -523,4 +518,11 @@ func ignoreClosed(err error) error {
 		return nil
 	}
 	return err
+}
+
+// orDefault sets *s to v when it is empty (a config's default).
+func orDefault(s *string, v string) {
+	if *s == "" {
+		*s = v
+	}
 }
