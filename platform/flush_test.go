@@ -10,11 +10,15 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // chunkSink stores problems and usage in memory, remembering how many rows
 // each write carried, and refuses the writes numbered in fail.
 type chunkSink struct {
+	// slow, when set, is advanced by 100 ms per write: a store whose write
+	// lock is held by long history commits.
+	slow     *testkit.Clock
 	fail     map[int]bool // 1-based write numbers to refuse
 	writes   int
 	sizes    []int
@@ -24,6 +28,9 @@ type chunkSink struct {
 
 func (s *chunkSink) write(n int) error {
 	s.writes++
+	if s.slow != nil {
+		s.slow.Add(100 * time.Millisecond)
+	}
 	if s.fail[s.writes] {
 		return errors.New("disk full")
 	}
@@ -107,6 +114,31 @@ func TestFlushInShortWrites(t *testing.T) {
 		k := []string{"A", "B"}[i%2] + fmt.Sprintf("/dev-%d", i)
 		if s.messages[k] != 1 {
 			t.Fatalf("client %s: %d messages stored, want 1", k, s.messages[k])
+		}
+	}
+}
+
+// TestFlushGrowsWritesBehindSlowCommits: when each usage write waits long
+// for the store (here 100 ms, as behind long history commits), the writes
+// grow, doubling up to flushChunkMax rows, so that 5,000 clients' usage is
+// written in a handful of writes, every client's exactly once; with a
+// store that answers at once they stay at flushChunk (TestFlushInShortWrites).
+func TestFlushGrowsWritesBehindSlowCommits(t *testing.T) {
+	clk := testkit.NewClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
+	p := NewPolicy(Options{Now: clk.Now}, &Snapshot{})
+	const clients = 5000
+	for i := range clients {
+		p.meter.client("A", fmt.Sprintf("dev-%d", i)).count(clk.Now(), 1)
+	}
+	s := &chunkSink{slow: clk, problems: map[string]int64{}, messages: map[string]int64{}}
+	p.flush(context.Background(), s, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	want := []int{32, 64, 128, 256, 512, 1024, 1024, 1024, 1024}
+	if len(s.sizes) != len(want) || s.sizes[0] != want[0] || s.sizes[5] != flushChunkMax {
+		t.Fatalf("write sizes %v, want doubling from %d to %d (%v)", s.sizes, flushChunk, flushChunkMax, want)
+	}
+	for i := range clients {
+		if n := s.messages[fmt.Sprintf("A/dev-%d", i)]; n != 1 {
+			t.Fatalf("client dev-%d: %d messages stored, want 1", i, n)
 		}
 	}
 }

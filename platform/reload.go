@@ -168,6 +168,17 @@ const flushTimeout = 10 * time.Second
 // many short writes the history writer takes turns with, not one long one.
 const flushChunk = 32
 
+// When a usage write takes longer than slowFlushWrite (it waited for the
+// write lock behind long history commits: the store is busy, and its
+// acknowledgements wait that long anyway), the next one carries twice as
+// many rows, up to flushChunkMax: thousands of clients' usage still fit in
+// one flush, instead of lagging further behind at every flush while the
+// load lasts.
+const (
+	slowFlushWrite = 50 * time.Millisecond
+	flushChunkMax  = 1024
+)
+
 func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 	if sink == nil {
 		return
@@ -178,14 +189,19 @@ func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 		}
 	}
 	daily, clients := p.meter.Collect(broker.DropNames())
+	chunk := flushChunk
 	for len(daily) > 0 || len(clients) > 0 {
-		nd := min(len(daily), flushChunk)
-		nc := min(len(clients), flushChunk-nd)
+		nd := min(len(daily), chunk)
+		nc := min(len(clients), chunk-nd)
+		start := p.opts.Now()
 		if err := sink.AddUsage(ctx, daily[:nd], clients[:nc]); err != nil {
 			// Put back what was not written, so the next flush retries it.
 			p.meter.restore(daily, clients, broker.DropNames())
 			log.Error("flush usage", "error", err)
 			return
+		}
+		if p.opts.Now().Sub(start) > slowFlushWrite {
+			chunk = min(2*chunk, flushChunkMax)
 		}
 		daily, clients = daily[nd:], clients[nc:]
 	}
