@@ -91,6 +91,12 @@ func deriveKey(pw string, salt []byte, t, m uint32, p uint8, keyLen uint32) []by
 	if w := keyWorker.Load(); w != nil {
 		return w.Derive(pw, salt, t, m, p, keyLen)
 	}
+	return deriveInProcess(pw, salt, t, m, p, keyLen)
+}
+
+// deriveInProcess is argon2.IDKey on a thread of this process at the
+// lowest priority (which its lanes' goroutines do not keep: see KeyWorker).
+func deriveInProcess(pw string, salt []byte, t, m uint32, p uint8, keyLen uint32) []byte {
 	var key []byte
 	atLowPriority(func() { key = argon2.IDKey([]byte(pw), salt, t, m, p, keyLen) })
 	return key
@@ -115,9 +121,7 @@ func (w *KeyWorker) Derive(pw string, salt []byte, t, m uint32, p uint8, keyLen 
 		}
 	}
 	w.logger.Warn("password hashing in the server process: the key worker failed", "error", err)
-	var key []byte
-	atLowPriority(func() { key = argon2.IDKey([]byte(pw), salt, t, m, p, keyLen) })
-	return key
+	return deriveInProcess(pw, salt, t, m, p, keyLen)
 }
 
 // roundTrip sends one request to the worker, starting it if needed, and

@@ -106,6 +106,12 @@ func (s *Slots) Take(accountID string) (release func(), retry time.Duration, ok 
 	}, 0, true
 }
 
+// RetrySeconds is a Retry-After value for a wait of d: whole seconds,
+// rounded up, at least 1.
+func RetrySeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
 // Charge spends d of the account's store-time credit (it may go below
 // zero: the account's next requests wait until it is earned back).
 func (s *Slots) Charge(accountID string, d time.Duration) {

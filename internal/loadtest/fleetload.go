@@ -430,50 +430,25 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*Result, error) {
 	// Connect the devices, cfg.Parallel at a time.
 	devices := make([]fleetConn, cfg.Devices)
 	closeDevices := func() {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for range cfg.Parallel {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := int(next.Add(1) - 1); i < len(devices); i = int(next.Add(1) - 1) {
-					if devices[i] != nil {
-						devices[i].disconnect()
-						devices[i] = nil
-					}
-				}
-			}()
-		}
-		wg.Wait()
+		forEachIndex(context.Background(), len(devices), cfg.Parallel, func(i int) error {
+			if devices[i] != nil {
+				devices[i].disconnect()
+				devices[i] = nil
+			}
+			return nil
+		})
 	}
 	defer closeDevices()
 	connectStart := time.Now()
-	var next atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
-	var wg sync.WaitGroup
-	for range cfg.Parallel {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= cfg.Devices || ctx.Err() != nil {
-					return
-				}
-				c, err := dialFleetDevice(ctx, &cfg, i)
-				if err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("device %d: %w", i, err) })
-					next.Store(int64(cfg.Devices))
-					return
-				}
-				devices[i] = c
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	if err := forEachIndex(ctx, cfg.Devices, cfg.Parallel, func(i int) error {
+		c, err := dialFleetDevice(ctx, &cfg, i)
+		if err != nil {
+			return fmt.Errorf("device %d: %w", i, err)
+		}
+		devices[i] = c
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -522,25 +497,11 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*Result, error) {
 	// Wait for deliveries until complete or stalled.
 	stateSent, telemetrySent := counts.stateSent.Load(), counts.telemetrySent.Load()
 	subsN := int64(len(subs))
-	last, lastChange := int64(-1), time.Now()
-	for {
+	if _, err := drainWait(ctx, cfg.Drain, errs, func() (int64, bool) {
 		st, te := delivered()
-		if st+te != last {
-			last, lastChange = st+te, time.Now()
-		}
-		if st >= stateSent*subsN && te >= telemetrySent*subsN {
-			break
-		}
-		if time.Since(lastChange) > cfg.Drain || ctx.Err() != nil {
-			break
-		}
-		select {
-		case err := <-errs:
-			if err != nil {
-				return nil, err
-			}
-		case <-time.After(5 * time.Millisecond):
-		}
+		return st + te, st >= stateSent*subsN && te >= telemetrySent*subsN
+	}); err != nil {
+		return nil, err
 	}
 	closeDevices()
 	for _, s := range subs {

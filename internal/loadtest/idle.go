@@ -62,36 +62,19 @@ func RunIdle(ctx context.Context, cfg IdleConfig) (*Result, error) {
 			}
 		}
 	}()
-	var next atomic.Int64
-	var firstErr error
-	var errOnce sync.Once
-	var wg sync.WaitGroup
 	start := time.Now()
-	for w := 0; w < cfg.Parallel; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= cfg.Conns || ctx.Err() != nil {
-					return
-				}
-				d := dialer{addr: cfg.Addr, version: cfg.Version, source: cfg.Sources[i%len(cfg.Sources)], timeout: 30 * time.Second}
-				cp := connectPacket(expand(cfg.ClientID, i), cfg.Username, cfg.Password)
-				cp.KeepAlive = 0 // idle for as long as the test holds it
-				c, _, err := d.connect(ctx, cp, 256)
-				if err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("connection %d: %w", i, err) })
-					next.Store(int64(cfg.Conns))
-					return
-				}
-				conns[i] = c
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	if err := forEachIndex(ctx, cfg.Conns, cfg.Parallel, func(i int) error {
+		d := dialer{addr: cfg.Addr, version: cfg.Version, source: cfg.Sources[i%len(cfg.Sources)], timeout: 30 * time.Second}
+		cp := connectPacket(expand(cfg.ClientID, i), cfg.Username, cfg.Password)
+		cp.KeepAlive = 0 // idle for as long as the test holds it
+		c, _, err := d.connect(ctx, cp, 256)
+		if err != nil {
+			return fmt.Errorf("connection %d: %w", i, err)
+		}
+		conns[i] = c
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	connected := time.Since(start)
 	select {
@@ -140,4 +123,37 @@ func settledRSS(ctx context.Context, pid int) (int64, error) {
 		prev = cur
 	}
 	return prev, nil
+}
+
+// forEachIndex calls f(i) for every i in [0, n) from workers goroutines,
+// each taking the next index, and waits for them. The first error stops
+// the others from starting more and is returned; so is ctx's, once it
+// ends.
+func forEachIndex(ctx context.Context, n, workers int, f func(i int) error) error {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := f(i); err != nil {
+					once.Do(func() { firstErr = err })
+					next.Store(int64(n))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
 }

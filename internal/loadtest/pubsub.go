@@ -409,32 +409,17 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 		return n
 	}
 	// Wait for deliveries (and publisher acks) until complete or stalled.
-	last, lastChange := int64(-1), time.Now()
-	var lastDelivery time.Time
-	for {
+	lastDelivery, err := drainWait(ctx, cfg.Drain, errs, func() (int64, bool) {
 		n := delivered()
 		var acked int64
 		for _, p := range pubs {
 			_, a := p.counts()
 			acked += a
 		}
-		if n != last {
-			last, lastChange = n, time.Now()
-			lastDelivery = lastChange
-		}
-		if n >= expected && (cfg.QoS == 0 || acked >= sent) {
-			break
-		}
-		if time.Since(lastChange) > cfg.Drain || ctx.Err() != nil {
-			break
-		}
-		select {
-		case err := <-errs:
-			if err != nil {
-				return nil, err
-			}
-		case <-time.After(5 * time.Millisecond):
-		}
+		return n, n >= expected && (cfg.QoS == 0 || acked >= sent)
+	})
+	if err != nil {
+		return nil, err
 	}
 	end := time.Now()
 	if lastDelivery.After(pubEnd) {
@@ -524,5 +509,30 @@ func ignoreClosed(err error) error {
 func orDefault(s *string, v string) {
 	if *s == "" {
 		*s = v
+	}
+}
+
+// drainWait polls progress every 5 ms until it reports done, or its count
+// has not moved for drain, or ctx ends; an error from errs ends it with
+// that error. It returns when the count last moved (zero if it never did).
+func drainWait(ctx context.Context, drain time.Duration, errs <-chan error, progress func() (n int64, done bool)) (time.Time, error) {
+	last, lastChange := int64(-1), time.Now()
+	var moved time.Time
+	for {
+		n, done := progress()
+		if n != last {
+			last, lastChange = n, time.Now()
+			moved = lastChange
+		}
+		if done || time.Since(lastChange) > drain || ctx.Err() != nil {
+			return moved, nil
+		}
+		select {
+		case err := <-errs:
+			if err != nil {
+				return moved, err
+			}
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }

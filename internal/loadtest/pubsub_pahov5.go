@@ -51,12 +51,7 @@ func dialPahoV5(ctx context.Context, d pahoV5Dial) (*pahoV5Conn, error) {
 	}
 	c := paho.NewClient(cfg)
 	cp := &paho.Connect{ClientID: d.clientID, CleanStart: true, KeepAlive: d.keepAlive}
-	if d.username != "" {
-		cp.UsernameFlag, cp.Username = true, d.username
-	}
-	if d.password != "" {
-		cp.PasswordFlag, cp.Password = true, []byte(d.password)
-	}
+	withLogin(cp, d.username, d.password)
 	if d.receiveMax > 0 {
 		rm := d.receiveMax
 		cp.Properties = &paho.ConnectProperties{ReceiveMaximum: &rm}
@@ -175,4 +170,15 @@ func dialPahoV5Subscriber(ctx context.Context, sd subDial, on func(payload []byt
 		return nil, err
 	}
 	return v, nil
+}
+
+// withLogin sets a paho.golang CONNECT's user name and password, each only
+// when given.
+func withLogin(cp *paho.Connect, username, password string) {
+	if username != "" {
+		cp.UsernameFlag, cp.Username = true, username
+	}
+	if password != "" {
+		cp.PasswordFlag, cp.Password = true, []byte(password)
+	}
 }

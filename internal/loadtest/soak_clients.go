@@ -109,12 +109,7 @@ func dialV5Soak(ctx context.Context, s dialSpec, st *state.State) (*v5Soak, bool
 	}
 	c := paho.NewClient(cfg)
 	cp := &paho.Connect{ClientID: s.clientID, CleanStart: s.clean, KeepAlive: s.keepAlive}
-	if s.username != "" {
-		cp.UsernameFlag, cp.Username = true, s.username
-	}
-	if s.password != "" {
-		cp.PasswordFlag, cp.Password = true, []byte(s.password)
-	}
+	withLogin(cp, s.username, s.password)
 	if s.expiry > 0 {
 		e := s.expiry
 		cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: &e}

@@ -16,9 +16,10 @@ import (
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
-// smallRead is the inline read buffer an idle connection waits on; a
-// connection moves to a pooled large buffer only while traffic is heavy, so
-// an idle connection holds no large buffer.
+// smallRead is the inline read buffer an idle TLS or WebSocket connection
+// waits on; it moves to a pooled large buffer only while traffic is heavy,
+// so an idle connection holds no large buffer. A plain TCP connection
+// waits with no buffer at all and reads into a pooled one (readRaw).
 const (
 	smallRead = 128
 	largeRead = 4096
@@ -208,13 +209,7 @@ func newConn(s *Server, nc net.Conn, kind listenerKind) *conn {
 func (c *conn) run() {
 	err := c.serve()
 	for err == errParked {
-		idle := c.id != nil
-		if idle {
-			// An idle client: nothing is buffered (fill parks only then),
-			// so it waits with its inline buffer only.
-			c.releaseRead()
-			c.buf, c.r, c.w = c.small[:], 0, 0
-		}
+		idle := c.id != nil // readRaw parked it holding no buffer
 		if srv := c.srv; c.ending.Load() == nil && srv.parker.park(c) {
 			if idle { // not c.id: once parked, c is the parker's
 				srv.stats.idleParks.Add(1)
@@ -470,13 +465,10 @@ func (c *conn) readRaw() error {
 		return nil
 	}
 	c.releaseRead()
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case n == 0:
-		return io.EOF
 	}
-	return io.ErrNoProgress
+	return io.EOF // read returned 0: the client closed its side
 }
 
 // received records the time of a network read that returned bytes (per

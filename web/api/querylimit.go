@@ -23,18 +23,13 @@ func (a *API) takeQuery(accountID string) (func(), *Problem) {
 	if !ok {
 		msg := strconv.Itoa(history.RequestsPerAccount) + " history requests of this account are running already (a page, an export or a portal device page each); retry when one has finished"
 		if retry > 0 {
-			msg = "this account's history reads have used their store time (one second per second, bursts of " + history.StoreTimeBurst.String() + "); retry in " + retrySeconds(retry) + " s"
+			msg = "this account's history reads have used their store time (one second per second, bursts of " + history.StoreTimeBurst.String() + "); retry in " + strconv.Itoa(history.RetrySeconds(retry)) + " s"
 		}
 		p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited, msg)
-		p.GetHeaders().Set("Retry-After", retrySeconds(retry))
+		p.GetHeaders().Set("Retry-After", strconv.Itoa(history.RetrySeconds(retry)))
 		return nil, p
 	}
 	return release, nil
-}
-
-// retrySeconds is a Retry-After value: whole seconds, at least 1.
-func retrySeconds(d time.Duration) string {
-	return strconv.Itoa(max(1, int((d+time.Second-1)/time.Second)))
 }
 
 // queryProblem turns a page query that ran out of its time (limit) into a

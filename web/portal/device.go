@@ -99,9 +99,9 @@ func (p *Portal) device(c *call) {
 			" history requests already (exports or pages through the REST API, or device pages). Reload this page when one has finished."
 		if retry > 0 {
 			msg = "Your account's history reads (exports or pages through the REST API, or device pages) have used the database time they may use for now. Reload this page in " +
-				strconv.Itoa(max(1, int(retry.Round(time.Second)/time.Second))) + " s."
+				strconv.Itoa(history.RetrySeconds(retry)) + " s."
 		}
-		c.w.Header().Set("Retry-After", strconv.Itoa(max(1, int((retry+time.Second-1)/time.Second))))
+		c.w.Header().Set("Retry-After", strconv.Itoa(history.RetrySeconds(retry)))
 		c.render(http.StatusTooManyRequests, "error", "Busy", "clients", "clients", errorData{Status: http.StatusTooManyRequests,
 			Heading: "History is busy", Message: msg})
 		return
