@@ -17,9 +17,10 @@ const historyColumns = `account_id, client_id, topic, class, qos, published_qos,
 
 const historyColumnCount = 13
 
-// AppendHistory implements fleetmq.HistoryStore: one transaction, multi-row
-// INSERTs, and the latest-per-topic table updated with the newest record of
-// each topic in the batch.
+// AppendHistory implements fleetmq.HistoryStore: one transaction of
+// multi-row INSERTs. On PostgreSQL the latest-per-topic table is updated
+// with the newest record of each topic in the batch; on SQLite the rows are
+// folded into it, and into the client index, later (FoldHistory).
 func (s *Store) AppendHistory(ctx context.Context, recs []*fleetmq.Record) (err error) {
 	defer wrap(&err, "append history")
 	if len(recs) == 0 {
@@ -51,14 +52,34 @@ func newestPerTopic(recs []*fleetmq.Record) []*fleetmq.Record {
 	return out
 }
 
+// latestSQLite is LatestHistory's query on SQLite: the stored newest
+// record of each topic, or a newer one among the unfolded rows (as the
+// fold will choose it).
+const latestSQLite = `WITH candidates AS (
+		SELECT record_id AS id, topic, received_us FROM history_latest WHERE account_id = ?1 AND client_id = ?2
+		UNION ALL
+		SELECT id, topic, received_us FROM history NOT INDEXED WHERE ` + unfoldedRows + ` AND account_id = ?1 AND client_id = ?2
+	), newest AS (
+		SELECT id, topic, ROW_NUMBER() OVER (PARTITION BY topic ORDER BY received_us DESC, id DESC) AS n FROM candidates
+	)
+	SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
+		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
+	FROM newest l CROSS JOIN history h ON h.id = l.id
+	WHERE l.n = 1 AND h.account_id = ?1
+	ORDER BY l.topic`
+
 // LatestHistory implements fleetmq.HistoryStore.
 func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) (_ []*fleetmq.Record, err error) {
 	defer wrap(&err, "latest history")
-	rows, err := s.reads.QueryContext(ctx, s.rebind(`SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
+	query := `SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
 		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
 		FROM history_latest l JOIN history h ON h.id = l.record_id
-		WHERE l.account_id = ? AND l.client_id = ? AND h.account_id = ?
-		ORDER BY l.topic`), accountID, clientID, accountID)
+		WHERE l.account_id = $1 AND l.client_id = $2 AND h.account_id = $1
+		ORDER BY l.topic`
+	if s.dialect == sqliteDialect {
+		query = latestSQLite
+	}
+	rows, err := s.reads.QueryContext(ctx, query, accountID, clientID)
 	if err != nil {
 		return nil, err
 	}

@@ -97,8 +97,25 @@ func TestHistoryPlansUseAnIndex(t *testing.T) {
 				rows.Close()
 				text := strings.Join(plan, "\n")
 				bad := []string{"TEMP B-TREE", "Sort", "Seq Scan", "Bitmap"}
-				if s.dialect == sqliteDialect && !strings.Contains(text, "USING INDEX "+sh.index+" ") ||
-					s.dialect == postgresDialect && !strings.Contains(text, " using "+sh.index+" on history") {
+				want := "USING INDEX " + sh.index + " "
+				if s.dialect == postgresDialect {
+					want = " using " + sh.index + " on history"
+				}
+				if s.dialect == sqliteDialect && sh.index == "history_client_time" {
+					// SQLite's client index is the table history_client,
+					// merged with the unfolded rows, which are the ids after
+					// the fold's mark, read in that range and sorted (a few
+					// thousand at most): the merge reads history_client in
+					// order, with no sort.
+					want = "SEARCH c USING PRIMARY KEY (account_id=? AND client_id=?"
+					folded, unfolded, ok := strings.Cut(text, "\nRIGHT\n")
+					if !ok || !strings.Contains(text, "MERGE (UNION ALL)") || !strings.Contains(unfolded, "SEARCH history USING INTEGER PRIMARY KEY (rowid>?)") ||
+						strings.Contains(unfolded, "USING INDEX history") || strings.Contains(unfolded, "SCAN history") {
+						t.Errorf("%s (ascending %v): the unfolded rows are not read as the range after the mark:\n%s", sh.name, asc, text)
+					}
+					text = folded
+				}
+				if !strings.Contains(text, want) {
 					t.Errorf("%s (ascending %v): plan does not use %s:\n%s", sh.name, asc, sh.index, text)
 				}
 				for _, b := range bad {

@@ -26,8 +26,11 @@ const maxChunk = 8192
 // index yields, counted against the query's scan budget.
 type historyPlan struct {
 	index string
-	where []string
-	args  []any
+	// The index's equality columns and their values, then the time window
+	// (nil: open).
+	eq       []string
+	eqArgs   []any
+	from, to *int64
 	// Filters on the rows: "" does not filter.
 	client, class, device string
 	re                    *regexp.Regexp
@@ -43,7 +46,7 @@ func planHistory(q *fleetmq.HistoryQuery) (*historyPlan, error) {
 	if q.AccountID == "" {
 		return nil, &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "history query without an account"}
 	}
-	p := &historyPlan{index: "history_account_time", where: []string{"account_id = ?"}, args: []any{q.AccountID},
+	p := &historyPlan{index: "history_account_time", eq: []string{"account_id"}, eqArgs: []any{q.AccountID},
 		client: q.ClientID, class: q.Class, device: q.StationControllerDeviceID}
 	if q.TopicRegex != "" {
 		var err error
@@ -57,32 +60,57 @@ func planHistory(q *fleetmq.HistoryQuery) (*historyPlan, error) {
 	}
 	switch {
 	case p.device != "":
-		// The device index is partial (devices only): the second condition
-		// lets both planners see that it applies.
 		p.index = "history_device_time"
-		p.where = append(p.where, "station_controller_device_id = ?", "station_controller_device_id <> ''")
-		p.args = append(p.args, p.device)
+		p.eq, p.eqArgs = append(p.eq, "station_controller_device_id"), append(p.eqArgs, p.device)
 		p.device = ""
 	case p.client != "":
 		p.index = "history_client_time"
-		p.where = append(p.where, "client_id = ?")
-		p.args = append(p.args, p.client)
+		p.eq, p.eqArgs = append(p.eq, "client_id"), append(p.eqArgs, p.client)
 		p.client = ""
 	case p.class != "":
 		p.index = "history_class_time"
-		p.where = append(p.where, "class = ?")
-		p.args = append(p.args, p.class)
+		p.eq, p.eqArgs = append(p.eq, "class"), append(p.eqArgs, p.class)
 		p.class = ""
 	}
 	if !q.From.IsZero() {
-		p.where = append(p.where, "received_us >= ?")
-		p.args = append(p.args, q.From.UnixMicro())
+		p.from = new(q.From.UnixMicro())
 	}
 	if !q.To.IsZero() {
-		p.where = append(p.where, "received_us < ?")
-		p.args = append(p.args, q.To.UnixMicro())
+		p.to = new(q.To.UnixMicro())
 	}
 	return p, nil
+}
+
+// conds are the index's conditions on the columns of the table alias t
+// ("" for none), with the keyset position after (nil: none), cmp being
+// "<" (newest first) or ">".
+func (p *historyPlan) conds(t string, after *fleetmq.Position, cmp string) ([]string, []any) {
+	if t != "" {
+		t += "."
+	}
+	var where []string
+	args := append([]any(nil), p.eqArgs...)
+	for _, c := range p.eq {
+		where = append(where, t+c+" = ?")
+	}
+	if p.index == "history_device_time" {
+		// The device index is partial (devices only): this condition lets
+		// both planners see that it applies.
+		where = append(where, t+"station_controller_device_id <> ''")
+	}
+	if p.from != nil {
+		where = append(where, t+"received_us >= ?")
+		args = append(args, *p.from)
+	}
+	if p.to != nil {
+		where = append(where, t+"received_us < ?")
+		args = append(args, *p.to)
+	}
+	if after != nil {
+		where = append(where, "("+t+"received_us, "+t+"id) "+cmp+" (?, ?)")
+		args = append(args, after.Received.UnixMicro(), after.ID)
+	}
+	return where, args
 }
 
 // filtered reports whether rows are filtered after the index.
@@ -98,53 +126,90 @@ func (p *historyPlan) match(r *fleetmq.Record) bool {
 
 // payloadColumn selects the payload only of the rows that pass the
 // equality filters and the topic expression's literal prefix (the others
-// come without it); the topic expression runs here after it.
-func (p *historyPlan) payloadColumn() (string, []any) {
+// come without it); the topic expression runs here after it. t is the
+// history table's alias ("" for none).
+func (p *historyPlan) payloadColumn(t string) (string, []any) {
+	if t != "" {
+		t += "."
+	}
 	var cond []string
 	var args []any
 	if p.prefix != "" {
-		cond = append(cond, "topic >= ?")
+		cond = append(cond, t+"topic >= ?")
 		args = append(args, p.prefix)
 		if p.upper != "" {
-			cond = append(cond, "topic < ?")
+			cond = append(cond, t+"topic < ?")
 			args = append(args, p.upper)
 		}
 	}
 	for _, f := range []struct{ col, v string }{{"client_id", p.client}, {"class", p.class}, {"station_controller_device_id", p.device}} {
 		if f.v != "" {
-			cond = append(cond, f.col+" = ?")
+			cond = append(cond, t+f.col+" = ?")
 			args = append(args, f.v)
 		}
 	}
 	if len(cond) == 0 {
-		return "payload", nil
+		return t + "payload", nil
 	}
-	return "CASE WHEN " + strings.Join(cond, " AND ") + " THEN payload END", args
+	return "CASE WHEN " + strings.Join(cond, " AND ") + " THEN " + t + "payload END", args
 }
 
 // selectSQL is the SELECT of up to n rows after a position (nil: from the
 // start) in the query's order. SQLite is told the index (without
 // statistics it may prefer the account's time index for a time window);
 // PostgreSQL picks it from the equality conditions and its statistics.
+// SQLite's client index is a table kept behind the writer: see
+// selectByClientSQLite.
 func (p *historyPlan) selectSQL(d dialect, ascending bool, after *fleetmq.Position, n int) (string, []any) {
 	dir, cmp := "DESC", "<"
 	if ascending {
 		dir, cmp = "ASC", ">"
 	}
-	payload, args := p.payloadColumn()
-	args = append(args, p.args...)
-	where := p.where
-	if after != nil {
-		where = append(where[:len(where):len(where)], "(received_us, id) "+cmp+" (?, ?)")
-		args = append(args, after.Received.UnixMicro(), after.ID)
+	if d == sqliteDialect && p.index == "history_client_time" {
+		return p.selectByClientSQLite(dir, cmp, after, n)
 	}
+	payload, args := p.payloadColumn("")
+	where, condArgs := p.conds("", after, cmp)
 	from := "history"
 	if d == sqliteDialect {
 		from += " INDEXED BY " + p.index
 	}
-	return "SELECT id, account_id, client_id, topic, class, qos, published_qos, retain, " + payload +
-		", content_type, payload_format, user_properties, station_controller_device_id, received_us FROM " + from + " WHERE " +
-		strings.Join(where, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), args
+	return "SELECT id, " + middleColumns("", payload) + ", received_us FROM " + from + " WHERE " +
+		strings.Join(where, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), append(args, condArgs...)
+}
+
+// selectByClientSQLite is selectSQL for a client's rows on SQLite: the
+// folded ones from history_client, in its order (its received_us and id
+// are the result's, so the merge reads no more of it than it returns),
+// merged with the client's unfolded ones, a few thousand rows at most
+// (FoldRows) and sorted.
+func (p *historyPlan) selectByClientSQLite(dir, cmp string, after *fleetmq.Position, n int) (string, []any) {
+	payload, args := p.payloadColumn("h")
+	folded, foldedArgs := p.conds("c", after, cmp)
+	args = append(args, foldedArgs...)
+	tailPayload, tailPayloadArgs := p.payloadColumn("")
+	tail, tailArgs := p.conds("", after, cmp)
+	args = append(append(args, tailPayloadArgs...), tailArgs...)
+	return "SELECT c.id AS id, " + middleColumns("h.", payload) + ", c.received_us AS received_us" +
+		" FROM history_client c CROSS JOIN history h ON h.id = c.id WHERE " + strings.Join(folded, " AND ") +
+		" UNION ALL SELECT id, " + middleColumns("", tailPayload) + ", received_us FROM history NOT INDEXED WHERE " + unfoldedRows + " AND " +
+		strings.Join(tail, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), args
+}
+
+// middleColumns are the columns scanHistory reads between id and
+// received_us, each prefixed with t, the payload being the expression
+// given.
+func middleColumns(t, payload string) string {
+	cols := []string{"account_id", "client_id", "topic", "class", "qos", "published_qos", "retain", "", "content_type",
+		"payload_format", "user_properties", "station_controller_device_id"}
+	for i, c := range cols {
+		if c == "" {
+			cols[i] = payload
+			continue
+		}
+		cols[i] = t + c
+	}
+	return strings.Join(cols, ", ")
 }
 
 // QueryHistory implements fleetmq.HistoryStore. The account, the time

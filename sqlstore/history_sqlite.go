@@ -18,10 +18,12 @@ import (
 const maxAppendRows = 64
 
 // appendStmts are the SQLite history writer's prepared statements on the
-// ingest pool, by row count (powers of two up to maxAppendRows).
+// ingest pool: by row count (powers of two up to maxAppendRows), the
+// INSERTs into history, history_client and history_latest (upserts);
+// keepIDsAfterMark and unfoldedCheck.
 type appendStmts struct {
-	insert map[int]*sql.Stmt // INSERT INTO history
-	latest map[int]*sql.Stmt // upsert INTO history_latest
+	insert, client, latest map[int]*sql.Stmt
+	keepIDs, unfolded      *sql.Stmt
 }
 
 // prepareAppend prepares the history writer's statements on the ingest
@@ -29,20 +31,27 @@ type appendStmts struct {
 // statement prepared on a connection the pool has since replaced is
 // prepared again by the transaction that uses it (sql.Tx.StmtContext).
 func (s *Store) prepareAppend(ctx context.Context) error {
-	st := &appendStmts{insert: map[int]*sql.Stmt{}, latest: map[int]*sql.Stmt{}}
+	st := &appendStmts{insert: map[int]*sql.Stmt{}, client: map[int]*sql.Stmt{}, latest: map[int]*sql.Stmt{}}
+	s.appendStmts = st // closed with the store, however far this goes
+	prepare := func(query string) (*sql.Stmt, error) { return s.ingest.PrepareContext(ctx, query) }
+	var err error
 	for n := 1; n <= maxAppendRows; n *= 2 {
-		ins, err := s.ingest.PrepareContext(ctx, insertSQL(n))
-		if err != nil {
+		if st.insert[n], err = prepare(insertSQL(n)); err != nil {
 			return err
 		}
-		st.insert[n] = ins
-		up, err := s.ingest.PrepareContext(ctx, latestSQL(n))
-		if err != nil {
+		if st.client[n], err = prepare(`INSERT INTO history_client (account_id, client_id, received_us, id) VALUES ` + valueRows(n, 4)); err != nil {
 			return err
 		}
-		st.latest[n] = up
+		if st.latest[n], err = prepare(latestSQL(n)); err != nil {
+			return err
+		}
 	}
-	s.appendStmts = st
+	if st.keepIDs, err = prepare(keepIDsAfterMark); err != nil {
+		return err
+	}
+	if st.unfolded, err = prepare(unfoldedCheck); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -52,8 +61,15 @@ func (st *appendStmts) close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []map[int]*sql.Stmt{st.insert, st.latest} {
+	for _, m := range []map[int]*sql.Stmt{st.insert, st.client, st.latest} {
 		for _, s := range m {
+			if s != nil {
+				errs = append(errs, s.Close())
+			}
+		}
+	}
+	for _, s := range []*sql.Stmt{st.keepIDs, st.unfolded} {
+		if s != nil {
 			errs = append(errs, s.Close())
 		}
 	}
@@ -70,11 +86,18 @@ func statementRows(n int) int {
 	return r
 }
 
-// appendHistorySQLite writes a batch in one transaction: the rows by
-// multi-row INSERTs, then the newest record of each topic into
-// history_latest by multi-row upserts.
+// appendHistorySQLite writes a batch in one transaction by multi-row
+// INSERTs. The rows join the unfolded ones (after the fold's mark);
+// once FoldRows have gathered, the transaction also folds the oldest of
+// them into the client index and history_latest, a bounded step, so the
+// step shares the commit's sync.
 func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record) error {
-	return s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+	fold := s.tail.len()+len(recs) >= s.foldRows
+	var through int64
+	err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		if _, err := tx.StmtContext(ctx, s.appendStmts.keepIDs).ExecContext(ctx); err != nil {
+			return err
+		}
 		args := make([]any, 0, maxAppendRows*historyColumnCount)
 		for start := 0; start < len(recs); {
 			chunk := recs[start : start+statementRows(len(recs)-start)]
@@ -111,20 +134,23 @@ func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record)
 				r.ID = last - int64(len(chunk)-1-i)
 			}
 		}
-		newest := newestPerTopic(recs)
-		for start := 0; start < len(newest); {
-			chunk := newest[start : start+statementRows(len(newest)-start)]
-			start += len(chunk)
-			args = args[:0]
-			for _, r := range chunk {
-				args = append(args, r.AccountID, r.ClientID, r.Topic, r.ID, r.Received.UnixMicro())
-			}
-			if _, err := tx.StmtContext(ctx, s.appendStmts.latest[len(chunk)]).ExecContext(ctx, args...); err != nil {
-				return err
-			}
+		if !fold {
+			return nil
 		}
-		return nil
+		rows := s.tail.next(recs)
+		if len(rows) > 0 {
+			through = rows[len(rows)-1].id
+		}
+		return s.foldListed(ctx, tx, rows)
 	})
+	if err != nil {
+		return err
+	}
+	s.tail.add(recs)
+	if fold {
+		s.tail.folded(through)
+	}
+	return nil
 }
 
 // insertSQL is a multi-row INSERT of n history rows.

@@ -1,0 +1,449 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/pgtest"
+)
+
+const (
+	foldAccA = "a1111111-1111-4111-8111-111111111111"
+	foldAccB = "b2222222-2222-4222-8222-222222222222"
+)
+
+// foldRef is what a store must answer, computed in Go from every record
+// appended and not deleted.
+type foldRef struct{ recs []fleetmq.Record }
+
+func (f *foldRef) client(acc, client string, from, to time.Time, asc bool) []fleetmq.Position {
+	var out []fleetmq.Position
+	for _, r := range f.recs {
+		if r.AccountID == acc && r.ClientID == client && (from.IsZero() || !r.Received.Before(from)) && (to.IsZero() || r.Received.Before(to)) {
+			out = append(out, r.Position())
+		}
+	}
+	sortPositions(out, asc)
+	return out
+}
+
+func (f *foldRef) latest(acc, client string) map[string]int64 {
+	best := map[string]fleetmq.Record{}
+	for _, r := range f.recs {
+		if r.AccountID != acc || r.ClientID != client {
+			continue
+		}
+		b, ok := best[r.Topic]
+		if !ok || r.Received.After(b.Received) || r.Received.Equal(b.Received) && r.ID > b.ID {
+			best[r.Topic] = r
+		}
+	}
+	out := map[string]int64{}
+	for t, r := range best {
+		out[t] = r.ID
+	}
+	return out
+}
+
+func sortPositions(ps []fleetmq.Position, asc bool) {
+	sort.Slice(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
+		less := a.Received.Before(b.Received) || a.Received.Equal(b.Received) && a.ID < b.ID
+		if asc {
+			return less
+		}
+		return !less && a != b
+	})
+}
+
+// queryPositions runs a client query to its end in pages of size limit
+// (0: one query), each continuing after the last position of the one before.
+func queryPositions(t *testing.T, s *Store, q fleetmq.HistoryQuery, limit int) []fleetmq.Position {
+	t.Helper()
+	var out []fleetmq.Position
+	q.Limit = limit
+	for range 10_000 {
+		got := 0
+		err := s.QueryHistory(context.Background(), &q, func(r *fleetmq.Record) error {
+			if r.AccountID != q.AccountID || r.ClientID != q.ClientID {
+				t.Fatalf("query for %s/%s returned a record of %s/%s", q.AccountID, q.ClientID, r.AccountID, r.ClientID)
+			}
+			if want := fmt.Sprintf("payload-%s-%d", r.ClientID, r.Received.UnixMicro()); string(r.Payload) != want {
+				t.Fatalf("record %d: payload %q, want %q", r.ID, r.Payload, want)
+			}
+			out = append(out, r.Position())
+			got++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit == 0 || got < limit {
+			return out
+		}
+		last := out[len(out)-1]
+		q.After = &last
+	}
+	t.Fatal("query did not end")
+	return nil
+}
+
+// checkFoldAnswers compares every client query shape and the latest
+// values of every client of both accounts with the reference.
+func checkFoldAnswers(t *testing.T, s *Store, ref *foldRef, t0 time.Time, stage string) {
+	t.Helper()
+	from, to := t0.Add(150*time.Millisecond), t0.Add(420*time.Millisecond)
+	for _, acc := range []string{foldAccA, foldAccB} {
+		for c := range 4 {
+			client := fmt.Sprintf("dev-%d", c)
+			for _, asc := range []bool{false, true} {
+				for _, window := range [][2]time.Time{{}, {from, to}} {
+					want := ref.client(acc, client, window[0], window[1], asc)
+					q := fleetmq.HistoryQuery{AccountID: acc, ClientID: client, Ascending: asc, From: window[0], To: window[1]}
+					for _, limit := range []int{0, 7} {
+						got := queryPositions(t, s, q, limit)
+						if !slices.Equal(got, want) {
+							t.Fatalf("%s: %s/%s ascending %v window %v limit %d:\n got %d records %v\nwant %d records %v",
+								stage, acc[:8], client, asc, !window[0].IsZero(), limit, len(got), got, len(want), want)
+						}
+					}
+				}
+			}
+			latest, err := s.LatestHistory(context.Background(), acc, client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]int64{}
+			for _, r := range latest {
+				if r.AccountID != acc || r.ClientID != client {
+					t.Fatalf("%s: latest of %s/%s holds a record of %s/%s", stage, acc[:8], client, r.AccountID, r.ClientID)
+				}
+				got[r.Topic] = r.ID
+			}
+			if want := ref.latest(acc, client); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s: latest of %s/%s: got %v, want %v", stage, acc[:8], client, got, want)
+			}
+		}
+	}
+}
+
+// TestFoldKeepsAnswers: the client queries (both orders, time windows,
+// keyset pages) and the latest values answer the same whether the records
+// are unfolded, partly folded or folded (on PostgreSQL, which keeps its
+// indexes on commit, FoldHistory does nothing and the answers are the
+// same), for two accounts whose clients share ids; records received out of
+// order or in the same microsecond included. Retention's deletes remove a
+// record from the client index and the unfolded rows alike.
+func TestFoldKeepsAnswers(t *testing.T) {
+	pgtest.ForEachDSN(t, func(t *testing.T, dsn string) {
+		ctx := context.Background()
+		s, err := Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+		ref := &foldRef{}
+		n := 0
+		for batch := range 40 {
+			var recs []*fleetmq.Record
+			for i := range 1 + batch%9 {
+				n++
+				acc := foldAccA
+				if n%3 == 0 {
+					acc = foldAccB
+				}
+				client := fmt.Sprintf("dev-%d", n%4)
+				// Mostly increasing times, some back in time, some in the
+				// same microsecond as the record before, on its topic.
+				at := t0.Add(time.Duration(n*2) * time.Millisecond)
+				topic := acc + "/" + client + "/telemetry/" + strconv.Itoa(n%3)
+				switch {
+				case n%11 == 0:
+					at = at.Add(-15 * time.Millisecond)
+				case i > 0 && n%5 == 0:
+					prev := recs[len(recs)-1]
+					acc, client, topic, at = prev.AccountID, prev.ClientID, prev.Topic, prev.Received
+				}
+				recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: client, Topic: topic, Class: "telemetry", QoS: 1,
+					PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at})
+			}
+			if err := s.AppendHistory(ctx, recs); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				ref.recs = append(ref.recs, *r)
+			}
+			if batch%7 == 6 {
+				if _, err := s.FoldHistory(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if batch%5 == 0 {
+				checkFoldAnswers(t, s, ref, t0, fmt.Sprintf("after batch %d", batch))
+			}
+		}
+		// The last batches are unfolded: delete across the fold's line.
+		unfolded := int64(s.tail.len())
+		if s.dialect == sqliteDialect && unfolded == 0 {
+			t.Fatal("no unfolded rows before the deletes: the test does not cover them")
+		}
+		cut := ref.recs[len(ref.recs)-3].Received
+		for {
+			d, err := s.DeleteHistory(ctx, foldAccA, cut, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d < 10 {
+				break
+			}
+		}
+		ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool {
+			return r.AccountID == foldAccA && r.Received.Before(cut)
+		})
+		checkFoldAnswers(t, s, ref, t0, "after retention")
+		if _, err := s.FoldHistory(ctx); err != nil {
+			t.Fatal(err)
+		}
+		checkFoldAnswers(t, s, ref, t0, "folded after retention")
+		if s.dialect == sqliteDialect {
+			var rows, indexed, left int
+			noErr(t, s.db.QueryRow(`SELECT (SELECT COUNT(*) FROM history), (SELECT COUNT(*) FROM history_client), (SELECT COUNT(*) FROM history WHERE `+unfoldedRows+`)`).Scan(&rows, &indexed, &left))
+			if rows != len(ref.recs) || indexed != rows || left != 0 {
+				t.Fatalf("after the last fold: %d rows, %d in the client index, %d unfolded; want %d, %d, 0", rows, indexed, left, len(ref.recs), len(ref.recs))
+			}
+		}
+	})
+}
+
+// TestCommitsFold: on SQLite a history commit folds the unfolded rows
+// once FoldRows of them have gathered, and not before; the unfolded rows
+// survive a reopen; a fleet's rows, each of another client, fold
+// foldMaxClients clients at a time, oldest first, so that what one commit
+// carries is bounded.
+func TestCommitsFold(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	s.foldRows = 10
+	unfolded := func() int {
+		var n int
+		noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history WHERE `+unfoldedRows).Scan(&n))
+		if n != s.tail.len() {
+			t.Fatalf("%d unfolded rows, the store lists %d", n, s.tail.len())
+		}
+		return n
+	}
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	appendN := func(n int, client func(i int) string) []*fleetmq.Record {
+		recs := make([]*fleetmq.Record, n)
+		for i := range recs {
+			t0 = t0.Add(time.Millisecond)
+			c := client(i)
+			recs[i] = &fleetmq.Record{AccountID: foldAccA, ClientID: c, Topic: foldAccA + "/" + c + "/state", Class: "state", QoS: 1, PublishedQoS: 1,
+				Payload: []byte("{}"), Received: t0}
+		}
+		noErr(t, s.AppendHistory(ctx, recs))
+		return recs
+	}
+	one := func(int) string { return "dev-1" }
+	appendN(6, one)
+	if got := unfolded(); got != 6 {
+		t.Fatalf("%d unfolded rows after 6 records, want 6 (folded before FoldRows gathered)", got)
+	}
+	noErr(t, s.Close())
+	if s, err = OpenSQLite(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	s.foldRows = 10
+	appendN(3, one)
+	if got := unfolded(); got != 9 {
+		t.Fatalf("%d unfolded rows after 9 records, want 9", got)
+	}
+	appendN(2, one)
+	if got := unfolded(); got != 0 {
+		t.Fatalf("%d unfolded rows after 11 records of one client with FoldRows 10, want 0 (all folded)", got)
+	}
+	latest, err := s.LatestHistory(ctx, foldAccA, "dev-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(latest) != 1 || !latest[0].Received.Equal(t0) {
+		t.Fatalf("latest after the fold: %v, want the record of %v", latest, t0)
+	}
+
+	s.foldRows = 100
+	fleet := appendN(300, func(i int) string { return fmt.Sprintf("fleet-%d", i) })
+	for step, want := range []struct{ unfolded, oldest int }{
+		{300 - foldMaxClients, foldMaxClients},             // the batch's oldest 128 clients folded
+		{300 - 2*foldMaxClients + 1, 2 * foldMaxClients},   // 128 more, with the next commit
+		{300 - 2*foldMaxClients + 2, 2 * foldMaxClients}} { // under FoldRows: none
+		if step > 0 {
+			appendN(1, func(int) string { return "dev-2" })
+		}
+		var oldest int64
+		noErr(t, s.db.QueryRow(`SELECT MIN(id) FROM history WHERE `+unfoldedRows).Scan(&oldest))
+		if got := unfolded(); got != want.unfolded || oldest != fleet[want.oldest].ID {
+			t.Fatalf("step %d: %d unfolded rows from id %d, want %d from %d (the fleet's record %d)",
+				step, got, oldest, want.unfolded, fleet[want.oldest].ID, want.oldest)
+		}
+	}
+
+	// Retention deleted unfolded rows the store still lists: the next fold
+	// reads the rows from the table, and indexes only those that exist.
+	if _, err := s.FoldHistory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.foldRows = 10
+	appendN(8, func(i int) string { return fmt.Sprintf("gone-%d", i%3) })
+	if _, err := s.DeleteHistory(ctx, foldAccA, t0.Add(-3*time.Millisecond), 10_000); err != nil {
+		t.Fatal(err)
+	}
+	appendN(4, func(int) string { return "dev-3" })
+	var rows, indexed int
+	noErr(t, s.db.QueryRow(`SELECT (SELECT COUNT(*) FROM history), (SELECT COUNT(*) FROM history_client)`).Scan(&rows, &indexed))
+	if got := unfolded(); got != 0 || indexed != rows {
+		t.Fatalf("after a fold over deleted rows: %d unfolded, %d rows, %d in the client index (want 0 and as many as rows)", got, rows, indexed)
+	}
+}
+
+// TestMigrationFoldsExistingHistory: a SQLite store written by the
+// previous schema (the client index an index, history_latest kept by each
+// commit) opens with every record in the new client index, the same
+// answers, and nothing left to fold.
+func TestMigrationFoldsExistingHistory(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	db, err := sql.Open(sqliteDriver, "file:"+path+"?_journal_mode=WAL&_foreign_keys=on")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := fs.ReadDir(migrations, "migrations/sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErr(t, exec(db, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`))
+	for _, e := range entries {
+		num, _, _ := strings.Cut(e.Name(), "_")
+		v, _ := strconv.Atoi(num)
+		if v > 8 {
+			break
+		}
+		body, err := fs.ReadFile(migrations, "migrations/sqlite/"+e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		noErr(t, exec(db, string(body)))
+		noErr(t, exec(db, `INSERT INTO schema_migrations VALUES (?, ?)`, v, e.Name()))
+	}
+	// History as the previous writer left it.
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	ref := &foldRef{}
+	for i := range 300 {
+		acc := []string{foldAccA, foldAccB}[i%2]
+		client := fmt.Sprintf("dev-%d", i%4)
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		topic := acc + "/" + client + "/state/" + strconv.Itoa(i%3)
+		res, err := db.Exec(`INSERT INTO history (`+historyColumns+`) VALUES (?, ?, ?, 'state', 1, 1, 0, ?, '', 0, NULL, '', ?)`,
+			acc, client, topic, fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), at.UnixMicro())
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := res.LastInsertId()
+		noErr(t, exec(db, `INSERT INTO history_latest VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us`,
+			acc, client, topic, id, at.UnixMicro()))
+		ref.recs = append(ref.recs, fleetmq.Record{ID: id, AccountID: acc, ClientID: client, Topic: topic, Received: at})
+	}
+	noErr(t, db.Close())
+
+	s, err := OpenSQLite(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var indexed int
+	noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history_client`).Scan(&indexed))
+	if indexed != len(ref.recs) || int64(s.tail.len()) != 0 {
+		t.Fatalf("after the migration: %d records in the client index, %d unfolded; want %d and 0", indexed, int64(s.tail.len()), len(ref.recs))
+	}
+	checkFoldAnswers(t, s, ref, t0, "migrated")
+}
+
+// TestNewRowsAfterDeletedNewest: when retention has deleted a SQLite
+// store's newest rows (an idle store whose every record expired), the
+// next records, which SQLite numbers from the largest id left, are still
+// unfolded and found, then folded.
+func TestNewRowsAfterDeletedNewest(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	write := func(n int, from time.Time) []fleetmq.Position {
+		recs := make([]*fleetmq.Record, n)
+		for i := range recs {
+			at := from.Add(time.Duration(i) * time.Millisecond)
+			recs[i] = &fleetmq.Record{AccountID: foldAccA, ClientID: "dev-1", Topic: foldAccA + "/dev-1/state", Class: "state", QoS: 1,
+				PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-dev-1-%d", at.UnixMicro()), Received: at}
+		}
+		noErr(t, s.AppendHistory(ctx, recs))
+		var ps []fleetmq.Position
+		for _, r := range recs {
+			ps = append(ps, r.Position())
+		}
+		sortPositions(ps, false)
+		return ps
+	}
+	write(20, t0)
+	if _, err := s.FoldHistory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteHistory(ctx, foldAccA, t0.Add(time.Hour), 100); err != nil {
+		t.Fatal(err)
+	}
+	want := write(5, t0.Add(2*time.Hour))
+	for _, stage := range []string{"unfolded", "folded"} {
+		got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "dev-1"}, 0)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: the client's records after its newest were deleted: %v, want %v", stage, got, want)
+		}
+		latest, err := s.LatestHistory(ctx, foldAccA, "dev-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(latest) != 1 || latest[0].Position() != want[0] {
+			t.Fatalf("%s: latest %v, want the record at %v", stage, latest, want[0])
+		}
+		if _, err := s.FoldHistory(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func exec(db *sql.DB, query string, args ...any) error {
+	_, err := db.Exec(query, args...)
+	return err
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
