@@ -98,17 +98,35 @@ func (p *historyPlan) conds(t string, after *fleetmq.Position, cmp string) ([]st
 		// both planners see that it applies.
 		where = append(where, t+"station_controller_device_id <> ''")
 	}
-	if p.from != nil {
-		where = append(where, t+"received_us >= ?")
-		args = append(args, *p.from)
-	}
-	if p.to != nil {
-		where = append(where, t+"received_us < ?")
-		args = append(args, *p.to)
-	}
+	// Each side of the time range gets one bound, the tighter of the
+	// window's and the keyset position's: SQLite starts the index range at
+	// one of them and filters by the other, so a page of a time window that
+	// started at the window's edge scanned every row from there to its
+	// position (an export of 900,000 records ran at 18,000 a second).
+	from, to := p.from, p.to
 	if after != nil {
-		where = append(where, "("+t+"received_us, "+t+"id) "+cmp+" (?, ?)")
-		args = append(args, after.Received.UnixMicro(), after.ID)
+		at := after.Received.UnixMicro()
+		keyset := "(" + t + "received_us, " + t + "id) " + cmp + " (?, ?)"
+		switch {
+		case cmp == ">" && (from == nil || at >= *from):
+			from = nil // the position is past the window's start
+		case cmp == "<" && (to == nil || at < *to):
+			to = nil // the position is before the window's end
+		default:
+			keyset = "" // the window's edge is the tighter bound
+		}
+		if keyset != "" {
+			where = append(where, keyset)
+			args = append(args, at, after.ID)
+		}
+	}
+	if from != nil {
+		where = append(where, t+"received_us >= ?")
+		args = append(args, *from)
+	}
+	if to != nil {
+		where = append(where, t+"received_us < ?")
+		args = append(args, *to)
 	}
 	return where, args
 }
