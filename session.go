@@ -39,6 +39,9 @@ type PortalStore interface {
 	// absolute expiry) and returns how many it deleted.
 	DeleteStalePortalSessions(ctx context.Context, lastSeenBefore, createdBefore time.Time) (int64, error)
 	// SetOwnerPasswordHash replaces the portal password hash of an
-	// account's owner; not_found for an unknown account.
-	SetOwnerPasswordHash(ctx context.Context, accountID, hash string) error
+	// account's owner and, in the same transaction, deletes every portal
+	// session of the account, so no browser signed in with the old password
+	// stays signed in whatever happens next; it returns how many sessions it
+	// deleted, not_found for an unknown account.
+	SetOwnerPasswordHash(ctx context.Context, accountID, hash string) (signedOut int64, err error)
 }

@@ -43,14 +43,7 @@ func (s *Service) SetOwnerPassword(ctx context.Context, accountID, password stri
 	if err != nil {
 		return 0, err
 	}
-	if err := s.Store.SetOwnerPasswordHash(ctx, accountID, hash); err != nil {
-		return 0, err
-	}
-	n, err := s.Store.DeletePortalSessions(ctx, accountID, "")
-	if err != nil {
-		return 0, fmt.Errorf("password changed, but signing out the portal sessions failed: %w", err)
-	}
-	return n, nil
+	return s.Store.SetOwnerPasswordHash(ctx, accountID, hash)
 }
 
 // ResetOwnerPassword is SetOwnerPassword with a new random password,

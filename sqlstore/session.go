@@ -89,9 +89,18 @@ func (s *Store) DeleteStalePortalSessions(ctx context.Context, lastSeenBefore, c
 }
 
 // SetOwnerPasswordHash implements fleetmq.PortalStore.
-func (s *Store) SetOwnerPasswordHash(ctx context.Context, accountID, hash string) (err error) {
+func (s *Store) SetOwnerPasswordHash(ctx context.Context, accountID, hash string) (signedOut int64, err error) {
 	defer wrap(&err, "set owner password hash")
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE accounts SET owner_password_hash = ? WHERE id = ?`), hash, accountID))("account", accountID)
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		if err := mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE accounts SET owner_password_hash = ? WHERE id = ?`), hash, accountID))("account", accountID); err != nil {
+			return err
+		}
+		r, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM portal_sessions WHERE account_id = ?`), accountID)
+		if err != nil {
+			return err
+		}
+		signedOut, err = r.RowsAffected()
+		return err
 	})
+	return signedOut, err
 }

@@ -94,8 +94,23 @@ func TestSetOwnerPasswordHash(t *testing.T) {
 		twoAccounts(t, s)
 		v0, err := s.Version(ctx)
 		must(t, err)
-		must(t, s.SetOwnerPasswordHash(ctx, accA, "new-hash-a"))
-		wantCode(t, "an unknown account", s.SetOwnerPasswordHash(ctx, "00000000-0000-4000-8000-000000000000", "h"), fleetmq.CodeNotFound)
+		t0 := time.Now().UTC().Truncate(time.Second)
+		for _, ps := range []*fleetmq.PortalSession{portalSession(accA, "a1", t0), portalSession(accA, "a2", t0), portalSession(accB, "b1", t0)} {
+			must(t, s.CreatePortalSession(ctx, ps))
+		}
+		signedOut, err := s.SetOwnerPasswordHash(ctx, accA, "new-hash-a")
+		must(t, err)
+		if signedOut != 2 {
+			t.Fatalf("the password change signed out %d sessions, want account A's 2", signedOut)
+		}
+		for id, want := range map[string]bool{"a1": false, "a2": false, "b1": true} {
+			_, err := s.PortalSession(ctx, fleetmq.HashSecret(id))
+			if got := err == nil; got != want {
+				t.Fatalf("session %s after A's password change: present %v, want %v (%v)", id, got, want, err)
+			}
+		}
+		_, err = s.SetOwnerPasswordHash(ctx, "00000000-0000-4000-8000-000000000000", "h")
+		wantCode(t, "an unknown account", err, fleetmq.CodeNotFound)
 		for _, c := range []struct{ email, id, hash string }{{"a@example.com", accA, "new-hash-a"}, {"B@example.com", accB, "hash-b"}} {
 			id, hash, err := s.OwnerPasswordHash(ctx, c.email)
 			must(t, err)

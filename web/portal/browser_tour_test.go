@@ -146,7 +146,7 @@ func TestBrowserScreenshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &owner{ID: acc.ID, Email: "ops@acme-water.example", Password: "pumps all the way down"}
-	if err := e.Store.SetOwnerPasswordHash(ctx, acc.ID, cheapHash(t, o.Password)); err != nil {
+	if _, err := e.Store.SetOwnerPasswordHash(ctx, acc.ID, cheapHash(t, o.Password)); err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range []fleetmq.AddOn{fleetmq.AddOnQoS2, fleetmq.AddOnMgmtREST} {

@@ -101,7 +101,7 @@ func (e *env) account(t testing.TB, name, plan string, addOns ...fleetmq.AddOn) 
 		t.Fatal(err)
 	}
 	o := &owner{ID: acc.ID, Email: email, Password: "correct horse " + name}
-	if err := e.Store.SetOwnerPasswordHash(e.ctx, acc.ID, cheapHash(t, o.Password)); err != nil {
+	if _, err := e.Store.SetOwnerPasswordHash(e.ctx, acc.ID, cheapHash(t, o.Password)); err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range addOns {
