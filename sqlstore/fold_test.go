@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
+	"math"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -381,6 +382,60 @@ func TestMigrationFoldsExistingHistory(t *testing.T) {
 		t.Fatalf("after the migration: %d records in the client index, %d unfolded; want %d and 0", indexed, int64(s.tail.len()), len(ref.recs))
 	}
 	checkFoldAnswers(t, s, ref, t0, "migrated")
+}
+
+// TestFoldSurprises: a fold that a commit made but whose success was not
+// reported (the store's list still holds its rows) is not made twice; a
+// fold that fails leaves its commit's records stored (the fold is upkeep,
+// and the records' acknowledgements must not wait for it).
+func TestFoldSurprises(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.foldRows = 10
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	ref := &foldRef{}
+	write := func(n int) {
+		recs := make([]*fleetmq.Record, n)
+		for i := range recs {
+			t0 = t0.Add(time.Millisecond)
+			client := fmt.Sprintf("dev-%d", i%4)
+			recs[i] = &fleetmq.Record{AccountID: foldAccA, ClientID: client, Topic: foldAccA + "/" + client + "/state", Class: "state", QoS: 1,
+				PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, t0.UnixMicro()), Received: t0}
+		}
+		noErr(t, s.AppendHistory(ctx, recs))
+		for _, r := range recs {
+			ref.recs = append(ref.recs, *r)
+		}
+	}
+	write(6)
+	// Folded behind the list's back, as by a commit whose success was lost.
+	noErr(t, s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		_, err := foldFromTable(ctx, tx, math.MaxInt64)
+		return err
+	}))
+	write(6) // 12 listed: folds, skipping the 6 already folded
+	if s.tail.len() != 0 {
+		t.Fatalf("%d rows still listed after the fold", s.tail.len())
+	}
+	checkFoldAnswers(t, s, ref, t0, "after a fold the list did not know of")
+
+	// A fold that fails: an entry for a row not yet folded is already in
+	// the client index, so the fold's INSERT conflicts.
+	write(3)
+	noErr(t, exec(s.db, `INSERT INTO history_client SELECT account_id, client_id, received_us, id FROM history WHERE id = (SELECT MAX(id) FROM history)`))
+	write(8)
+	var rows int
+	noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history`).Scan(&rows))
+	if rows != len(ref.recs) {
+		t.Fatalf("%d records stored, want %d: a failed fold took its commit's records with it", rows, len(ref.recs))
+	}
+	if s.tail.len() != 11 {
+		t.Fatalf("%d rows listed after a failed fold, want 11 (still unfolded)", s.tail.len())
+	}
 }
 
 // TestNewRowsAfterDeletedNewest: when retention has deleted a SQLite

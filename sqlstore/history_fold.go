@@ -188,19 +188,20 @@ func (s *Store) foldListed(ctx context.Context, tx *sql.Tx, rows []tailRow) erro
 	if err := tx.StmtContext(ctx, s.appendStmts.unfolded).QueryRowContext(ctx, through).Scan(&mark, &count, &sum); err != nil {
 		return err
 	}
-	var listed float64
-	n := int64(0)
-	for _, r := range rows {
-		if r.id > mark {
-			n++
-			listed += float64(r.id)
-		}
+	// Rows the list still holds under the mark were folded by a commit
+	// whose success was not reported.
+	rows = slices.DeleteFunc(slices.Clone(rows), func(r tailRow) bool { return r.id <= mark })
+	if len(rows) == 0 {
+		return nil
 	}
-	if n != count || listed != sum {
+	var listed float64
+	for _, r := range rows {
+		listed += float64(r.id)
+	}
+	if int64(len(rows)) != count || listed != sum {
 		_, err := foldFromTable(ctx, tx, through)
 		return err
 	}
-	rows = slices.Clone(rows)
 	slices.SortFunc(rows, func(a, b tailRow) int {
 		return cmp.Or(cmp.Compare(a.account, b.account), cmp.Compare(a.cli, b.cli), cmp.Compare(a.received, b.received), cmp.Compare(a.id, b.id))
 	})

@@ -137,11 +137,22 @@ func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record)
 		if !fold {
 			return nil
 		}
+		// The fold is upkeep: if it fails, the batch is committed without
+		// it (its records are acknowledged) and a later commit folds.
 		rows := s.tail.next(recs)
-		if len(rows) > 0 {
+		if _, err := tx.ExecContext(ctx, `SAVEPOINT fold`); err != nil {
+			return err
+		}
+		if err := s.foldListed(ctx, tx, rows); err != nil {
+			fold = false
+			if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
+				return err
+			}
+		} else if len(rows) > 0 {
 			through = rows[len(rows)-1].id
 		}
-		return s.foldListed(ctx, tx, rows)
+		_, err := tx.ExecContext(ctx, `RELEASE fold`)
+		return err
 	})
 	if err != nil {
 		return err
