@@ -142,3 +142,69 @@ func TestFlushGrowsWritesBehindSlowCommits(t *testing.T) {
 		}
 	}
 }
+
+// onceSink is a chunkSink that applies each usage write at most once per
+// id; lost lists the (1-based) writes that it applies but reports as
+// failed, as a commit whose reply the connection lost.
+type onceSink struct {
+	chunkSink
+	lost    map[int]bool
+	applied map[string]bool
+}
+
+func (s *onceSink) AddUsageOnce(ctx context.Context, id string, daily []DailyDelta, clients []ClientDelta) error {
+	if s.applied[id] {
+		return nil
+	}
+	if err := s.chunkSink.AddUsage(ctx, daily, clients); err != nil {
+		return err
+	}
+	s.applied[id] = true
+	return s.lostReply()
+}
+
+// AddUsage loses replies too, for a flush that would not use the ids.
+func (s *onceSink) AddUsage(ctx context.Context, daily []DailyDelta, clients []ClientDelta) error {
+	if err := s.chunkSink.AddUsage(ctx, daily, clients); err != nil {
+		return err
+	}
+	return s.lostReply()
+}
+
+func (s *onceSink) lostReply() error {
+	if s.lost[s.writes] {
+		return errors.New("connection reset after commit")
+	}
+	return nil
+}
+
+// TestUsageWriteSentAgainOnce: with a store that applies a usage write at
+// most once per id, a write that went through but reported an error is
+// sent again as it was and counted once; a write that failed is counted
+// once too; every client's usage arrives exactly once.
+func TestUsageWriteSentAgainOnce(t *testing.T) {
+	now := time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC)
+	p := NewPolicy(Options{Now: func() time.Time { return now }}, &Snapshot{})
+	const clients = 3*flushChunk + 5
+	for i := range clients {
+		p.meter.client("A", fmt.Sprintf("dev-%d", i)).count(now, 1)
+		p.meter.account("A").slot(now).messages[1].Add(1)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Write 2 goes through but is reported failed; in the next flush, the
+	// first write (the one sent again) fails outright.
+	s := &onceSink{chunkSink: chunkSink{problems: map[string]int64{}, messages: map[string]int64{}}, lost: map[int]bool{2: true}, applied: map[string]bool{}}
+	p.flush(context.Background(), s, log)
+	s.fail = map[int]bool{3: true}
+	p.flush(context.Background(), s, log)
+	s.fail = nil
+	p.flush(context.Background(), s, log)
+	for i := range clients {
+		if n := s.messages[fmt.Sprintf("A/dev-%d", i)]; n != 1 {
+			t.Fatalf("client dev-%d: %d messages stored, want 1 (writes %v)", i, n, s.sizes)
+		}
+	}
+	if s.messages["A"] != clients {
+		t.Fatalf("account usage %d messages, want %d", s.messages["A"], clients)
+	}
+}

@@ -97,6 +97,8 @@ type Policy struct {
 	refused   atomic.Int64
 	problems  problemLog
 	pool2     atomic.Int64
+	// unsure is a usage write whose outcome was not reported (flush only).
+	unsure *usageWrite
 }
 
 // NewPolicy returns a policy over an initial snapshot.

@@ -2,6 +2,7 @@ package platform
 
 import (
 	"context"
+	"crypto/rand"
 	"log/slog"
 	"time"
 
@@ -25,9 +26,27 @@ type Source interface {
 // implementation must meet (the suite in internal/contract, Usage, checks
 // it): increments from any number of nodes, flushed at once, sum exactly
 // per account and day (drops per reason, clients per client and day);
-// an error means nothing was added (Run flushes the increments again).
+// an error means nothing was added (Run flushes the increments again),
+// unless the sink is also an OnceUsageSink.
 type UsageSink interface {
 	AddUsage(ctx context.Context, daily []DailyDelta, clients []ClientDelta) error
+}
+
+// OnceUsageSink is a UsageSink that applies a write at most once per id.
+// With one, a write whose outcome was not reported (an error from a commit
+// that went through: the connection dropped after it) is sent again as it
+// was, with its id, instead of being put back into the meter, where it
+// would have been counted a second time.
+type OnceUsageSink interface {
+	AddUsageOnce(ctx context.Context, id string, daily []DailyDelta, clients []ClientDelta) error
+}
+
+// usageWrite is a usage write whose outcome is not known, to be sent
+// again before anything else.
+type usageWrite struct {
+	id      string
+	daily   []DailyDelta
+	clients []ClientDelta
 }
 
 // VersionPoll is how often Run checks the source's version (when its
@@ -188,13 +207,32 @@ func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 			log.Error("flush client problems", "error", err)
 		}
 	}
+	once, _ := sink.(OnceUsageSink)
+	if w := p.unsure; w != nil {
+		if err := once.AddUsageOnce(ctx, w.id, w.daily, w.clients); err != nil {
+			log.Error("flush usage", "error", err)
+			return
+		}
+		p.unsure = nil
+	}
 	daily, clients := p.meter.Collect(broker.DropNames())
 	chunk := flushChunk
 	for len(daily) > 0 || len(clients) > 0 {
 		nd := min(len(daily), chunk)
 		nc := min(len(clients), chunk-nd)
 		start := p.opts.Now()
-		if err := sink.AddUsage(ctx, daily[:nd], clients[:nc]); err != nil {
+		var err error
+		if once != nil {
+			id := rand.Text()
+			if err = once.AddUsageOnce(ctx, id, daily[:nd], clients[:nc]); err != nil {
+				// Perhaps written: sent again as it is, with its id.
+				p.unsure = &usageWrite{id, daily[:nd], clients[:nc]}
+				daily, clients = daily[nd:], clients[nc:]
+			}
+		} else {
+			err = sink.AddUsage(ctx, daily[:nd], clients[:nc])
+		}
+		if err != nil {
 			// Put back what was not written, so the next flush retries it.
 			p.meter.restore(daily, clients, broker.DropNames())
 			log.Error("flush usage", "error", err)

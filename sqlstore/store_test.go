@@ -708,3 +708,30 @@ func TestPlanPublishRates(t *testing.T) {
 		}
 	})
 }
+
+// TestAddUsageOnce: a usage write sent again with its id (its first
+// commit's success was not reported) is not counted twice; writes with
+// other ids add up; each account's usage stays its own.
+func TestAddUsageOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *sqlstore.Store) {
+		ctx := ctxT(t)
+		twoAccounts(t, s)
+		daily := []fleetmq.DailyUsage{
+			{AccountID: accA, Day: "2026-03-13", Messages: [3]int64{1, 2, 0}, Drops: map[string]int64{"queue_full": 1}},
+			{AccountID: accB, Day: "2026-03-13", Messages: [3]int64{0, 5, 0}},
+		}
+		must(t, s.AddUsageOnce(ctx, "write-1", daily, nil))
+		must(t, s.AddUsageOnce(ctx, "write-1", daily, nil)) // sent again
+		must(t, s.AddUsageOnce(ctx, "write-2", daily[:1], nil))
+		for acc, want := range map[string]fleetmq.DailyUsage{
+			accA: {AccountID: accA, Day: "2026-03-13", Messages: [3]int64{2, 4, 0}, Drops: map[string]int64{"queue_full": 2}},
+			accB: {AccountID: accB, Day: "2026-03-13", Messages: [3]int64{0, 5, 0}},
+		} {
+			got, err := s.Usage(ctx, acc, "2026-03-01", "2026-03-31")
+			must(t, err)
+			if len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+				t.Fatalf("usage of %s = %+v, want %+v", acc, got, want)
+			}
+		}
+	})
+}

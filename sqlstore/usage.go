@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/fleetmq/fleetmq"
 )
@@ -11,38 +12,65 @@ import (
 // add the increments.
 func (s *Store) AddUsage(ctx context.Context, daily []fleetmq.DailyUsage, clients []fleetmq.ClientUsage) (err error) {
 	defer wrap(&err, "add usage")
+	return s.tx(ctx, func(tx *sql.Tx) error { return s.addUsage(ctx, tx, daily, clients) })
+}
+
+// usageFlushesKept is how long AddUsageOnce remembers the ids it applied.
+const usageFlushesKept = 7 * 24 * time.Hour
+
+// AddUsageOnce is AddUsage at most once per id: when the id was applied
+// before (a write whose success was not reported, sent again), it does
+// nothing and returns nil. Ids are remembered for a week.
+func (s *Store) AddUsageOnce(ctx context.Context, id string, daily []fleetmq.DailyUsage, clients []fleetmq.ClientUsage) (err error) {
+	defer wrap(&err, "add usage")
+	now := time.Now()
 	return s.tx(ctx, func(tx *sql.Tx) error {
-		for _, d := range daily {
-			_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_daily (account_id, day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-				ON CONFLICT (account_id, day) DO UPDATE SET
-					messages0 = usage_daily.messages0 + excluded.messages0, messages1 = usage_daily.messages1 + excluded.messages1,
-					messages2 = usage_daily.messages2 + excluded.messages2, bytes0 = usage_daily.bytes0 + excluded.bytes0,
-					bytes1 = usage_daily.bytes1 + excluded.bytes1, bytes2 = usage_daily.bytes2 + excluded.bytes2,
-					pool_used = usage_daily.pool_used + excluded.pool_used, demotions = usage_daily.demotions + excluded.demotions,
-					refused = usage_daily.refused + excluded.refused`),
-				d.AccountID, d.Day, d.Messages[0], d.Messages[1], d.Messages[2], d.Bytes[0], d.Bytes[1], d.Bytes[2], d.PoolUsed, d.Demotions, d.Refused)
-			if err != nil {
-				return err
-			}
-			for reason, n := range d.Drops {
-				if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_drops (account_id, day, reason, count) VALUES (?, ?, ?, ?)
-					ON CONFLICT (account_id, day, reason) DO UPDATE SET count = usage_drops.count + excluded.count`), d.AccountID, d.Day, reason, n); err != nil {
-					return err
-				}
-			}
+		r, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_flushes (id, at) VALUES (?, ?) ON CONFLICT (id) DO NOTHING`), id, now.UnixMicro())
+		if err != nil {
+			return err
 		}
-		for _, c := range clients {
-			_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_client (account_id, client_id, day, messages0, messages1, messages2) VALUES (?, ?, ?, ?, ?, ?)
-				ON CONFLICT (account_id, client_id, day) DO UPDATE SET messages0 = usage_client.messages0 + excluded.messages0,
-					messages1 = usage_client.messages1 + excluded.messages1, messages2 = usage_client.messages2 + excluded.messages2`),
-				c.AccountID, c.ClientID, c.Day, c.Messages[0], c.Messages[1], c.Messages[2])
-			if err != nil {
-				return err
-			}
+		if n, err := r.RowsAffected(); err != nil || n == 0 {
+			return err // applied before
 		}
-		return nil
+		if _, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM usage_flushes WHERE at < ?`), now.Add(-usageFlushesKept).UnixMicro()); err != nil {
+			return err
+		}
+		return s.addUsage(ctx, tx, daily, clients)
 	})
+}
+
+// addUsage adds usage increments in a transaction.
+func (s *Store) addUsage(ctx context.Context, tx *sql.Tx, daily []fleetmq.DailyUsage, clients []fleetmq.ClientUsage) error {
+	for _, d := range daily {
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_daily (account_id, day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (account_id, day) DO UPDATE SET
+				messages0 = usage_daily.messages0 + excluded.messages0, messages1 = usage_daily.messages1 + excluded.messages1,
+				messages2 = usage_daily.messages2 + excluded.messages2, bytes0 = usage_daily.bytes0 + excluded.bytes0,
+				bytes1 = usage_daily.bytes1 + excluded.bytes1, bytes2 = usage_daily.bytes2 + excluded.bytes2,
+				pool_used = usage_daily.pool_used + excluded.pool_used, demotions = usage_daily.demotions + excluded.demotions,
+				refused = usage_daily.refused + excluded.refused`),
+			d.AccountID, d.Day, d.Messages[0], d.Messages[1], d.Messages[2], d.Bytes[0], d.Bytes[1], d.Bytes[2], d.PoolUsed, d.Demotions, d.Refused)
+		if err != nil {
+			return err
+		}
+		for reason, n := range d.Drops {
+			if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_drops (account_id, day, reason, count) VALUES (?, ?, ?, ?)
+				ON CONFLICT (account_id, day, reason) DO UPDATE SET count = usage_drops.count + excluded.count`), d.AccountID, d.Day, reason, n); err != nil {
+				return err
+			}
+		}
+	}
+	for _, c := range clients {
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_client (account_id, client_id, day, messages0, messages1, messages2) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (account_id, client_id, day) DO UPDATE SET messages0 = usage_client.messages0 + excluded.messages0,
+				messages1 = usage_client.messages1 + excluded.messages1, messages2 = usage_client.messages2 + excluded.messages2`),
+			c.AccountID, c.ClientID, c.Day, c.Messages[0], c.Messages[1], c.Messages[2])
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Usage implements fleetmq.UsageStore.

@@ -430,3 +430,7 @@ func (a *App) Sync(ctx context.Context) {
 	}
 	a.Policy.DisconnectInvalid(a.Broker)
 }
+
+// The store writes usage at most once per write id: a flush whose commit
+// went through but reported an error is sent again, not counted twice.
+var _ platform.OnceUsageSink = (*sqlstore.Store)(nil)
