@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -14,6 +15,21 @@ import (
 
 // MaxBuckets bounds one aggregation's buckets.
 const MaxBuckets = 10_000
+
+// ChartScanBudget is the most records a chart the portal draws reads
+// (HistoryQuery.ScanBudget of its aggregation): about a second of store
+// time. A device that publishes 100 messages a second fills a 30-day chart
+// with 259 million; the chart then asks for a shorter range rather than
+// hold a store connection, and a core, for minutes.
+const ChartScanBudget = 1_000_000
+
+// TooManyRecords is Aggregate's error when the query's range holds more
+// records than its scan budget.
+type TooManyRecords struct{ Budget int }
+
+func (e *TooManyRecords) Error() string {
+	return fmt.Sprintf("history: the range holds more than %d records, the most one aggregation reads: narrow it", e.Budget)
+}
 
 // Bucket is one time bucket of a numeric payload field.
 type Bucket struct {
@@ -40,7 +56,8 @@ type Series struct {
 // Aggregate buckets a numeric JSON payload field (a dotted path, e.g.
 // "temperature" or "battery.level") of the records of q over time. q needs
 // From and To; the order and limit of q are ignored. Records are read in
-// time order and never held in memory.
+// time order and never held in memory. q.ScanBudget, if set, bounds the
+// records it reads: past it, it returns a *TooManyRecords.
 func Aggregate(ctx context.Context, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery, field string, bucket time.Duration) (*Series, error) {
 	fields := map[string]string{}
 	if q.From.IsZero() || q.To.IsZero() {
@@ -65,6 +82,9 @@ func Aggregate(ctx context.Context, st fleetmq.HistoryStore, q *fleetmq.HistoryQ
 	}
 	qq := *q
 	qq.Ascending, qq.After, qq.Limit = true, nil, 0
+	if q.ScanBudget > 0 {
+		qq.ScanBudget = q.ScanBudget + 1 // the store stops at its budget, even at the end
+	}
 	s := &Series{Field: field, Bucket: bucket}
 	var cur *Bucket
 	err := st.QueryHistory(ctx, &qq, func(r *fleetmq.Record) error {
@@ -85,6 +105,9 @@ func Aggregate(ctx context.Context, st fleetmq.HistoryStore, q *fleetmq.HistoryQ
 		cur.Last = v
 		return nil
 	})
+	if _, ok := errors.AsType[*fleetmq.ScanBudgetSpent](err); ok {
+		return nil, &TooManyRecords{Budget: q.ScanBudget}
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -416,6 +416,17 @@ func TestAggregate(t *testing.T) {
 		if err != nil || len(s.Buckets) != 1 || s.Buckets[0].Last != 80 || s.Skipped != 6 {
 			t.Errorf("aggregate battery.level: %+v %v", s, err)
 		}
+		// A range with more records than the scan budget is refused, not
+		// read to its end.
+		small := *q
+		small.ScanBudget = 4
+		if _, err := history.Aggregate(context.Background(), st, &small, "temp", time.Minute); !errors.As(err, new(*history.TooManyRecords)) {
+			t.Errorf("an aggregation over 7 records with a scan budget of 4: %v, want TooManyRecords", err)
+		}
+		small.ScanBudget = 7
+		if s, err := history.Aggregate(context.Background(), st, &small, "temp", time.Minute); err != nil || len(s.Buckets) != 3 {
+			t.Errorf("an aggregation over 7 records with a scan budget of 7: %+v, %v", s, err)
+		}
 		if _, err := history.Aggregate(context.Background(), st, q, "temp", time.Millisecond); err == nil {
 			t.Error("a bucket under 1s accepted")
 		}

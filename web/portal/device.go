@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -35,6 +37,10 @@ var chartRanges = []struct {
 	{"7d", "Last 7 days", 7 * 24 * time.Hour, 2 * time.Hour},
 	{"30d", "Last 30 days", 30 * 24 * time.Hour, 12 * time.Hour},
 }
+
+// chartScanBudget is the most records one chart reads (a variable for
+// tests).
+var chartScanBudget = history.ChartScanBudget
 
 // recordRow is a stored or retained message in a table.
 type recordRow struct {
@@ -226,8 +232,13 @@ func (p *Portal) chart(c *call, cl *fleetmq.MQTTClient, q url.Values, latest []*
 		ch.Error = "The topic filter is not valid: give a topic under this client, such as telemetry/temp_probe or telemetry/#."
 		return ch
 	}
+	hq.ScanBudget = chartScanBudget
 	s, err := history.Aggregate(c.ctx, p.deps.HistorySlots.Charged(c.acc.ID, p.deps.Store), hq, ch.Field, bucket)
 	if err != nil {
+		if tm, ok := errors.AsType[*history.TooManyRecords](err); ok {
+			ch.Error = fmt.Sprintf("This range holds more than %s records, more than a chart reads. Choose a shorter range, or a topic.", num(tm.Budget))
+			return ch
+		}
 		if fleetmq.CodeOf(err) == fleetmq.CodeValidation {
 			ch.Error = "The field name is not valid: give a JSON field such as temperature, or a dotted path such as battery.level."
 			return ch

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/web/portal"
 )
 
 var (
@@ -121,6 +122,10 @@ func TestDevicePage(t *testing.T) {
 	b.get(t, "/clients/dev1?field=humidity&range=24h").has(t, `data-testid="chart-empty"`, "120 messages in the range have no number at this field")
 	b.get(t, "/clients/dev1?field=a..b").has(t, `data-testid="chart-error"`, "The field name is not valid")
 	b.get(t, "/clients/dev1?field=temperature&topic=%2B%2Fx%2F%23%23").has(t, `data-testid="chart-error"`, "The topic filter is not valid")
+	// A range with more records than a chart reads asks for a shorter one.
+	portal.SetChartScanBudget(t, 100)
+	b.get(t, "/clients/dev1?field=temperature&range=24h").has(t, `data-testid="chart-error"`, "This range holds more than 100 records")
+	b.get(t, "/clients/dev1?field=temperature&range=1h").has(t, `data-testid="chart-count">60<`)
 
 	// A real device: connected, with a retained state message.
 	_, pw, err := e.Service.CreateCredential(e.ctx, a.ID, control.NewCredential{Kind: fleetmq.KindPublisher})

@@ -9,3 +9,11 @@ func RoutePatterns() []string {
 	}
 	return out
 }
+
+// SetChartScanBudget sets the most records a chart reads until the test
+// ends.
+func SetChartScanBudget(t interface{ Cleanup(func()) }, n int) {
+	old := chartScanBudget
+	chartScanBudget = n
+	t.Cleanup(func() { chartScanBudget = old })
+}
