@@ -1,10 +1,12 @@
 package ingest_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,4 +94,61 @@ func benchIngest(b *testing.B, publishers int, observed bool) {
 	if st.Batches > 0 {
 		b.ReportMetric(float64(st.Written)/float64(st.Batches), "records/commit")
 	}
+}
+
+// slowStore commits in a fixed time, as a disk would, and stores nothing.
+type slowStore struct {
+	fleetmq.HistoryStore
+	commit time.Duration
+}
+
+func (s slowStore) AppendHistory(context.Context, []*fleetmq.Record) error {
+	time.Sleep(s.commit) // the disk's sync, not synchronisation
+	return nil
+}
+
+// BenchmarkBlockedPublishers: 5,000 publishers (a fleet's connections)
+// accept QoS 1 records into a queue much smaller than they are, through a
+// store whose commits take 5 ms: most of them wait for room all the time.
+// cpu-µs/record is what each record costs the process, waiting included.
+//
+//	go test -run '^$' -bench BenchmarkBlockedPublishers -benchtime 100000x ./ingest/
+func BenchmarkBlockedPublishers(b *testing.B) {
+	const publishers = 5000
+	w := newWriter(b, slowStore{commit: 5 * time.Millisecond}, ingest.Options{QueueSize: 1024, AccountQueueSize: 1024, MaxBatch: 256})
+	ack := &countAck{want: int64(b.N), done: make(chan struct{})}
+	now := time.Now().UTC()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	cpu := processCPU(b)
+	for p := range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client := fmt.Sprintf("dev%d", p)
+			for next.Add(1) <= int64(b.N) {
+				w.Accept(&fleetmq.Record{AccountID: acctA, ClientID: client, Topic: acctA + "/" + client + "/state", Class: "state",
+					QoS: 1, PublishedQoS: 1, Payload: []byte(`{}`), Received: now}, ack)
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case <-ack.done:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d acknowledged after a minute", ack.n.Load(), b.N)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/record")
+	b.ReportMetric(float64(w.Stats().AcceptWaits)/float64(b.N), "waits/record")
+}
+
+// processCPU is the CPU time this process has used (user and system).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

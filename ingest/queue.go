@@ -36,9 +36,11 @@ type queue struct {
 	ready []*lane
 	// held and again are take's scratch lists, kept between calls.
 	held, again []*lane
-	// room is closed, and replaced, whenever the writer takes records:
-	// publishers waiting for room try again.
-	room chan struct{}
+	// waiting are the publishers waiting for room, in arrival order: a
+	// take of n records wakes the first n of them (not all: thousands of
+	// devices may be waiting), each of which tries again and, if its
+	// account's share is still full, waits again at the end.
+	waiting []chan struct{}
 	// notify tells the writer that records were queued (capacity 1: one
 	// signal stands for any number of records).
 	notify chan struct{}
@@ -69,14 +71,16 @@ func (l *lane) len() int { return len(l.items) - l.head }
 
 func newQueue(size, laneMax, turn int, gap time.Duration) *queue {
 	return &queue{size: size, laneMax: laneMax, turn: turn, gap: gap, lanes: map[string]*lane{},
-		room: make(chan struct{}), notify: make(chan struct{}, 1)}
+		notify: make(chan struct{}, 1)}
 }
 
-// push queues it if there is room for its account, and otherwise returns
-// the channel closed when the writer next takes records. It marks the
-// record quiet when its account's previous record came more than gap
-// before it (or never).
-func (q *queue) push(it item) (ok bool, room <-chan struct{}) {
+// push queues it if there is room for its account and returns true.
+// Otherwise it lines wake (capacity 1; nil: not) up among the publishers
+// waiting for room, to be signalled when a take makes some, and returns
+// false. It
+// marks the record quiet when its account's previous record came more
+// than gap before it (or never).
+func (q *queue) push(it item, wake chan struct{}) bool {
 	q.mu.Lock()
 	l := q.lanes[it.rec.AccountID]
 	queued := 0
@@ -84,9 +88,11 @@ func (q *queue) push(it item) (ok bool, room <-chan struct{}) {
 		queued = l.len()
 	}
 	if queued >= q.laneMax || (q.n >= q.size && queued >= quietReserve) {
-		room = q.room
+		if wake != nil {
+			q.waiting = append(q.waiting, wake)
+		}
 		q.mu.Unlock()
-		return false, room
+		return false
 	}
 	if l == nil {
 		l = &lane{account: it.rec.AccountID}
@@ -110,7 +116,7 @@ func (q *queue) push(it item) (ok bool, room <-chan struct{}) {
 	case q.notify <- struct{}{}:
 	default:
 	}
-	return true, nil
+	return true
 }
 
 // take moves up to max records into b, up to turn of an account at a
@@ -135,10 +141,26 @@ func (q *queue) take(b *batch, max int) int {
 	}
 	if took > 0 {
 		q.n -= took
-		close(q.room)
-		q.room = make(chan struct{})
+		q.wake(took)
 	}
 	return took
+}
+
+// wake signals the first n publishers waiting for room (q.mu held). A
+// signal to one that stopped waiting (the writer closed) is lost, which
+// costs the others a take's delay, never their wake-up: they are still
+// waiting, so records are queued and takes go on.
+func (q *queue) wake(n int) {
+	n = min(n, len(q.waiting))
+	for _, c := range q.waiting[:n] {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+	rest := copy(q.waiting, q.waiting[n:])
+	clear(q.waiting[rest:])
+	q.waiting = q.waiting[:rest]
 }
 
 // pass goes once through the turn order, giving b a turn of each lane it

@@ -266,8 +266,7 @@ func (w *Writer) Accept(rec *fleetmq.Record, ack Acker) {
 		return
 	}
 	it := item{rec: rec, ack: ack, at: time.Now()}
-	ok, room := w.q.push(it)
-	if ok {
+	if w.q.push(it, nil) {
 		return
 	}
 	if rec.PublishedQoS == 0 && w.opts.QoS0Overload == OverloadDrop {
@@ -275,14 +274,12 @@ func (w *Writer) Accept(rec *fleetmq.Record, ack Acker) {
 		return
 	}
 	w.acceptWaits.Add(1)
-	for {
+	wake := make(chan struct{}, 1)
+	for !w.q.push(it, wake) {
 		select {
-		case <-room:
+		case <-wake:
 		case <-w.closing:
 			w.abandoned.Add(1)
-			return
-		}
-		if ok, room = w.q.push(it); ok {
 			return
 		}
 	}

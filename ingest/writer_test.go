@@ -253,6 +253,36 @@ func TestBackPressure(t *testing.T) {
 	}
 }
 
+// TestManyWaitingPublishersAllGetThrough: hundreds of publishers of two
+// accounts waiting for room in a queue of 8 (a take wakes as many of them
+// as it made room for, not all) all get their records stored and
+// acknowledged, each once.
+func TestManyWaitingPublishersAllGetThrough(t *testing.T) {
+	db := openDB(t)
+	w := newWriter(t, db.Store, ingest.Options{QueueSize: 8, AccountQueueSize: 8, MaxBatch: 4})
+	const publishers, each = 300, 4
+	acks := make([]*ack, publishers*each)
+	var done []<-chan struct{}
+	for p := range publishers {
+		account := []string{acctA, acctB}[p%2]
+		for i := range each {
+			a := &ack{}
+			acks[p*each+i] = a
+			done = append(done, acceptAsync(w, rec(account, 1), a))
+		}
+	}
+	for _, d := range done {
+		returned(t, "a waiting publisher's Accept", d)
+	}
+	eventually(t, "every record acknowledged", func() bool { return acked(t, acks) == len(acks) })
+	if a, b := db.count(t, acctA), db.count(t, acctB); a+b != len(acks) || a != b {
+		t.Fatalf("history has %d and %d records, want %d each", a, b, len(acks)/2)
+	}
+	if w.Stats().AcceptWaits == 0 {
+		t.Fatal("no publisher waited: the test does not cover waiting")
+	}
+}
+
 // TestQoS0Overload: with the queue full, a QoS 0 record is dropped from
 // history at once and counted under the default policy, and waits for
 // room (then is stored) under "wait".
