@@ -208,7 +208,7 @@ func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 		}
 	}
 	once, _ := sink.(OnceUsageSink)
-	if w := p.unsure; w != nil {
+	if w := p.unsure; w != nil && once != nil {
 		if err := once.AddUsageOnce(ctx, w.id, w.daily, w.clients); err != nil {
 			log.Error("flush usage", "error", err)
 			return

@@ -287,15 +287,20 @@ func TestCommitsFold(t *testing.T) {
 		t.Fatalf("latest after the fold: %v, want the record of %v", latest, t0)
 	}
 
+	// A fleet's rows, each of another client, gathered unfolded; then
+	// commits of one record fold foldMaxClients clients at a time, oldest
+	// first, so that what one commit carries is bounded.
+	s.foldRows = 1000
+	var fleet []*fleetmq.Record
+	for b := range 6 {
+		fleet = append(fleet, appendN(50, func(i int) string { return fmt.Sprintf("fleet-%d", b*50+i) })...)
+	}
 	s.foldRows = 100
-	fleet := appendN(300, func(i int) string { return fmt.Sprintf("fleet-%d", i) })
 	for step, want := range []struct{ unfolded, oldest int }{
-		{300 - foldMaxClients, foldMaxClients},             // the batch's oldest 128 clients folded
-		{300 - 2*foldMaxClients + 1, 2 * foldMaxClients},   // 128 more, with the next commit
-		{300 - 2*foldMaxClients + 2, 2 * foldMaxClients}} { // under FoldRows: none
-		if step > 0 {
-			appendN(1, func(int) string { return "dev-2" })
-		}
+		{300 + 1 - foldMaxClients, foldMaxClients},      // the oldest 128 clients folded
+		{300 + 2 - 2*foldMaxClients, 2 * foldMaxClients}, // 128 more
+		{300 + 3 - 2*foldMaxClients, 2 * foldMaxClients}} { // under FoldRows: none
+		appendN(1, func(int) string { return "dev-2" })
 		var oldest int64
 		noErr(t, s.db.QueryRow(`SELECT MIN(id) FROM history WHERE `+unfoldedRows).Scan(&oldest))
 		if got := unfolded(); got != want.unfolded || oldest != fleet[want.oldest].ID {
@@ -387,7 +392,8 @@ func TestMigrationFoldsExistingHistory(t *testing.T) {
 // TestFoldSurprises: a fold that a commit made but whose success was not
 // reported (the store's list still holds its rows) is not made twice; a
 // fold that fails leaves its commit's records stored (the fold is upkeep,
-// and the records' acknowledgements must not wait for it).
+// and the records' acknowledgements must not wait for it), and a later
+// commit folds them.
 func TestFoldSurprises(t *testing.T) {
 	ctx := context.Background()
 	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
@@ -411,30 +417,124 @@ func TestFoldSurprises(t *testing.T) {
 			ref.recs = append(ref.recs, *r)
 		}
 	}
+	unfolded := func() int {
+		var n int
+		noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history WHERE `+unfoldedRows).Scan(&n))
+		return n
+	}
 	write(6)
 	// Folded behind the list's back, as by a commit whose success was lost.
 	noErr(t, s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		_, err := foldFromTable(ctx, tx, math.MaxInt64)
+		_, _, err := foldIn(ctx, tx, math.MaxInt64)
 		return err
 	}))
-	write(6) // 12 listed: folds, skipping the 6 already folded
-	if s.tail.len() != 0 {
-		t.Fatalf("%d rows still listed after the fold", s.tail.len())
+	write(6) // 12 listed: folds the 6 not yet folded
+	if n := unfolded(); n != 0 || s.tail.len() != 0 {
+		t.Fatalf("%d rows unfolded, %d listed after the fold, want none", n, s.tail.len())
 	}
 	checkFoldAnswers(t, s, ref, t0, "after a fold the list did not know of")
 
-	// A fold that fails: an entry for a row not yet folded is already in
-	// the client index, so the fold's INSERT conflicts.
+	// A fold that fails (a trigger refuses the client index's inserts).
+	noErr(t, exec(s.db, `CREATE TRIGGER refuse_fold BEFORE INSERT ON history_client BEGIN SELECT RAISE(ABORT, 'injected'); END`))
 	write(3)
-	noErr(t, exec(s.db, `INSERT INTO history_client SELECT account_id, client_id, received_us, id FROM history WHERE id = (SELECT MAX(id) FROM history)`))
 	write(8)
 	var rows int
 	noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history`).Scan(&rows))
-	if rows != len(ref.recs) {
-		t.Fatalf("%d records stored, want %d: a failed fold took its commit's records with it", rows, len(ref.recs))
+	if rows != len(ref.recs) || unfolded() != 11 {
+		t.Fatalf("%d records stored, %d unfolded; want %d and 11: a failed fold took its commit's records with it", rows, unfolded(), len(ref.recs))
 	}
-	if s.tail.len() != 11 {
-		t.Fatalf("%d rows listed after a failed fold, want 11 (still unfolded)", s.tail.len())
+	checkFoldAnswers(t, s, ref, t0, "after a failed fold")
+	noErr(t, exec(s.db, `DROP TRIGGER refuse_fold`))
+	write(1)
+	if n := unfolded(); n != 0 {
+		t.Fatalf("%d rows unfolded after the next commit, want 0 (folded)", n)
+	}
+	checkFoldAnswers(t, s, ref, t0, "folded by a later commit")
+}
+
+// TestFoldAfterRetentionReusesIDs: retention deleted an idle store's
+// newest rows while they were unfolded, and SQLite gives their ids to the
+// next records, another account's: the fold indexes the rows the table
+// holds, not the ones the store had listed, so every record of the new
+// account is found and none under the deleted account's name.
+func TestFoldAfterRetentionReusesIDs(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.foldRows = 100_000
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	var old []*fleetmq.Record
+	for i := range 200 {
+		client := fmt.Sprintf("a-%d", i)
+		old = append(old, &fleetmq.Record{AccountID: foldAccA, ClientID: client, Topic: foldAccA + "/" + client + "/state", Class: "state",
+			QoS: 1, PublishedQoS: 1, Payload: []byte("A"), Received: t0.Add(time.Duration(i) * time.Millisecond)})
+	}
+	noErr(t, s.AppendHistory(ctx, old))
+	if _, err := s.DeleteHistory(ctx, foldAccA, t0.Add(time.Hour), 1000); err != nil {
+		t.Fatal(err)
+	}
+	s.foldRows = 100
+	ref := &foldRef{}
+	var recs []*fleetmq.Record
+	for i := range 1848 {
+		at := t0.Add(2*time.Hour + time.Duration(i)*time.Millisecond)
+		client := fmt.Sprintf("dev-%d", i%4)
+		recs = append(recs, &fleetmq.Record{AccountID: foldAccB, ClientID: client, Topic: foldAccB + "/" + client + "/state", Class: "state",
+			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at})
+	}
+	for start := 0; start < len(recs); start += 462 {
+		batch := recs[start : start+462]
+		noErr(t, s.AppendHistory(ctx, batch))
+		for _, r := range batch {
+			ref.recs = append(ref.recs, *r)
+		}
+	}
+	if old[0].ID != recs[0].ID {
+		t.Fatalf("the new records got ids from %d, the deleted ones had %d: the test does not cover reused ids", recs[0].ID, old[0].ID)
+	}
+	checkFoldAnswers(t, s, ref, t0, "after the fold over reused ids")
+	for _, r := range old[:5] {
+		got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: r.ClientID}, 0)
+		if len(got) != 0 {
+			t.Fatalf("account A's deleted client %s still has records: %v", r.ClientID, got)
+		}
+	}
+	var rows, indexed int
+	noErr(t, s.db.QueryRow(`SELECT (SELECT COUNT(*) FROM history WHERE id <= (SELECT value FROM meta WHERE key = 'history_folded')), (SELECT COUNT(*) FROM history_client)`).Scan(&rows, &indexed))
+	if rows != indexed {
+		t.Fatalf("%d rows folded, %d entries in the client index", rows, indexed)
+	}
+}
+
+// TestFoldsKeepUp: commits each of hundreds of devices' records (more than
+// foldMaxClients) still fold as much as they add: the unfolded rows stay
+// bounded.
+func TestFoldsKeepUp(t *testing.T) {
+	ctx := context.Background()
+	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.foldRows = 100
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	for c := range 30 {
+		recs := make([]*fleetmq.Record, 512)
+		for i := range recs {
+			t0 = t0.Add(time.Microsecond)
+			client := fmt.Sprintf("dev-%d", i)
+			recs[i] = &fleetmq.Record{AccountID: foldAccA, ClientID: client, Topic: foldAccA + "/" + client + "/state", Class: "state",
+				QoS: 1, PublishedQoS: 1, Payload: []byte("{}"), Received: t0}
+		}
+		noErr(t, s.AppendHistory(ctx, recs))
+		var n int
+		noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history WHERE `+unfoldedRows).Scan(&n))
+		if n > 2*512 {
+			t.Fatalf("commit %d: %d rows unfolded: folds fall behind commits of 512 devices", c, n)
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"hash/maphash"
@@ -23,13 +22,15 @@ import (
 var FoldRows = 2048
 
 // A commit that folds takes the oldest unfolded rows, at most foldMaxRows
-// of them and no more than foldMaxClients distinct clients: a fold costs
-// about a page per client (35 µs each on this machine's SQLite), so that
-// of a fleet, where nearly every row is another device's, adds a few
-// milliseconds to its commit, not the 150 ms of 4,096 devices' rows at
-// once, while a few busy clients' rows fold thousands at a time.
+// of them and no more than foldMaxClients distinct clients, or twice as
+// many as the commit has records if that is more (so folds keep up with
+// commits of many devices' records): a fold costs about a page per client
+// (35 µs each on this machine's SQLite), so that of a fleet, where nearly
+// every row is another device's, adds a few milliseconds to its commit,
+// not the 150 ms of 4,096 devices' rows at once, while a few busy
+// clients' rows fold thousands at a time.
 const (
-	foldMaxRows    = 2048
+	foldMaxRows    = 4096
 	foldMaxClients = 128
 )
 
@@ -39,12 +40,12 @@ const (
 // index's order to that), a few thousand rows at most.
 const unfoldedRows = `id > (SELECT value FROM meta WHERE key = 'history_folded')`
 
-// foldTail is what a SQLite store knows of its unfolded rows, oldest
-// first: the columns a fold writes and a hash of each row's client, to
-// choose how many rows the next fold takes. The store's history commits
-// keep it; the fold's mark in meta is the truth, and a fold whose rows do
-// not match the list (retention deleted some, say) reads them from the
-// table instead.
+// foldTail is what a SQLite store knows of its unfolded rows: their ids
+// and a hash of each one's client, to choose how far the next fold goes.
+// The store's history commits keep it. It is only a guide: a fold reads
+// the rows from the table, between the mark in meta and the id chosen, so
+// a list that is off (rows retention deleted, their ids reused) costs a
+// fold's size, never a record.
 type foldTail struct {
 	mu   sync.Mutex
 	seed maphash.Seed
@@ -52,9 +53,8 @@ type foldTail struct {
 }
 
 type tailRow struct {
-	id, received        int64
-	client              uint64 // hash of account and client
-	account, cli, topic string
+	id     int64
+	client uint64 // hash of account and client
 }
 
 func (t *foldTail) clientHash(account, client string) uint64 {
@@ -66,8 +66,8 @@ func (t *foldTail) clientHash(account, client string) uint64 {
 	return h.Sum64()
 }
 
-func (t *foldTail) row(id, received int64, account, client, topic string) tailRow {
-	return tailRow{id: id, received: received, client: t.clientHash(account, client), account: account, cli: client, topic: topic}
+func (t *foldTail) row(id int64, account, client string) tailRow {
+	return tailRow{id: id, client: t.clientHash(account, client)}
 }
 
 // add lists a committed batch's rows.
@@ -75,7 +75,7 @@ func (t *foldTail) add(recs []*fleetmq.Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range recs {
-		t.rows = append(t.rows, t.row(r.ID, r.Received.UnixMicro(), r.AccountID, r.ClientID, r.Topic))
+		t.rows = append(t.rows, t.row(r.ID, r.AccountID, r.ClientID))
 	}
 }
 
@@ -85,54 +85,53 @@ func (t *foldTail) len() int {
 	return len(t.rows)
 }
 
-// next is the rows of the next fold, from the listed rows followed by
+// next is the last id of the next fold, over the listed rows followed by
 // those of a batch about to commit (their ids set): the oldest, up to
-// foldMaxRows or foldMaxClients distinct clients.
-func (t *foldTail) next(batch []*fleetmq.Record) []tailRow {
+// foldMaxRows rows or maxClients distinct clients (0 when there is none).
+func (t *foldTail) next(batch []*fleetmq.Record, maxClients int) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	seen := make(map[uint64]struct{}, foldMaxClients)
-	var out []tailRow
+	seen := make(map[uint64]struct{}, maxClients)
+	var last int64
+	n := 0
 	take := func(r tailRow) bool {
-		if len(out) == foldMaxRows {
+		if n == foldMaxRows {
 			return false
 		}
 		if _, ok := seen[r.client]; !ok {
-			if len(seen) == foldMaxClients {
+			if len(seen) == maxClients {
 				return false
 			}
 			seen[r.client] = struct{}{}
 		}
-		out = append(out, r)
+		last, n = max(last, r.id), n+1
 		return true
 	}
 	for _, r := range t.rows {
 		if !take(r) {
-			return out
+			return last
 		}
 	}
 	for _, r := range batch {
-		if !take(t.row(r.ID, r.Received.UnixMicro(), r.AccountID, r.ClientID, r.Topic)) {
-			return out
+		if !take(t.row(r.ID, r.AccountID, r.ClientID)) {
+			return last
 		}
 	}
-	return out
+	return last
 }
 
-// folded drops the rows up to id from the list.
+// folded drops the rows up to id from the list (wherever they are: ids
+// SQLite reused after retention deleted the newest rows are listed after
+// the deleted rows' entries).
 func (t *foldTail) folded(through int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	i := 0
-	for i < len(t.rows) && t.rows[i].id <= through {
-		i++
-	}
-	t.rows = append(t.rows[:0], t.rows[i:]...)
+	t.rows = slices.DeleteFunc(t.rows, func(r tailRow) bool { return r.id <= through })
 }
 
 // load lists the unfolded rows from the database (when the store opens).
 func (t *foldTail) load(ctx context.Context, db *sql.DB) error {
-	rows, err := db.QueryContext(ctx, `SELECT id, received_us, account_id, client_id, topic FROM history NOT INDEXED WHERE `+unfoldedRows+` ORDER BY id`)
+	rows, err := db.QueryContext(ctx, `SELECT id, account_id, client_id FROM history NOT INDEXED WHERE `+unfoldedRows+` ORDER BY id`)
 	if err != nil {
 		return err
 	}
@@ -141,12 +140,12 @@ func (t *foldTail) load(ctx context.Context, db *sql.DB) error {
 	defer t.mu.Unlock()
 	t.seed = maphash.MakeSeed()
 	for rows.Next() {
-		var id, received int64
-		var account, client, topic string
-		if err := rows.Scan(&id, &received, &account, &client, &topic); err != nil {
+		var id int64
+		var account, client string
+		if err := rows.Scan(&id, &account, &client); err != nil {
 			return err
 		}
-		t.rows = append(t.rows, t.row(id, received, account, client, topic))
+		t.rows = append(t.rows, t.row(id, account, client))
 	}
 	return rows.Err()
 }
@@ -161,114 +160,47 @@ func (s *Store) FoldHistory(ctx context.Context) (n int64, err error) {
 	if s.dialect != sqliteDialect {
 		return 0, nil
 	}
+	var through int64
 	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		n, err = foldFromTable(ctx, tx, math.MaxInt64)
+		n, through, err = foldIn(ctx, tx, math.MaxInt64)
 		return err
 	})
 	if err != nil {
 		return 0, err
 	}
-	s.tail.folded(math.MaxInt64)
+	s.tail.folded(through)
 	return n, nil
 }
 
-// foldListed folds the unfolded rows listed, the oldest ones, in a write
-// transaction of the history writer, by its prepared statements: the
-// rows' entries into history_client in the index's order, and the newest
-// row of each of their topics into history_latest. When the table's
-// unfolded rows up to the last of them are not those listed, it reads
-// them from the table instead (foldFromTable).
-func (s *Store) foldListed(ctx context.Context, tx *sql.Tx, rows []tailRow) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	through := rows[len(rows)-1].id
-	var mark, count int64
-	var sum float64
-	if err := tx.StmtContext(ctx, s.appendStmts.unfolded).QueryRowContext(ctx, through).Scan(&mark, &count, &sum); err != nil {
-		return err
-	}
-	// Rows the list still holds under the mark were folded by a commit
-	// whose success was not reported.
-	rows = slices.DeleteFunc(slices.Clone(rows), func(r tailRow) bool { return r.id <= mark })
-	if len(rows) == 0 {
-		return nil
-	}
-	var listed float64
-	for _, r := range rows {
-		listed += float64(r.id)
-	}
-	if int64(len(rows)) != count || listed != sum {
-		_, err := foldFromTable(ctx, tx, through)
-		return err
-	}
-	slices.SortFunc(rows, func(a, b tailRow) int {
-		return cmp.Or(cmp.Compare(a.account, b.account), cmp.Compare(a.cli, b.cli), cmp.Compare(a.received, b.received), cmp.Compare(a.id, b.id))
-	})
-	args := make([]any, 0, maxAppendRows*5)
-	for start := 0; start < len(rows); {
-		chunk := rows[start : start+statementRows(len(rows)-start)]
-		start += len(chunk)
-		args = args[:0]
-		for _, r := range chunk {
-			args = append(args, r.account, r.cli, r.received, r.id)
-		}
-		if _, err := tx.StmtContext(ctx, s.appendStmts.client[len(chunk)]).ExecContext(ctx, args...); err != nil {
-			return err
-		}
-	}
-	// The newest row of each topic: the last of its rows in this order but
-	// for the topic, so one pass keeps the newest per topic (the later of
-	// two rows received in the same microsecond).
-	newest := map[[3]string]tailRow{}
-	var order [][3]string
-	for _, r := range rows {
-		k := [3]string{r.account, r.cli, r.topic}
-		if _, ok := newest[k]; !ok {
-			order = append(order, k)
-		}
-		newest[k] = r
-	}
-	for start := 0; start < len(order); {
-		chunk := order[start : start+statementRows(len(order)-start)]
-		start += len(chunk)
-		args = args[:0]
-		for _, k := range chunk {
-			r := newest[k]
-			args = append(args, r.account, r.cli, r.topic, r.id, r.received)
-		}
-		if _, err := tx.StmtContext(ctx, s.appendStmts.latest[len(chunk)]).ExecContext(ctx, args...); err != nil {
-			return err
-		}
-	}
-	_, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_folded'`, through)
-	return err
-}
-
-// foldFromTable folds the unfolded rows with ids up to through in a write
-// transaction, reading them from the table, and returns how many it
-// folded.
-func foldFromTable(ctx context.Context, tx *sql.Tx, through int64) (n int64, err error) {
+// foldIn folds the unfolded rows with ids up to through (MaxInt64: all)
+// in a write transaction, reading them from the table (the store's list
+// only chose through), and returns how many it folded and the id it folded
+// up to. A row whose entries are already there (a fold whose success was
+// not reported) is passed over, so a fold never fails on it.
+func foldIn(ctx context.Context, tx *sql.Tx, through int64) (n, folded int64, err error) {
 	var mark int64
 	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_folded'`).Scan(&mark); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if through == math.MaxInt64 {
 		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), ?) FROM history`, mark).Scan(&through); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	if through <= mark {
-		return 0, nil
+		return 0, through, nil
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO history_client (account_id, client_id, received_us, id)
+	res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO history_client (account_id, client_id, received_us, id)
 		SELECT account_id, client_id, received_us, id FROM history NOT INDEXED WHERE id > ? AND id <= ? ORDER BY 1, 2, 3, 4`, mark, through)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if n, err = res.RowsAffected(); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	// The newest row of each topic (the later row of two received in the
+	// same microsecond), replacing the stored one unless that is newer, as
+	// a commit of these rows would have.
 	if _, err := tx.ExecContext(ctx, `INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us)
 		SELECT account_id, client_id, topic, id, received_us FROM (
 			SELECT account_id, client_id, topic, id, received_us, ROW_NUMBER() OVER (
@@ -277,16 +209,13 @@ func foldFromTable(ctx context.Context, tx *sql.Tx, through int64) (n int64, err
 		WHERE newest = 1 ORDER BY account_id, client_id, topic
 		ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
 		WHERE excluded.received_us >= history_latest.received_us`, mark, through); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	_, err = tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_folded'`, through)
-	return n, err
+	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_folded'`, through); err != nil {
+		return 0, 0, err
+	}
+	return n, through, nil
 }
-
-// unfoldedCheck is the fold's mark, and the count and sum of the ids of
-// the unfolded rows up to an id: what foldListed compares with its list.
-const unfoldedCheck = `SELECT m.value, COUNT(h.id), TOTAL(h.id) FROM meta m LEFT JOIN history h NOT INDEXED ON h.id > m.value AND h.id <= ?
-	WHERE m.key = 'history_folded'`
 
 // keepIDsAfterMark lowers the fold's mark to the largest id when the rows
 // above that were deleted (retention deleting an idle store's newest

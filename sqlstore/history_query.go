@@ -209,7 +209,8 @@ func (p *historyPlan) selectByClientSQLite(dir, cmp string, after *fleetmq.Posit
 	tail, tailArgs := p.conds("", after, cmp)
 	args = append(append(args, tailPayloadArgs...), tailArgs...)
 	return "SELECT c.id AS id, " + middleColumns("h.", payload) + ", c.received_us AS received_us" +
-		" FROM history_client c CROSS JOIN history h ON h.id = c.id WHERE " + strings.Join(folded, " AND ") +
+		" FROM history_client c CROSS JOIN history h ON h.id = c.id AND h.account_id = c.account_id AND h.client_id = c.client_id WHERE " +
+		strings.Join(folded, " AND ") +
 		" UNION ALL SELECT id, " + middleColumns("", tailPayload) + ", received_us FROM history NOT INDEXED WHERE " + unfoldedRows + " AND " +
 		strings.Join(tail, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), args
 }

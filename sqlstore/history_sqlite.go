@@ -18,12 +18,11 @@ import (
 const maxAppendRows = 64
 
 // appendStmts are the SQLite history writer's prepared statements on the
-// ingest pool: by row count (powers of two up to maxAppendRows), the
-// INSERTs into history, history_client and history_latest (upserts);
-// keepIDsAfterMark and unfoldedCheck.
+// ingest pool: INSERT INTO history by row count (powers of two up to
+// maxAppendRows), and keepIDsAfterMark.
 type appendStmts struct {
-	insert, client, latest map[int]*sql.Stmt
-	keepIDs, unfolded      *sql.Stmt
+	insert  map[int]*sql.Stmt
+	keepIDs *sql.Stmt
 }
 
 // prepareAppend prepares the history writer's statements on the ingest
@@ -31,25 +30,15 @@ type appendStmts struct {
 // statement prepared on a connection the pool has since replaced is
 // prepared again by the transaction that uses it (sql.Tx.StmtContext).
 func (s *Store) prepareAppend(ctx context.Context) error {
-	st := &appendStmts{insert: map[int]*sql.Stmt{}, client: map[int]*sql.Stmt{}, latest: map[int]*sql.Stmt{}}
+	st := &appendStmts{insert: map[int]*sql.Stmt{}}
 	s.appendStmts = st // closed with the store, however far this goes
-	prepare := func(query string) (*sql.Stmt, error) { return s.ingest.PrepareContext(ctx, query) }
 	var err error
 	for n := 1; n <= maxAppendRows; n *= 2 {
-		if st.insert[n], err = prepare(insertSQL(n)); err != nil {
-			return err
-		}
-		if st.client[n], err = prepare(`INSERT INTO history_client (account_id, client_id, received_us, id) VALUES ` + valueRows(n, 4)); err != nil {
-			return err
-		}
-		if st.latest[n], err = prepare(latestSQL(n)); err != nil {
+		if st.insert[n], err = s.ingest.PrepareContext(ctx, insertSQL(n)); err != nil {
 			return err
 		}
 	}
-	if st.keepIDs, err = prepare(keepIDsAfterMark); err != nil {
-		return err
-	}
-	if st.unfolded, err = prepare(unfoldedCheck); err != nil {
+	if st.keepIDs, err = s.ingest.PrepareContext(ctx, keepIDsAfterMark); err != nil {
 		return err
 	}
 	return nil
@@ -61,17 +50,13 @@ func (st *appendStmts) close() error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []map[int]*sql.Stmt{st.insert, st.client, st.latest} {
-		for _, s := range m {
-			if s != nil {
-				errs = append(errs, s.Close())
-			}
-		}
-	}
-	for _, s := range []*sql.Stmt{st.keepIDs, st.unfolded} {
+	for _, s := range st.insert {
 		if s != nil {
 			errs = append(errs, s.Close())
 		}
+	}
+	if st.keepIDs != nil {
+		errs = append(errs, st.keepIDs.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -139,19 +124,18 @@ func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record)
 		}
 		// The fold is upkeep: if it fails, the batch is committed without
 		// it (its records are acknowledged) and a later commit folds.
-		rows := s.tail.next(recs)
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT fold`); err != nil {
 			return err
 		}
-		if err := s.foldListed(ctx, tx, rows); err != nil {
+		_, folded, err := foldIn(ctx, tx, s.tail.next(recs, max(foldMaxClients, 2*len(recs))))
+		if err != nil {
 			fold = false
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
 				return err
 			}
-		} else if len(rows) > 0 {
-			through = rows[len(rows)-1].id
 		}
-		_, err := tx.ExecContext(ctx, `RELEASE fold`)
+		through = folded
+		_, err = tx.ExecContext(ctx, `RELEASE fold`)
 		return err
 	})
 	if err != nil {
@@ -167,14 +151,6 @@ func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record)
 // insertSQL is a multi-row INSERT of n history rows.
 func insertSQL(n int) string {
 	return "INSERT INTO history (" + historyColumns + ") VALUES " + valueRows(n, historyColumnCount)
-}
-
-// latestSQL is a multi-row upsert of n history_latest rows (of distinct
-// topics): a row replaces the stored one unless that one is newer.
-func latestSQL(n int) string {
-	return `INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us) VALUES ` + valueRows(n, 5) + `
-		ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
-		WHERE excluded.received_us >= history_latest.received_us`
 }
 
 // valueRows is n rows of cols placeholders: "(?, ?), (?, ?)".
