@@ -297,8 +297,8 @@ func TestCommitsFold(t *testing.T) {
 	}
 	s.foldRows = 100
 	for step, want := range []struct{ unfolded, oldest int }{
-		{300 + 1 - foldMaxClients, foldMaxClients},      // the oldest 128 clients folded
-		{300 + 2 - 2*foldMaxClients, 2 * foldMaxClients}, // 128 more
+		{300 + 1 - foldMaxClients, foldMaxClients},         // the oldest 128 clients folded
+		{300 + 2 - 2*foldMaxClients, 2 * foldMaxClients},   // 128 more
 		{300 + 3 - 2*foldMaxClients, 2 * foldMaxClients}} { // under FoldRows: none
 		appendN(1, func(int) string { return "dev-2" })
 		var oldest int64
