@@ -26,6 +26,15 @@ type countAck struct {
 
 func (c *countAck) Refuse(packet.ReasonCode, string) { panic("a benchmark record was refused") }
 
+// wait waits until every acknowledgement has arrived, for a minute at most.
+func (c *countAck) wait(b *testing.B) {
+	select {
+	case <-c.done:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d acknowledged after a minute", c.n.Load(), c.want)
+	}
+}
+
 func (c *countAck) Ack() {
 	if c.n.Add(1) == c.want {
 		close(c.done)
@@ -83,11 +92,7 @@ func benchIngest(b *testing.B, publishers int, observed bool) {
 		}()
 	}
 	wg.Wait()
-	select {
-	case <-ack.done:
-	case <-time.After(time.Minute):
-		b.Fatalf("%d of %d acknowledged after a minute", ack.n.Load(), b.N)
-	}
+	ack.wait(b)
 	b.StopTimer()
 	st := w.Stats()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
@@ -134,11 +139,7 @@ func BenchmarkBlockedPublishers(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	select {
-	case <-ack.done:
-	case <-time.After(time.Minute):
-		b.Fatalf("%d of %d acknowledged after a minute", ack.n.Load(), b.N)
-	}
+	ack.wait(b)
 	b.StopTimer()
 	b.ReportMetric(float64((processCPU(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/record")
 	b.ReportMetric(float64(w.Stats().AcceptWaits)/float64(b.N), "waits/record")

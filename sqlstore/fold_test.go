@@ -395,12 +395,7 @@ func TestMigrationFoldsExistingHistory(t *testing.T) {
 // and the records' acknowledgements must not wait for it), and a later
 // commit folds them.
 func TestFoldSurprises(t *testing.T) {
-	ctx := context.Background()
-	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := context.Background(), openFoldStore(t)
 	s.foldRows = 10
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
 	ref := &foldRef{}
@@ -458,12 +453,7 @@ func TestFoldSurprises(t *testing.T) {
 // holds, not the ones the store had listed, so every record of the new
 // account is found and none under the deleted account's name.
 func TestFoldAfterRetentionReusesIDs(t *testing.T) {
-	ctx := context.Background()
-	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := context.Background(), openFoldStore(t)
 	s.foldRows = 100_000
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
 	var old []*fleetmq.Record
@@ -513,12 +503,7 @@ func TestFoldAfterRetentionReusesIDs(t *testing.T) {
 // foldMaxClients) still fold as much as they add: the unfolded rows stay
 // bounded.
 func TestFoldsKeepUp(t *testing.T) {
-	ctx := context.Background()
-	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := context.Background(), openFoldStore(t)
 	s.foldRows = 100
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
 	for c := range 30 {
@@ -543,12 +528,7 @@ func TestFoldsKeepUp(t *testing.T) {
 // next records, which SQLite numbers from the largest id left, are still
 // unfolded and found, then folded.
 func TestNewRowsAfterDeletedNewest(t *testing.T) {
-	ctx := context.Background()
-	s, err := OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	ctx, s := context.Background(), openFoldStore(t)
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
 	write := func(n int, from time.Time) []fleetmq.Position {
 		recs := make([]*fleetmq.Record, n)
@@ -589,6 +569,18 @@ func TestNewRowsAfterDeletedNewest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// openFoldStore opens a SQLite store in a temporary directory, closed when
+// the test ends.
+func openFoldStore(t *testing.T) *Store {
+	t.Helper()
+	s, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "fleetmq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 func exec(db *sql.DB, query string, args ...any) error {
