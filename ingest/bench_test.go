@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/ingest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
@@ -126,7 +126,7 @@ func BenchmarkBlockedPublishers(b *testing.B) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
-	cpu := processCPU(b)
+	cpu := testkit.ProcessCPU(b)
 	for p := range publishers {
 		wg.Add(1)
 		go func() {
@@ -141,15 +141,6 @@ func BenchmarkBlockedPublishers(b *testing.B) {
 	wg.Wait()
 	ack.wait(b)
 	b.StopTimer()
-	b.ReportMetric(float64((processCPU(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/record")
+	b.ReportMetric(float64((testkit.ProcessCPU(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/record")
 	b.ReportMetric(float64(w.Stats().AcceptWaits)/float64(b.N), "waits/record")
-}
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -4,21 +4,12 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
-
-// processCPU is the CPU time this process has used (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkAppendHistory: group inserts of 200-byte records into SQLite, as
 // the ingest writer does (one transaction per batch, then the store's
@@ -44,7 +35,7 @@ func BenchmarkAppendHistory(b *testing.B) {
 				at := time.Now()
 				n := 0
 				b.ResetTimer()
-				cpu := processCPU(b)
+				cpu := testkit.ProcessCPU(b)
 				for i := 0; i < b.N; i += batch {
 					for j := range recs {
 						// Neighbours in a batch are far apart in the
@@ -61,7 +52,7 @@ func BenchmarkAppendHistory(b *testing.B) {
 					st.AfterCommit(context.Background())
 				}
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
-				b.ReportMetric(float64((processCPU(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/record")
+				b.ReportMetric(float64((testkit.ProcessCPU(b)-cpu).Microseconds())/float64(b.N), "cpu-µs/record")
 			})
 		}
 	}

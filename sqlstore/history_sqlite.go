@@ -78,7 +78,7 @@ func statementRows(n int) int {
 // step shares the commit's sync.
 func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record) error {
 	fold := s.tail.len()+len(recs) >= s.foldRows
-	var through int64
+	var through int64 // the id folded up to, 0 when nothing was
 	err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
 		if _, err := tx.StmtContext(ctx, s.appendStmts.keepIDs).ExecContext(ctx); err != nil {
 			return err
@@ -127,14 +127,13 @@ func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record)
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT fold`); err != nil {
 			return err
 		}
-		_, folded, err := foldIn(ctx, tx, s.tail.next(recs, max(foldMaxClients, 2*len(recs))))
-		if err != nil {
-			fold = false
+		var err error
+		if _, through, err = foldIn(ctx, tx, s.tail.next(recs, max(foldMaxClients, 2*len(recs)))); err != nil {
+			through = 0
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
 				return err
 			}
 		}
-		through = folded
 		_, err = tx.ExecContext(ctx, `RELEASE fold`)
 		return err
 	})
@@ -142,7 +141,7 @@ func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record)
 		return err
 	}
 	s.tail.add(recs)
-	if fold {
+	if through > 0 {
 		s.tail.folded(through)
 	}
 	return nil

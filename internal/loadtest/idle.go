@@ -134,7 +134,7 @@ func forEachIndex(ctx context.Context, n, workers int, f func(i int) error) erro
 	var firstErr error
 	var once sync.Once
 	var wg sync.WaitGroup
-	for range max(workers, 1) {
+	for range max(min(workers, n), 1) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -81,35 +81,6 @@ func httpClientFrom(src net.IP, conns int) *http.Client {
 		}}
 }
 
-// parallel runs fn(i) for i in [0, n) on workers goroutines and returns
-// the first error.
-func parallel(n, workers int, fn func(i int) error) error {
-	var next atomic.Int64
-	var first atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for range min(workers, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || first.Load() != nil {
-					return
-				}
-				if err := fn(i); err != nil {
-					first.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if e := first.Load(); e != nil {
-		return *e
-	}
-	return nil
-}
-
 // heldConns are sockets the attacker keeps open; a goroutine per socket
 // reads it to notice when the server closes it.
 type heldConns struct {
@@ -261,7 +232,7 @@ func bigConnect(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), error
 		return nil, err
 	}
 	h := &heldConns{}
-	err = parallel(r.cfg.BigConnects, 32, func(i int) error {
+	err = forEachIndex(ctx, r.cfg.BigConnects, 32, func(i int) error {
 		c, err := dialFrom(ctx, attackIP(4, i/500), r.srv.addr, 0)
 		if err != nil {
 			return err
@@ -350,7 +321,7 @@ func httpIdle(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), error) 
 	idle, slow := &heldConns{}, &heldConns{}
 	var answered, refused atomic.Int64
 	req := fmt.Sprintf("GET /api/v1/subscriber/usage HTTP/1.1\r\nHost: %s\r\n\r\n", host)
-	err := parallel(r.cfg.HTTPIdle, 64, func(i int) error {
+	err := forEachIndex(ctx, r.cfg.HTTPIdle, 64, func(i int) error {
 		c, err := dialFrom(ctx, attackIP(5, i/100), host, 0)
 		if err != nil {
 			return err
@@ -381,7 +352,7 @@ func httpIdle(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), error) 
 	}
 	body := fmt.Sprintf("POST /api/v1/subscriber/publishers HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"client_id\":",
 		host, r.attacker.token)
-	err = parallel(r.cfg.HTTPSlow, 64, func(i int) error {
+	err = forEachIndex(ctx, r.cfg.HTTPSlow, 64, func(i int) error {
 		c, err := dialFrom(ctx, attackIP(6, i/100), host, 0)
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -140,4 +141,15 @@ func NeedTools(tb testing.TB, names ...string) {
 			tb.Skipf("%s not found (install it, or run scripts/test.sh)", n)
 		}
 	}
+}
+
+// ProcessCPU is the CPU time this process has used so far, user and
+// system: the difference over a benchmark is what its work cost the
+// machine, waits excluded.
+func ProcessCPU(t testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
