@@ -145,14 +145,23 @@ type ClientDelta = fleetmq.ClientUsage
 // Collect takes the increments counted since the last Collect (resetting
 // them), sorted by account and day. dropNames names the drop indexes.
 func (m *Meter) Collect(dropNames []string) ([]DailyDelta, []ClientDelta) {
+	return m.collect(dropNames, true)
+}
+
+// collect is Collect, leaving the clients' increments to a later call
+// unless withClients.
+func (m *Meter) collect(dropNames []string, withClients bool) ([]DailyDelta, []ClientDelta) {
 	m.mu.Lock()
 	accounts := make([]*accountMeter, 0, len(m.accounts))
 	for _, a := range m.accounts {
 		accounts = append(accounts, a)
 	}
-	clients := make([]*clientMeter, 0, len(m.clients))
-	for _, c := range m.clients {
-		clients = append(clients, c)
+	var clients []*clientMeter
+	if withClients {
+		clients = make([]*clientMeter, 0, len(m.clients))
+		for _, c := range m.clients {
+			clients = append(clients, c)
+		}
 	}
 	m.mu.Unlock()
 	var out []DailyDelta

@@ -53,6 +53,14 @@ type Options struct {
 	// its poll of the version (several nodes: a notice from the node
 	// that wrote). Nil: the poll alone.
 	Changes Changes
+	// ClientUsageEvery is how often Run writes the per-client usage
+	// (messages per client and day) to the sink; the accounts' daily usage
+	// goes at every interval of Run. Per-client rows are one write per
+	// client that published, which for a fleet of devices is as many
+	// writes as a second's messages: written every minute, a device
+	// publishing every few seconds costs one. The live view counts in
+	// memory and does not wait for it. 0: every interval of Run.
+	ClientUsageEvery time.Duration
 }
 
 // Sink receives the history record of every accepted message (ingest).

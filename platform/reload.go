@@ -60,7 +60,8 @@ const VersionPoll = 100 * time.Millisecond
 // connected clients to their plans' per-client publish rates (the accounts'
 // rates follow each new snapshot at once). Every interval it
 // also disconnects the sessions whose credential expired meanwhile and
-// flushes metered usage to sink; it flushes once more on the way out. srv
+// flushes metered usage to sink (the per-client usage every
+// Options.ClientUsageEvery); it flushes everything once more on the way out. srv
 // also becomes the broker the live view reads retained messages from
 // (SetBroker). A notice from Options.Changes starts a version check at
 // once, between polls.
@@ -72,6 +73,7 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 	defer t.Stop()
 	last := p.Snapshot().Version
 	lastFull := time.Now()
+	lastClients := lastFull
 	var notices <-chan struct{} // nil without Options.Changes: never ready
 	if p.opts.Changes != nil {
 		notices = p.opts.Changes.Watch(ctx)
@@ -121,9 +123,13 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 			// error, and its increments, put back for the final flush,
 			// would then be counted twice.
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
-			p.flush(fctx, sink, log)
+			clients := now.Sub(lastClients) >= p.opts.ClientUsageEvery
+			p.flushPart(fctx, sink, log, clients)
 			cancel()
 			lastFull = now
+			if clients {
+				lastClients = now
+			}
 		}
 	}
 }
@@ -198,7 +204,14 @@ const (
 	flushChunkMax  = 1024
 )
 
+// flush writes the client problems and all the metered usage to sink.
 func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
+	p.flushPart(ctx, sink, log, true)
+}
+
+// flushPart is flush, leaving the per-client usage for a later flush
+// unless withClients.
+func (p *Policy) flushPart(ctx context.Context, sink UsageSink, log *slog.Logger, withClients bool) {
 	if sink == nil {
 		return
 	}
@@ -215,7 +228,7 @@ func (p *Policy) flush(ctx context.Context, sink UsageSink, log *slog.Logger) {
 		}
 		p.unsure = nil
 	}
-	daily, clients := p.meter.Collect(broker.DropNames())
+	daily, clients := p.meter.collect(broker.DropNames(), withClients)
 	chunk := flushChunk
 	for len(daily) > 0 || len(clients) > 0 {
 		nd := min(len(daily), chunk)

@@ -196,7 +196,7 @@ func accountCmds(stdin io.Reader) map[string]*adminCmd {
 		},
 		"usage": {
 			usage: "account usage ACCOUNT_ID [-days N]",
-			help:  "metered usage per UTC day: messages and bytes by effective QoS, QoS 2 pool, demotions, refusals, drops",
+			help:  "metered usage per UTC day: messages and bytes by effective QoS, QoS 2 pool, demotions, refusals, drops; then messages per client (serve writes these every -client-usage-interval, 1 minute)",
 			args:  1,
 			flags: func(fs *flag.FlagSet) { fs.IntVar(&days, "days", 7, "days back from today") },
 			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {

@@ -61,6 +61,10 @@ type Config struct {
 	// expired credentials disconnected. Default 1 s. The control-plane
 	// version is polled every platform.VersionPoll (or this, if shorter).
 	ReloadInterval time.Duration
+	// ClientUsageInterval is how often the per-client usage (messages per
+	// client and day, fleetmq account usage) is flushed; the live view
+	// does not wait for it. Default 1 minute.
+	ClientUsageInterval time.Duration
 	// RetainedMaxAge is the retained maximum age. Default 24 h (the spec).
 	RetainedMaxAge time.Duration
 	// SweepInterval is the broker's sweep period. Default 1 minute.
@@ -194,7 +198,7 @@ func (a *App) start(ctx context.Context) error {
 		return err
 	}
 	a.Policy = platform.NewPolicy(platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now, Sink: a.Ingest, Logger: cfg.Logger,
-		Applied: a.applied}, snap)
+		Applied: a.applied, ClientUsageEvery: cfg.ClientUsageInterval}, snap)
 	if err := a.restorePools(ctx, snap); err != nil {
 		return err
 	}

@@ -14,9 +14,13 @@ import (
 // take theirs from the package that owns them: ingest, restauth, broker,
 // api, history). The serve command's flags take their defaults from here.
 const (
-	DefaultReloadInterval    = time.Second
-	DefaultRetainedMaxAge    = 24 * time.Hour // the longest a retained message lives
-	DefaultRetentionInterval = time.Hour
+	DefaultReloadInterval = time.Second
+	// DefaultClientUsageInterval: a fleet's per-client usage is one write
+	// per device, so it is written once a minute, the accounts' every
+	// ReloadInterval.
+	DefaultClientUsageInterval = time.Minute
+	DefaultRetainedMaxAge      = 24 * time.Hour // the longest a retained message lives
+	DefaultRetentionInterval   = time.Hour
 )
 
 // withDefaults fills the zero fields that have a default.
@@ -29,6 +33,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReloadInterval <= 0 {
 		c.ReloadInterval = DefaultReloadInterval
+	}
+	if c.ClientUsageInterval <= 0 {
+		c.ClientUsageInterval = DefaultClientUsageInterval
 	}
 	if c.RetainedMaxAge <= 0 {
 		c.RetainedMaxAge = DefaultRetainedMaxAge

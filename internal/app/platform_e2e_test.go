@@ -6,6 +6,7 @@ package app_test
 // through the control service, and real MQTT clients connect over TCP.
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -696,5 +697,58 @@ func TestPlatformRevokeAndDelete(t *testing.T) {
 	subB.ExpectOn(t, B.topic("dev2", "state/x"), "B dev2 ok")
 	for _, c := range []*mqtttest.V5{subA, pubB, pubB2, subB} {
 		c.StillConnected(t)
+	}
+}
+
+// TestPlatformClientUsageInterval: the accounts' usage reaches the store
+// every reload interval, the per-client usage every ClientUsageInterval
+// only (one write per device), while the live view counts at once; what a
+// client sent is written when the platform closes, before its interval.
+func TestPlatformClientUsageInterval(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := startPlatform(t, func(c *app.Config) { c.DataDir, c.ClientUsageInterval = dir, time.Hour })
+	p.plan(t, "small", 5, 0)
+	A := p.newTenant(t, "A", "small", false, "dev1")
+	B := p.newTenant(t, "B", "small", false, "dev1")
+	p.synced(t)
+	day := p.day()
+	pubA := dialV5(t, p.MQTTAddr, "dev1", A.PubUser, A.PubPass)
+	pubB := dialV5(t, p.MQTTAddr, "dev1", B.PubUser, B.PubPass)
+	for range 3 {
+		pubA.Pub(t, A.topic("dev1", "state/x"), 1, "on")
+	}
+	pubB.Pub(t, B.topic("dev1", "state/x"), 1, "on")
+
+	p.usage(t, A.ID, day, "3 QoS 1 messages", func(u fleetmq.DailyUsage) bool { return u.Messages == [3]int64{0, 3, 0} })
+	p.usage(t, B.ID, day, "1 QoS 1 message", func(u fleetmq.DailyUsage) bool { return u.Messages == [3]int64{0, 1, 0} })
+	// The flush that wrote the accounts' usage left the clients'.
+	for _, acc := range []string{A.ID, B.ID} {
+		if cu, err := p.Store.ClientUsage(p.ctx, acc, day, day); err != nil || len(cu) != 0 {
+			t.Fatalf("per-client usage of %s before its interval: %+v, %v; want none stored yet", acc, cu, err)
+		}
+	}
+	if pl, ok := p.Policy.LivePublisher(A.ID, "dev1", p.clock.Now()); !ok || pl.Today != [3]int64{0, 3, 0} {
+		t.Fatalf("live view of A's dev1: %+v, %v; want today's 3 QoS 1 messages", pl.Today, ok)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store, err := app.OpenStore(context.Background(), dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	for _, c := range []struct {
+		acc  string
+		want [3]int64
+	}{{A.ID, [3]int64{0, 3, 0}}, {B.ID, [3]int64{0, 1, 0}}} {
+		cu, err := store.ClientUsage(context.Background(), c.acc, day, day)
+		if err != nil || len(cu) != 1 || cu[0].ClientID != "dev1" || cu[0].Messages != c.want {
+			t.Fatalf("per-client usage of %s after close: %+v, %v; want dev1 %v", c.acc, cu, err, c.want)
+		}
 	}
 }

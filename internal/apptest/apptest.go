@@ -22,17 +22,18 @@ const waitFor = 10 * time.Second
 
 // Config is a platform for a test: a temp data directory, MQTT over TCP
 // and HTTP on 127.0.0.1 ports of the system's choice, control-plane
-// changes picked up within 20 ms, the broker's sweep left to the test
+// changes picked up and usage flushed within 20 ms, the broker's sweep left to the test
 // (an hour), now as the clock, and no log output.
 func Config(t testing.TB, now func() time.Time) app.Config {
 	return app.Config{
-		DataDir:        t.TempDir(),
-		Listeners:      app.Listeners{Listen: "127.0.0.1:0"},
-		HTTPListen:     "127.0.0.1:0",
-		ReloadInterval: 20 * time.Millisecond,
-		SweepInterval:  time.Hour,
-		Now:            now,
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DataDir:             t.TempDir(),
+		Listeners:           app.Listeners{Listen: "127.0.0.1:0"},
+		HTTPListen:          "127.0.0.1:0",
+		ReloadInterval:      20 * time.Millisecond,
+		ClientUsageInterval: 20 * time.Millisecond,
+		SweepInterval:       time.Hour,
+		Now:                 now,
+		Logger:              slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
 

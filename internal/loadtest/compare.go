@@ -111,8 +111,18 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	telemetryEvery := fs.Duration("telemetry-every", 10*time.Second, "fleet: each device's QoS 0 JSON telemetry period")
 	fleetDuration := fs.Duration("fleet-duration", 30*time.Second, "fleet: the measured window of steady publishing")
 	out := fs.String("out", "", "also write every result as JSON lines to this file")
+	servers := fs.String("brokers", "fleetmq,mosquitto,platform", "the servers to run, comma-separated: fleetmq (the bare broker), mosquitto, platform (fleetmq serve)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	run := map[string]bool{}
+	for _, name := range strings.Split(*servers, ",") {
+		switch name = strings.TrimSpace(name); name {
+		case "fleetmq", "mosquitto", "platform":
+			run[name] = true
+		default:
+			return fmt.Errorf("-brokers: unknown server %q (fleetmq, mosquitto or platform)", name)
+		}
 	}
 	if *fleetmq == "" {
 		return errors.New("-fleetmq is required (build it with: go build -o fleetmq ./cmd/fleetmq)")
@@ -181,6 +191,9 @@ log_dest none
 			order = append(order[1:], order[0])
 		}
 		for _, name := range order {
+			if !run[name] {
+				continue
+			}
 			for _, sc := range scenarios {
 				if (*only != "" && sc.name != *only) || (*only == "" && sc.fleet) {
 					continue
@@ -273,7 +286,7 @@ func writeTable(w io.Writer, results map[string]map[string][]*Result) {
 			figure, get = "delivered msg/s", func(r *Result) float64 { return r.DeliveredPerSec }
 		}
 		f, m, p := median(byBroker["fleetmq"], get), median(byBroker["mosquitto"], get), median(byBroker["platform"], get)
-		fmt.Fprintf(tw, "| %s\t| %s\t| %.2f\t| %.2f\t| %.2f\t| %s\t| %s\t| %s, %s, %s\t|\n", sc.name, figure, f, m, p, ratio(f, m), ratio(p, f),
+		fmt.Fprintf(tw, "| %s\t| %s\t| %s\t| %s\t| %s\t| %s\t| %s\t| %s, %s, %s\t|\n", sc.name, figure, figureOr(f), figureOr(m), figureOr(p), ratio(f, m), ratio(p, f),
 			lostDup(byBroker["fleetmq"]), lostDup(byBroker["mosquitto"]), lostDup(byBroker["platform"]))
 	}
 	tw.Flush()
@@ -364,6 +377,14 @@ func ratio(a, b float64) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f", a/b)
+}
+
+// figureOr formats a median, "-" for a server not run (-brokers).
+func figureOr(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 func median(rs []*Result, get func(*Result) float64) float64 {
