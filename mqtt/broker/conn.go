@@ -440,7 +440,7 @@ func (c *conn) readRaw() error {
 			c.large = readPool.Get().(*[]byte)
 		}
 		for {
-			n, rerr = syscall.Read(int(fd), *c.large)
+			n, rerr = sysRead(int(fd), *c.large)
 			if rerr != syscall.EINTR {
 				break
 			}

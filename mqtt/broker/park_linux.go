@@ -1,12 +1,14 @@
 package broker
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"os"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // parker holds strangers (connections whose CONNECT has not fully arrived)
@@ -23,7 +25,11 @@ import (
 // connection starts its reader, which sees the end and cleans up.
 type parker struct {
 	epfd int
-	log  *slog.Logger
+	// ep is epfd as a file in Go's own poller, which tells loop when the
+	// set has events: no thread waits in epoll_wait for it.
+	ep  *os.File
+	epc syscall.RawConn
+	log *slog.Logger
 
 	mu     sync.Mutex
 	conns  map[int32]*conn // by socket descriptor
@@ -39,34 +45,70 @@ func newParker(done <-chan struct{}, log *slog.Logger) *parker {
 		log.Warn("no epoll: strangers wait in their own goroutines", "error", err)
 		return nil
 	}
-	p := &parker{epfd: fd, log: log, conns: make(map[int32]*conn)}
-	go p.loop(done)
+	// Non-blocking, so that NewFile puts it in Go's poller.
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		log.Warn("no epoll: strangers wait in their own goroutines", "error", err)
+		return nil
+	}
+	ep := os.NewFile(uintptr(fd), "parker-epoll")
+	epc, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		log.Warn("no epoll: strangers wait in their own goroutines", "error", err)
+		return nil
+	}
+	p := &parker{epfd: fd, ep: ep, epc: epc, log: log, conns: make(map[int32]*conn)}
+	go p.loop()
+	go func() {
+		<-done
+		p.close()
+	}()
 	return p
 }
 
 // loop starts the reader of every parked connection with bytes (or an end)
-// to read, until done.
-func (p *parker) loop(done <-chan struct{}) {
+// to read, until the parker closes.
+func (p *parker) loop() {
 	events := make([]syscall.EpollEvent, 64)
 	for {
-		// A timeout, to see done: a parked connection's own end wakes
-		// it through unpark, not through epoll.
-		n, err := syscall.EpollWait(p.epfd, events, 250)
-		if err != nil && err != syscall.EINTR {
-			p.log.Error("epoll wait failed: strangers wait in their own goroutines from now on", "error", err)
-			p.close()
+		n := 0
+		var werr error
+		// Go's poller waits for the set to have events; epoll_wait only
+		// takes them (timeout 0), without telling the scheduler (as
+		// sysRead).
+		err := p.epc.Read(func(fd uintptr) bool {
+			n, werr = epollTake(int(fd), events)
+			return n > 0 || (werr != nil && werr != syscall.EINTR)
+		})
+		if err != nil || werr != nil {
+			if !p.down() {
+				p.log.Error("epoll wait failed: strangers wait in their own goroutines from now on", "error", cmp.Or(err, werr))
+				p.close()
+			}
 			return
 		}
-		for _, ev := range events[:max(n, 0)] {
+		for _, ev := range events[:n] {
 			p.wake(ev.Fd)
 		}
-		select {
-		case <-done:
-			p.close()
-			return
-		default:
-		}
 	}
+}
+
+// epollCtl is epoll_ctl(2), made as sysRead is.
+func epollCtl(epfd, op, fd int, ev *syscall.EpollEvent) error {
+	if _, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(ev)), 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// epollTake is epoll_wait(2) with a timeout of 0.
+func epollTake(epfd int, events []syscall.EpollEvent) (int, error) {
+	n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // close closes the epoll set and starts the reader of every connection
@@ -78,7 +120,7 @@ func (p *parker) close() {
 		return
 	}
 	p.closed = true
-	syscall.Close(p.epfd)
+	p.ep.Close() // and loop's wait ends
 	var parked []*conn
 	for _, c := range p.conns {
 		parked = append(parked, c)
@@ -115,7 +157,7 @@ func (p *parker) park(c *conn) bool {
 		// One-shot: an event disables the socket's entry until it is
 		// parked again, so each wake starts one reader.
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: int32(f)}
-		if addErr = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(f), &ev); addErr == nil {
+		if addErr = epollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(f), &ev); addErr == nil {
 			fd = int32(f)
 		}
 	})
@@ -175,7 +217,7 @@ func (p *parker) removeLocked(c *conn) {
 	}
 	// A closed socket has left the epoll set already (Control fails).
 	c.prc.Control(func(f uintptr) {
-		syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, int(f), nil)
+		epollCtl(p.epfd, syscall.EPOLL_CTL_DEL, int(f), nil)
 	})
 }
 

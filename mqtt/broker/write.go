@@ -2,6 +2,7 @@ package broker
 
 import (
 	"cmp"
+	"io"
 	"syscall"
 	"time"
 
@@ -208,7 +209,7 @@ func (c *conn) flushLoop() {
 			return
 		}
 		c.writeSince.Store(time.Now().UnixNano())
-		n, err := c.nc.Write(buf)
+		n, err := c.write(buf)
 		c.writeSince.Store(0)
 		c.srv.stats.bytesOut.Add(int64(n))
 		if err != nil {
@@ -224,6 +225,37 @@ func (c *conn) flushLoop() {
 			c.sockMu.Lock()
 		}
 	}
+}
+
+// write writes all of buf, waiting for the socket as long as it takes: a
+// plain TCP connection with sysWrite and Go's poller, others through
+// their net.Conn.
+func (c *conn) write(buf []byte) (int, error) {
+	if c.raw == nil {
+		return c.nc.Write(buf)
+	}
+	n := 0
+	var werr error
+	err := c.raw.Write(func(fd uintptr) bool {
+		for n < len(buf) {
+			m, err := sysWrite(int(fd), buf[n:])
+			switch {
+			case m > 0:
+				n += m
+			case err == syscall.EINTR:
+			case err == syscall.EAGAIN:
+				return false // wait until the socket takes more
+			case err != nil:
+				werr = err
+				return true
+			default:
+				werr = io.ErrShortWrite // 0 bytes and no error: not from a socket
+				return true
+			}
+		}
+		return true
+	})
+	return n, cmp.Or(err, werr)
 }
 
 // flushInline is called by the reader goroutine before it blocks: when no
@@ -318,7 +350,7 @@ func (t *conn) flushDirect() {
 	}
 	n, err := 0, error(nil)
 	werr := t.raw.Write(func(fd uintptr) bool {
-		n, err = syscall.Write(int(fd), buf)
+		n, err = sysWrite(int(fd), buf)
 		return true // one attempt: never wait for the socket here
 	})
 	if n < 0 {
