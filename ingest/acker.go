@@ -1,6 +1,9 @@
 package ingest
 
-import "github.com/fleetmq/fleetmq/mqtt/packet"
+import (
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
 
 // Acker acknowledges a record to its publisher once it is stored (PUBACK
 // for QoS 1, PUBREC for QoS 2), or refuses it when it could not be stored
@@ -12,4 +15,12 @@ import "github.com/fleetmq/fleetmq/mqtt/packet"
 type Acker = interface {
 	Ack()
 	Refuse(code packet.ReasonCode, reason string)
+}
+
+// groupAcker is an Acker whose acknowledgement can be written with the
+// others of its commit (*broker.Message): the writer acknowledges a
+// commit's records into one group and flushes it once, from its own
+// goroutine, instead of starting a goroutine per publisher's connection.
+type groupAcker interface {
+	AckTo(g *broker.Acks)
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
@@ -374,7 +375,10 @@ type batch struct {
 	acks  []Acker
 	ats   []time.Time // when each record was accepted
 	quiet bool        // it holds a quiet account's record (item.quiet)
-	lanes []*lane     // the accounts whose records it holds (queue.release)
+	// group gathers the acknowledgements of a commit that can be written
+	// together (groupAcker), flushed once they are all made.
+	group broker.Acks
+	lanes []*lane // the accounts whose records it holds (queue.release)
 }
 
 func (b *batch) add(it item) {
@@ -468,7 +472,11 @@ func (w *Writer) commit(b *batch) bool {
 				// its PUBACK finds its record in the metrics.
 				w.observeLag(b.ats[i], end)
 				if a := b.acks[i]; a != nil {
-					a.Ack()
+					if ga, ok := a.(groupAcker); ok {
+						ga.AckTo(&b.group)
+					} else {
+						a.Ack()
+					}
 				}
 			case p.poison[i] != nil:
 				w.setAside(rec, b.acks[i], p.poison[i])
@@ -477,6 +485,7 @@ func (w *Writer) commit(b *batch) bool {
 				keep++
 			}
 		}
+		b.group.Flush()
 		clear(b.recs[keep:])
 		clear(b.acks[keep:])
 		b.recs, b.acks, b.ats = b.recs[:keep], b.acks[:keep], b.ats[:keep]

@@ -531,3 +531,54 @@ func TestQoS2RetransmittedOnNewConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupAcks: acknowledgements made together with Message.AckTo (as the
+// history writer makes a commit's) reach each publisher when the group is
+// flushed: PUBACK for QoS 1 and PUBREC for QoS 2, each to its own client,
+// over both protocol versions; one to a client that went away meanwhile
+// holds back none of the others, and the group serves again after a flush.
+func TestGroupAcks(t *testing.T) {
+	policy := newAkCommitPolicy()
+	b := startBroker(t, broker.Options{Policy: policy})
+	type pub struct {
+		rc  *mqtttest.Raw
+		qos byte
+		pid uint16
+	}
+	var pubs []pub
+	for i, v := range akVersions {
+		for _, qos := range []byte{1, 2} {
+			rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: fmt.Sprintf("ga-%d-%d", i, qos), CleanStart: true, KeepAlive: 30, ProtocolLevel: v.version})
+			pubs = append(pubs, pub{rc, qos, uint16(10*i + int(qos))})
+		}
+	}
+	gone, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "ga-gone", CleanStart: true, KeepAlive: 30, ProtocolLevel: packet.Version5})
+
+	var g broker.Acks
+	for round := range 2 {
+		for _, p := range pubs {
+			payload := fmt.Sprintf("ga %d %d", round, p.pid)
+			p.rc.Must(t, &packet.Publish{Topic: "ga/held/x", QoS: p.qos, PacketID: p.pid, Payload: []byte(payload)})
+			policy.take(t, payload).AckTo(&g)
+		}
+		if round == 0 {
+			gone.Must(t, &packet.Publish{Topic: "ga/held/x", QoS: 1, PacketID: 1, Payload: []byte("ga gone")})
+			m := policy.take(t, "ga gone")
+			gone.Conn.Close()
+			hcConns(t, b, int64(len(pubs)))
+			m.AckTo(&g)
+		}
+		g.Flush()
+		for _, p := range pubs {
+			kind := packet.PUBACK
+			if p.qos == 2 {
+				kind = packet.PUBREC
+			}
+			akExpectAck(t, p.rc, kind, p.pid, packet.Success)
+			if p.qos == 2 {
+				hcAck(t, p.rc, packet.PUBREL, p.pid)
+				akExpectAck(t, p.rc, packet.PUBCOMP, p.pid, packet.Success)
+			}
+		}
+	}
+}

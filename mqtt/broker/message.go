@@ -50,7 +50,24 @@ type ackState struct {
 // for QoS 2). A Policy whose Accepted returned true calls it exactly once,
 // from any goroutine; further calls, and calls for QoS 0 messages, wills
 // and injected messages, do nothing.
-func (m *Message) Ack() { m.ack.send(false) }
+func (m *Message) Ack() { m.ack.send(false, nil) }
+
+// AckTo is Ack as one of a group of acknowledgements the calling goroutine
+// makes at once (a history writer acknowledging a commit's messages): the
+// acknowledgement is written when g is flushed.
+func (m *Message) AckTo(g *Acks) { m.ack.send(false, &g.conns) }
+
+// Acks is a group of acknowledgements made by a goroutine that is not a
+// connection's own (Message.AckTo). Flush writes them: each plain TCP
+// connection's buffer with one non-blocking write from the calling
+// goroutine, instead of a writer goroutine started for each connection
+// (which Ack does). The zero value is an empty group; a group is reused
+// after each Flush, by one goroutine at a time.
+type Acks struct{ conns []*conn }
+
+// Flush writes the group's acknowledgements. It must follow every AckTo
+// before long: until then they wait in the connections' buffers.
+func (g *Acks) Flush() { flushAll(&g.conns) }
 
 // Refuse answers the publisher, instead of Ack, that the message was not
 // taken after all (a policy that could not store it): an MQTT 5 client
@@ -94,7 +111,7 @@ func (a *ackState) refuse(code packet.ReasonCode, reason string) {
 	to.release(1)
 }
 
-func (a *ackState) send(own bool) {
+func (a *ackState) send(own bool, into *[]*conn) {
 	c := a.c
 	if c == nil || !a.once.CompareAndSwap(false, true) {
 		return
@@ -102,14 +119,14 @@ func (a *ackState) send(own bool) {
 	a.c = nil
 	switch a.qos {
 	case 1:
-		c.writeAck(packet.PUBACK, a.pid, packet.Success, own)
+		c.writeAckInto(packet.PUBACK, a.pid, packet.Success, own, into)
 		c.release(1)
 	case 2:
 		// PUBREC goes to the connection that last received the message:
 		// a client that reconnected and sent it again while the policy
 		// was storing it is answered there.
 		if to := c.sess.acked2(a); to != nil {
-			to.writeAck(packet.PUBREC, a.pid, packet.Success, own && to == c)
+			to.writeAckInto(packet.PUBREC, a.pid, packet.Success, own && to == c, into)
 		}
 	}
 }

@@ -71,7 +71,7 @@ func (c *conn) publish(p *packet.Publish) error {
 			// The policy could not keep the first copy: this one is
 			// offered to it again, not routed again.
 			if !c.srv.policy.Accepted(c.id, retry) {
-				retry.ack.send(true)
+				retry.ack.send(true, nil)
 			}
 			return nil
 		}
@@ -94,7 +94,7 @@ func (c *conn) publish(p *packet.Publish) error {
 		c.srv.route(m, c)
 	}
 	if !c.srv.policy.Accepted(c.id, m) {
-		m.ack.send(true)
+		m.ack.send(true, nil)
 	}
 	return nil
 }

@@ -26,11 +26,13 @@ func (c *conn) beginWrite() bool {
 // the reader next blocks; others start a short-lived writer goroutine unless
 // one is running.
 //
-// from, when not nil, is the connection whose reader goroutine is writing
-// to c (a routed message): if c is a plain TCP connection, from flushes it
-// with one non-blocking write before it next blocks (flushPending), which
-// saves waking another goroutine per message at moderate rates.
-func (c *conn) endWrite(typ packet.Type, own bool, from *conn) {
+// into, when not nil, is the list of direct flushes of the goroutine
+// writing to c: another connection's reader writing a routed message
+// (its flushes), or a goroutine acknowledging a group of messages (Acks).
+// If c is a plain TCP connection, that goroutine flushes it with one
+// non-blocking write once it is done (flushAll), which saves waking
+// another goroutine per message at moderate rates.
+func (c *conn) endWrite(typ packet.Type, own bool, into *[]*conn) {
 	start := !c.writing && !own
 	if start {
 		c.writing = true
@@ -38,8 +40,8 @@ func (c *conn) endWrite(typ packet.Type, own bool, from *conn) {
 	c.wmu.Unlock()
 	c.srv.stats.packetsOut[typ&15].Add(1)
 	if start {
-		if from != nil && from != c && c.raw != nil {
-			from.flushes = append(from.flushes, c)
+		if into != nil && c.raw != nil {
+			*into = append(*into, c)
 		} else {
 			go c.flushLoop()
 		}
@@ -48,12 +50,18 @@ func (c *conn) endWrite(typ packet.Type, own bool, from *conn) {
 
 // writeAck queues PUBACK/PUBREC/PUBREL/PUBCOMP.
 func (c *conn) writeAck(kind packet.Type, pid uint16, code packet.ReasonCode, own bool) {
+	c.writeAckInto(kind, pid, code, own, nil)
+}
+
+// writeAckInto is writeAck, leaving the flush to into's goroutine (see
+// endWrite).
+func (c *conn) writeAckInto(kind packet.Type, pid uint16, code packet.ReasonCode, own bool, into *[]*conn) {
 	if !c.beginWrite() {
 		return
 	}
 	a := packet.Ack{Kind: kind, PacketID: pid, ReasonCode: code}
 	c.wbuf = packet.AppendAck(c.wbuf, &a, c.version)
-	c.endWrite(kind, own, nil)
+	c.endWrite(kind, own, into)
 }
 
 // writeAckReason queues a refusing PUBACK/PUBREC with the reason string
@@ -320,18 +328,26 @@ func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, f
 	if d.qos == 0 {
 		c.qos0++
 	}
-	c.endWrite(packet.PUBLISH, from == c, from)
+	var into *[]*conn
+	if from != nil && from != c {
+		into = &from.flushes
+	}
+	c.endWrite(packet.PUBLISH, from == c, into)
 	c.srv.stats.publishOut[d.qos].Add(1)
 	return true
 }
 
 // flushPending makes the direct flushes this reader owes (see endWrite).
-func (c *conn) flushPending() {
-	for i, t := range c.flushes {
-		c.flushes[i] = nil
+func (c *conn) flushPending() { flushAll(&c.flushes) }
+
+// flushAll makes the direct flushes listed (see endWrite) and empties the
+// list.
+func flushAll(list *[]*conn) {
+	for i, t := range *list {
+		(*list)[i] = nil
 		t.flushDirect()
 	}
-	c.flushes = c.flushes[:0]
+	*list = (*list)[:0]
 }
 
 // flushDirect writes t's buffer with one non-blocking write from the
