@@ -74,6 +74,8 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 	last := p.Snapshot().Version
 	lastFull := time.Now()
 	lastClients := lastFull
+	var expiry expiryWatch
+	expiry.after(p)
 	var notices <-chan struct{} // nil without Options.Changes: never ready
 	if p.opts.Changes != nil {
 		notices = p.opts.Changes.Watch(ctx)
@@ -108,8 +110,12 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 				log.Debug("control plane reloaded", "version", last)
 			}
 		}
-		if changed || full {
+		// Between snapshots only an expiry can end a session: the pass
+		// over every session waits for the next one (a million mostly
+		// idle devices are not walked every second for nothing).
+		if changed || full && expiry.due(p) {
 			p.DisconnectInvalid(srv)
+			expiry.after(p)
 		}
 		if changed {
 			p.ApplyClientRates(srv)
@@ -132,6 +138,25 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 			}
 		}
 	}
+}
+
+// expiryWatch tells Run when the next credential of the snapshot it
+// checked sessions against expires.
+type expiryWatch struct {
+	snap *Snapshot
+	next time.Time // zero: none will
+}
+
+// after records the snapshot in force and its next expiry after now.
+func (e *expiryWatch) after(p *Policy) {
+	e.snap = p.snap.Load()
+	e.next = e.snap.nextExpiry(p.opts.Now())
+}
+
+// due reports whether sessions must be checked again: the snapshot is
+// another one, or a credential has expired since the last check.
+func (e *expiryWatch) due(p *Policy) bool {
+	return p.snap.Load() != e.snap || !e.next.IsZero() && !p.opts.Now().Before(e.next)
 }
 
 // Reload takes the source's current snapshot, unless the one in force is

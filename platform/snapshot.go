@@ -80,3 +80,19 @@ type Credential struct {
 func (c *Credential) Expired(now time.Time) bool {
 	return !c.ExpiresAt.IsZero() && !now.Before(c.ExpiresAt)
 }
+
+// nextExpiry is when the first of the snapshot's credentials not expired
+// at now expires (zero: none will). Until then, with the same snapshot,
+// every session it allowed at now is still allowed.
+func (s *Snapshot) nextExpiry(now time.Time) time.Time {
+	var next time.Time
+	if s == nil {
+		return next
+	}
+	for _, c := range s.Creds {
+		if !c.ExpiresAt.IsZero() && c.ExpiresAt.After(now) && (next.IsZero() || c.ExpiresAt.Before(next)) {
+			next = c.ExpiresAt
+		}
+	}
+	return next
+}
