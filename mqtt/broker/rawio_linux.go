@@ -13,22 +13,15 @@ import (
 // steady low rate that polling was a third of the broker's CPU. The
 // scheduler cannot run another goroutine on this thread meanwhile, as
 // during any other few microseconds of work.
-func sysRead(fd int, p []byte) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(n), nil
-}
+func sysRead(fd int, p []byte) (int, error)  { return rawIO(syscall.SYS_READ, fd, p) }
+func sysWrite(fd int, p []byte) (int, error) { return rawIO(syscall.SYS_WRITE, fd, p) }
 
-func sysWrite(fd int, p []byte) (int, error) {
+// rawIO makes read(2) or write(2) (trap) with RawSyscall.
+func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+	n, _, e := syscall.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
 	if e != 0 {
 		return -1, e
 	}
