@@ -57,7 +57,7 @@ type Config struct {
 	// DefaultHTTPMaxConns, DefaultHTTPMaxConnsPerAddr).
 	HTTPLimits  HTTPLimits
 	TopicPrefix string
-	// ReloadInterval is how often usage and client problems are flushed and
+	// ReloadInterval is how often the accounts' usage and client problems are flushed and
 	// expired credentials disconnected. Default 1 s. The control-plane
 	// version is polled every platform.VersionPoll (or this, if shorter).
 	ReloadInterval time.Duration
