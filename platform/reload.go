@@ -74,8 +74,7 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 	last := p.Snapshot().Version
 	lastFull := time.Now()
 	lastClients := lastFull
-	var expiry expiryWatch
-	expiry.after(p)
+	var expiry expiryWatch      // zero: the first full interval walks
 	var notices <-chan struct{} // nil without Options.Changes: never ready
 	if p.opts.Changes != nil {
 		notices = p.opts.Changes.Watch(ctx)
@@ -113,9 +112,9 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 		// Between snapshots only an expiry can end a session: the pass
 		// over every session waits for the next one (a million mostly
 		// idle devices are not walked every second for nothing).
-		if changed || full && expiry.due(p) {
-			p.DisconnectInvalid(srv)
-			expiry.after(p)
+		if snap, at := p.snap.Load(), p.opts.Now(); changed || full && expiry.due(snap, at, now) {
+			p.disconnectInvalidAt(srv, at)
+			expiry.walked(snap, at, now, changed)
 		}
 		if changed {
 			p.ApplyClientRates(srv)
@@ -140,23 +139,34 @@ func (p *Policy) Run(ctx context.Context, src Source, sink UsageSink, srv *broke
 	}
 }
 
-// expiryWatch tells Run when the next credential of the snapshot it
-// checked sessions against expires.
+// expiryWatch tells Run when its once-an-interval check of every session
+// is due: when the snapshot is another one than at the last check, when a
+// credential of it has expired since, once more one interval after a
+// check for a new snapshot (a client authenticated against the old one
+// while the check ran was not registered yet, and is then), and at least
+// every expiryBackstop. The zero value is due.
 type expiryWatch struct {
-	snap *Snapshot
-	next time.Time // zero: none will
+	snap  *Snapshot
+	next  time.Time // the snapshot's next expiry after the check (policy clock; zero: none)
+	again bool      // check once more: the last one was for a new snapshot
+	last  time.Time // when the last check ran (Run's clock)
 }
 
-// after records the snapshot in force and its next expiry after now.
-func (e *expiryWatch) after(p *Policy) {
-	e.snap = p.snap.Load()
-	e.next = e.snap.nextExpiry(p.opts.Now())
+// expiryBackstop bounds the time between two checks of every session.
+const expiryBackstop = time.Minute
+
+// walked records a check of every session against snap at at (the policy's
+// clock, read before the check began) and now (Run's).
+func (e *expiryWatch) walked(snap *Snapshot, at, now time.Time, changed bool) {
+	e.again = changed || snap != e.snap
+	e.snap, e.next, e.last = snap, snap.nextExpiry(at), now
 }
 
-// due reports whether sessions must be checked again: the snapshot is
-// another one, or a credential has expired since the last check.
-func (e *expiryWatch) due(p *Policy) bool {
-	return p.snap.Load() != e.snap || !e.next.IsZero() && !p.opts.Now().Before(e.next)
+// due reports whether the sessions must be checked again with snap in
+// force at at (policy clock) and now (Run's).
+func (e *expiryWatch) due(snap *Snapshot, at, now time.Time) bool {
+	return e.snap == nil || snap != e.snap || e.again || now.Sub(e.last) >= expiryBackstop ||
+		!e.next.IsZero() && !at.Before(e.next)
 }
 
 // Reload takes the source's current snapshot, unless the one in force is
@@ -182,7 +192,10 @@ func (p *Policy) Reload(ctx context.Context, src Source) error {
 // DisconnectInvalid ends the sessions that the snapshot in force no longer
 // allows (v5 clients get DISCONNECT 0x87 Not authorized).
 func (p *Policy) DisconnectInvalid(srv *broker.Server) int {
-	now := p.opts.Now()
+	return p.disconnectInvalidAt(srv, p.opts.Now())
+}
+
+func (p *Policy) disconnectInvalidAt(srv *broker.Server, now time.Time) int {
 	return srv.Disconnect(func(id *broker.Identity) string { return p.Invalid(id, now) }, packet.NotAuthorized)
 }
 

@@ -68,7 +68,7 @@ func serveFlags(fs *flag.FlagSet, cfg *app.Config, lf *logFlags) {
 	fs.IntVar(&cfg.HTTPLimits.MaxConnsPerAddr, "http-max-conns-per-addr", app.DefaultHTTPMaxConnsPerAddr, "most HTTP connections open at once from one IP address [FLEETMQ_HTTP_MAX_CONNS_PER_ADDR]")
 	fs.StringVar(&cfg.TopicPrefix, "topic-prefix", "", "optional topic_prefix: devices publish under PREFIX/{account_id}/... [FLEETMQ_TOPIC_PREFIX]")
 	fs.DurationVar(&cfg.ReloadInterval, "reload-interval", app.DefaultReloadInterval, "how often to flush the accounts' usage and client problems and disconnect expired credentials; control-plane changes are picked up within 100ms (or this, if shorter) [FLEETMQ_RELOAD_INTERVAL]")
-	fs.DurationVar(&cfg.ClientUsageInterval, "client-usage-interval", app.DefaultClientUsageInterval, "how often to flush the per-client usage (one write per client that published; the accounts' usage goes every -reload-interval) [FLEETMQ_CLIENT_USAGE_INTERVAL]")
+	fs.DurationVar(&cfg.ClientUsageInterval, "client-usage-interval", app.DefaultClientUsageInterval, "how often to flush the per-client usage (one write per client that published; the accounts' usage goes every -reload-interval; at most 1h) [FLEETMQ_CLIENT_USAGE_INTERVAL]")
 	fs.DurationVar(&cfg.StateSaveInterval, "state-save-interval", broker.DefaultSaveInterval, "how often retained messages and persistent sessions are saved while running (also at shutdown) [FLEETMQ_STATE_SAVE_INTERVAL]")
 	fs.IntVar(&cfg.Ingest.QueueSize, "ingest-queue", ingest.DefaultQueueSize, "accepted messages that may wait to be stored before publishers are slowed down [FLEETMQ_INGEST_QUEUE]")
 	fs.IntVar(&cfg.Ingest.MaxBatch, "ingest-batch", ingest.DefaultMaxBatch, "most messages stored in one commit [FLEETMQ_INGEST_BATCH]")

@@ -19,6 +19,7 @@ const (
 	// per device, so it is written once a minute, the accounts' every
 	// ReloadInterval.
 	DefaultClientUsageInterval = time.Minute
+	MaxClientUsageInterval     = time.Hour
 	DefaultRetainedMaxAge      = 24 * time.Hour // the longest a retained message lives
 	DefaultRetentionInterval   = time.Hour
 )
@@ -64,6 +65,11 @@ func (c Config) Validate() error {
 	}
 	if err := c.Listeners.Validate(); err != nil {
 		return err
+	}
+	if c.ClientUsageInterval > MaxClientUsageInterval {
+		// The meter keeps two UTC days per client: a longer wait could
+		// see a day's counts replaced before they are written.
+		return fmt.Errorf("-client-usage-interval (FLEETMQ_CLIENT_USAGE_INTERVAL) %v: at most %v", c.ClientUsageInterval, MaxClientUsageInterval)
 	}
 	if c.Pprof && c.MetricsListen == "" {
 		return errors.New("-pprof (FLEETMQ_PPROF) needs -metrics-listen (FLEETMQ_METRICS_LISTEN): profiles are served only on the private metrics listener")

@@ -7,6 +7,7 @@ package app_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/apptest"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 )
 
@@ -750,5 +752,12 @@ func TestPlatformClientUsageInterval(t *testing.T) {
 		if err != nil || len(cu) != 1 || cu[0].ClientID != "dev1" || cu[0].Messages != c.want {
 			t.Fatalf("per-client usage of %s after close: %+v, %v; want dev1 %v", c.acc, cu, err, c.want)
 		}
+	}
+
+	// The meter keeps two days per client: longer than an hour is refused.
+	cfg := apptest.Config(t, time.Now)
+	cfg.ClientUsageInterval = 2 * time.Hour
+	if _, err := app.Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "-client-usage-interval") {
+		t.Fatalf("-client-usage-interval 2h: %v, want an error naming the flag", err)
 	}
 }

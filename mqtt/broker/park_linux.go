@@ -76,11 +76,20 @@ func (p *parker) loop() {
 		var werr error
 		// Go's poller waits for the set to have events; epoll_wait only
 		// takes them (timeout 0), without telling the scheduler (as
-		// sysRead).
+		// sysRead). The deadline makes the loop look again every
+		// parkerRecheck whatever the poller says: some kernels could miss
+		// the wake-up of an epoll set watched by another one.
+		p.ep.SetReadDeadline(time.Now().Add(parkerRecheck))
 		err := p.epc.Read(func(fd uintptr) bool {
-			n, werr = epollTake(int(fd), events)
-			return n > 0 || (werr != nil && werr != syscall.EINTR)
+			for {
+				if n, werr = epollTake(int(fd), events); werr != syscall.EINTR {
+					return n > 0 || werr != nil
+				}
+			}
 		})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = nil
+		}
 		if err != nil || werr != nil {
 			if !p.down() {
 				p.log.Error("epoll wait failed: strangers wait in their own goroutines from now on", "error", cmp.Or(err, werr))
@@ -93,6 +102,10 @@ func (p *parker) loop() {
 		}
 	}
 }
+
+// parkerRecheck is how often the parker looks for events at most, if
+// the poller did not wake it before.
+const parkerRecheck = time.Second
 
 // epollCtl is epoll_ctl(2), made as sysRead is.
 func epollCtl(epfd, op, fd int, ev *syscall.EpollEvent) error {
