@@ -60,12 +60,14 @@ func (s *Server) watch(stop <-chan struct{}) {
 	t := time.NewTicker(s.opts.watchInterval())
 	defer t.Stop()
 	parks, lastFree := 0, time.Time{}
+	var all []*conn // reused between walks
 	for {
 		select {
 		case <-stop:
 			return
 		case now := <-t.C:
-			asked := s.checkConns(now)
+			var asked int
+			asked, all = s.checkConns(now, all)
 			parks += asked
 			// Once the crowd has parked (a pass that asks nobody).
 			if asked == 0 && parks >= freeAfterParks && now.Sub(lastFree) >= freeEvery {
@@ -77,8 +79,12 @@ func (s *Server) watch(stop <-chan struct{}) {
 }
 
 // checkConns ends the connections that are over a time limit at now, and
-// asks idle clients to park; it returns how many it asked.
-func (s *Server) checkConns(now time.Time) int {
+// asks idle clients to park; it returns how many it asked, and all (its
+// list of the connections, kept for the next call). The server's lock is
+// held only to list the connections, not while each is looked at (cache
+// misses, most of the walk's time): connects and disconnects wait for a
+// copy of pointers, not for the walk.
+func (s *Server) checkConns(now time.Time, all []*conn) (int, []*conn) {
 	type due struct {
 		c *conn
 		d Disconnection
@@ -87,8 +93,13 @@ func (s *Server) checkConns(now time.Time) int {
 	var stuck, idle []*conn
 	n := now.UnixNano()
 	park := int64(s.opts.IdleParkAfter)
+	all = all[:0]
 	s.mu.Lock()
 	for c := range s.conns {
+		all = append(all, c)
+	}
+	s.mu.Unlock()
+	for _, c := range all {
 		if c.ending.Load() != nil {
 			// Closing: only its last write is bounded, more tightly.
 			if ws := c.writeSince.Load(); ws != 0 && n-ws > int64(min(finalWriteTimeout, s.opts.WriteTimeout)) {
@@ -102,7 +113,7 @@ func (s *Server) checkConns(now time.Time) int {
 			idle = append(idle, c)
 		}
 	}
-	s.mu.Unlock()
+	clear(all) // holds no ended connection until the next walk
 	for _, c := range stuck {
 		c.nc.Close()
 	}
@@ -112,7 +123,7 @@ func (s *Server) checkConns(now time.Time) int {
 	for _, e := range ends {
 		e.c.closeWith(e.d)
 	}
-	return len(idle)
+	return len(idle), all
 }
 
 // overdue reports whether c is over a time limit at n (Unix ns), and why.
