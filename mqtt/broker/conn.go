@@ -154,7 +154,7 @@ type conn struct {
 	noIdlePark bool
 	// flushes lists the connections this reader wrote routed messages to
 	// and owes a flush (reader-owned; see endWrite).
-	flushes []*conn
+	flushes flushList
 	// congested is set (by this reader) when a message it routed was
 	// dropped because the queue of a subscriber that is still reading was
 	// full; the reader then pauses briefly before reading more (see
@@ -223,7 +223,7 @@ func (c *conn) run() {
 		c.parking, c.noIdlePark = false, true // the parker stopped: wait here
 		err = c.serve()
 	}
-	c.flushPending() // flushes this reader still owes others
+	c.flushes.flush() // flushes this reader still owes others
 	c.finish(err)
 	c.srv.release(c)
 }
@@ -492,7 +492,7 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			// Before reading, flush what the packets handled so far
 			// produced (acks, SUBACKs): this is where own writes go out.
 			c.flushInline()
-			c.flushPending()
+			c.flushes.flush()
 			if c.congested {
 				c.congested = false
 				// At most one pause per congestionEvery: a subscriber

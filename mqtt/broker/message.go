@@ -63,11 +63,11 @@ func (m *Message) AckTo(g *Acks) { m.ack.send(false, &g.conns) }
 // goroutine, instead of a writer goroutine started for each connection
 // (which Ack does). The zero value is an empty group; a group is reused
 // after each Flush, by one goroutine at a time.
-type Acks struct{ conns []*conn }
+type Acks struct{ conns flushList }
 
 // Flush writes the group's acknowledgements. It must follow every AckTo
 // before long: until then they wait in the connections' buffers.
-func (g *Acks) Flush() { flushAll(&g.conns) }
+func (g *Acks) Flush() { g.conns.flush() }
 
 // Refuse answers the publisher, instead of Ack, that the message was not
 // taken after all (a policy that could not store it): an MQTT 5 client
@@ -111,7 +111,7 @@ func (a *ackState) refuse(code packet.ReasonCode, reason string) {
 	to.release(1)
 }
 
-func (a *ackState) send(own bool, into *[]*conn) {
+func (a *ackState) send(own bool, into *flushList) {
 	c := a.c
 	if c == nil || !a.once.CompareAndSwap(false, true) {
 		return

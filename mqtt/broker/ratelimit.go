@@ -218,7 +218,7 @@ func (c *conn) throttlePublish(p *packet.Publish) error {
 		return nil
 	}
 	c.flushInline()
-	c.flushPending()
+	c.flushes.flush()
 	start := time.Now()
 	if until := start.Add(wait).UnixNano(); until > c.lastRead.Load() {
 		// The watchdog counts silence from lastRead: none is counted

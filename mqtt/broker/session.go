@@ -244,7 +244,7 @@ func (ss *session) dropLocked(m *Message, r DropReason) {
 //
 // from is the connection whose reader goroutine calls (nil when none
 // does): its own writes are flushed inline, and others' it flushes directly
-// before it next blocks (see conn.flushPending).
+// before it next blocks (see conn.flushes).
 func (ss *session) pumpLocked(from *conn) {
 	c := ss.c
 	if c == nil || !c.connacked {

@@ -30,9 +30,9 @@ func (c *conn) beginWrite() bool {
 // writing to c: another connection's reader writing a routed message
 // (its flushes), or a goroutine acknowledging a group of messages (Acks).
 // If c is a plain TCP connection, that goroutine flushes it with one
-// non-blocking write once it is done (flushAll), which saves waking
+// non-blocking write once it is done (flushList.flush), which saves waking
 // another goroutine per message at moderate rates.
-func (c *conn) endWrite(typ packet.Type, own bool, into *[]*conn) {
+func (c *conn) endWrite(typ packet.Type, own bool, into *flushList) {
 	start := !c.writing && !own
 	if start {
 		c.writing = true
@@ -55,7 +55,7 @@ func (c *conn) writeAck(kind packet.Type, pid uint16, code packet.ReasonCode, ow
 
 // writeAckInto is writeAck, leaving the flush to into's goroutine (see
 // endWrite).
-func (c *conn) writeAckInto(kind packet.Type, pid uint16, code packet.ReasonCode, own bool, into *[]*conn) {
+func (c *conn) writeAckInto(kind packet.Type, pid uint16, code packet.ReasonCode, own bool, into *flushList) {
 	if !c.beginWrite() {
 		return
 	}
@@ -328,7 +328,7 @@ func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, f
 	if d.qos == 0 {
 		c.qos0++
 	}
-	var into *[]*conn
+	var into *flushList
 	if from != nil && from != c {
 		into = &from.flushes
 	}
@@ -337,17 +337,18 @@ func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, f
 	return true
 }
 
-// flushPending makes the direct flushes this reader owes (see endWrite).
-func (c *conn) flushPending() { flushAll(&c.flushes) }
+// flushList is the connections a goroutine wrote to and owes one direct
+// flush each (see endWrite): a reader's routed messages (conn.flushes), a
+// group of acknowledgements (Acks).
+type flushList []*conn
 
-// flushAll makes the direct flushes listed (see endWrite) and empties the
-// list.
-func flushAll(list *[]*conn) {
-	for i, t := range *list {
-		(*list)[i] = nil
+// flush makes the direct flushes listed and empties the list.
+func (l *flushList) flush() {
+	for i, t := range *l {
+		(*l)[i] = nil
 		t.flushDirect()
 	}
-	*list = (*list)[:0]
+	*l = (*l)[:0]
 }
 
 // flushDirect writes t's buffer with one non-blocking write from the
