@@ -208,7 +208,7 @@ func (p *historyPlan) selectByClientSQLite(dir, cmp string, after *fleetmq.Posit
 	tailPayload, tailPayloadArgs := p.payloadColumn("")
 	tail, tailArgs := p.conds("", after, cmp)
 	args = append(append(args, tailPayloadArgs...), tailArgs...)
-	return "SELECT c.id AS id, " + middleColumns("h.", payload) + ", c.received_us AS received_us" +
+	return "SELECT c.id AS id, " + middleColumns("h", payload) + ", c.received_us AS received_us" +
 		" FROM history_client c CROSS JOIN history h ON h.id = c.id AND h.account_id = c.account_id AND h.client_id = c.client_id WHERE " +
 		strings.Join(folded, " AND ") +
 		" UNION ALL SELECT id, " + middleColumns("", tailPayload) + ", received_us FROM history NOT INDEXED WHERE " + unfoldedRows + " AND " +
@@ -216,9 +216,12 @@ func (p *historyPlan) selectByClientSQLite(dir, cmp string, after *fleetmq.Posit
 }
 
 // middleColumns are the columns scanHistory reads between id and
-// received_us, each prefixed with t, the payload being the expression
-// given.
+// received_us, of the table alias t ("" for none), the payload being the
+// expression given.
 func middleColumns(t, payload string) string {
+	if t != "" {
+		t += "."
+	}
 	cols := []string{"account_id", "client_id", "topic", "class", "qos", "published_qos", "retain", "", "content_type",
 		"payload_format", "user_properties", "station_controller_device_id"}
 	for i, c := range cols {
