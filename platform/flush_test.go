@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -206,5 +207,40 @@ func TestUsageWriteSentAgainOnce(t *testing.T) {
 	}
 	if s.messages["A"] != clients {
 		t.Fatalf("account usage %d messages, want %d", s.messages["A"], clients)
+	}
+}
+
+// daySink records the per-client rows it is given, by client and day.
+type daySink struct{ clients map[string]int64 }
+
+func (s *daySink) AddUsage(_ context.Context, _ []DailyDelta, clients []ClientDelta) error {
+	for _, c := range clients {
+		s.clients[c.AccountID+"/"+c.ClientID+" "+c.Day] += c.Messages[1]
+	}
+	return nil
+}
+
+// TestClientUsageAcrossMidnight: per-client usage held over UTC midnight
+// by a flush that leaves it (ClientUsageEvery) is written later under the
+// day each message was counted in, for each of two accounts.
+func TestClientUsageAcrossMidnight(t *testing.T) {
+	now := time.Date(2030, 3, 10, 23, 59, 30, 0, time.UTC)
+	p := NewPolicy(Options{Now: func() time.Time { return now }}, &Snapshot{})
+	s := &daySink{clients: map[string]int64{}}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p.meter.client("A", "dev1").count(now, 1)
+	p.meter.client("B", "dev1").count(now, 1)
+	p.flushPart(context.Background(), s, log, false)
+	now = now.Add(time.Minute) // 00:00:30 the next day
+	p.meter.client("A", "dev1").count(now, 1)
+	p.meter.client("A", "dev1").count(now, 1)
+	p.flushPart(context.Background(), s, log, false)
+	if len(s.clients) != 0 {
+		t.Fatalf("per-client rows before their flush: %v", s.clients)
+	}
+	p.flushPart(context.Background(), s, log, true)
+	want := map[string]int64{"A/dev1 2030-03-10": 1, "B/dev1 2030-03-10": 1, "A/dev1 2030-03-11": 2}
+	if !maps.Equal(s.clients, want) {
+		t.Fatalf("per-client rows %v, want %v", s.clients, want)
 	}
 }
