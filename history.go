@@ -107,3 +107,17 @@ type HistoryStore interface {
 	// Retention calls it in small batches so that ingest never waits long.
 	DeleteHistory(ctx context.Context, accountID string, before time.Time, limit int) (int64, error)
 }
+
+// HistoryDays is implemented by a history store that keeps its records in
+// one partition per UTC day (sqlstore on PostgreSQL). Retention then drops
+// a day whole once every plan's retention has passed its end, which costs
+// about the same whatever the day holds, and deletes rows only for the
+// accounts whose plans keep less.
+type HistoryDays interface {
+	// PrepareHistoryDays creates the partitions of the UTC day of now and
+	// of the next, so that records never wait for one.
+	PrepareHistoryDays(ctx context.Context, now time.Time) error
+	// DropHistoryDays drops the partitions whose days end at or before
+	// before, with every record in them, and returns how many it dropped.
+	DropHistoryDays(ctx context.Context, before time.Time) (int, error)
+}

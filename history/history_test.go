@@ -482,6 +482,81 @@ func TestLatestAndRetention(t *testing.T) {
 	})
 }
 
+// TestRetentionDropsDays: on PostgreSQL, where history is one partition
+// per UTC day, a pass drops the days that the longest plan of any account
+// (here growth, 30 days) has let go of, and deletes rows only of the
+// accounts that keep less (starter, 7 days); SQLite deletes rows. The
+// answers are the same on both: each account keeps what its plan keeps.
+// A record of a dropped day stored late gets its day back, and the next
+// pass drops it again.
+func TestRetentionDropsDays(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		ctx := context.Background()
+		now := t0.Add(40 * 24 * time.Hour)
+		for acc, plan := range map[string]string{accA: "starter", accB: "growth"} {
+			if err := st.CreateAccount(ctx, &fleetmq.Account{ID: acc, Name: plan, OwnerEmail: plan + "@example.com", Plan: plan, CreatedAt: t0}, "x"); err != nil {
+				t.Fatal(err)
+			}
+			appendAll(t, st,
+				rec(acc, "c1", "state/gone", now.Add(-35*24*time.Hour), "35 days"),
+				rec(acc, "c1", "state/a", now.Add(-20*24*time.Hour), "20 days"),
+				rec(acc, "c1", "state/a", now.Add(-8*24*time.Hour), "8 days"),
+				rec(acc, "c1", "state/a", now.Add(-time.Hour), "1 hour"),
+			)
+		}
+		onPostgres := st.Backend() == "postgres"
+		days := func() (n int) {
+			if !onPostgres {
+				return 0
+			}
+			if err := st.DB().QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_inherits WHERE inhparent = 'history'::regclass`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if got := days(); onPostgres && got != 4 {
+			t.Fatalf("%d day partitions before the pass; want 4, one per day with records", got)
+		}
+
+		ret := &history.Retention{Control: st, History: st, Now: func() time.Time { return now }, Batch: 1, Pause: time.Millisecond}
+		n, err := ret.Pass(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// PostgreSQL drops the day 35 days back whole and deletes A's two
+		// rows of 20 and 8 days; SQLite deletes all four rows.
+		wantRows, wantDays := int64(4), int64(0)
+		if onPostgres {
+			wantRows, wantDays = 2, 1
+			if got := days(); got != 4 {
+				t.Errorf("%d day partitions after the pass; want 4 (the 3 days kept, today's among them, and tomorrow's made ahead)", got)
+			}
+		}
+		if n != wantRows || ret.DaysDropped() != wantDays {
+			t.Fatalf("pass deleted %d rows and dropped %d days; want %d and %d", n, ret.DaysDropped(), wantRows, wantDays)
+		}
+		equal(t, "account A (7 days)", query(t, st, accA, history.Params{Order: "asc"}), "c1/state/a 1 hour")
+		equal(t, "account B (30 days)", query(t, st, accB, history.Params{Order: "asc"}),
+			"c1/state/a 20 days", "c1/state/a 8 days", "c1/state/a 1 hour")
+		for _, acc := range []string{accA, accB} {
+			rs, err := st.LatestHistory(ctx, acc, "c1")
+			if err != nil || len(rs) != 1 || string(rs[0].Payload) != "1 hour" {
+				t.Errorf("latest of %s after the pass: %d records, %v; want state/a's newest only (state/gone's record was dropped)", acc, len(rs), err)
+			}
+		}
+
+		// A late record of the dropped day: stored, then dropped again.
+		appendAll(t, st, rec(accB, "c1", "state/late", now.Add(-35*24*time.Hour), "late"))
+		equal(t, "B's late record", query(t, st, accB, history.Params{Order: "asc", Topic: accB + "/c1/state/late"}), "c1/state/late late")
+		if _, err := ret.Pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+		equal(t, "B's late record after the next pass", query(t, st, accB, history.Params{Order: "asc", Topic: accB + "/c1/state/late"}))
+		equal(t, "account B after the next pass", query(t, st, accB, history.Params{Order: "asc"}),
+			"c1/state/a 20 days", "c1/state/a 8 days", "c1/state/a 1 hour")
+	})
+}
+
 // TestExportLargePayloads: batches that end at their encoded size rather
 // than their count (large payloads) lose and repeat nothing either.
 func TestExportLargePayloads(t *testing.T) {

@@ -15,7 +15,10 @@ const DefaultRetentionDays = 7
 
 // Retention deletes history older than each account's plan allows, in
 // small batches so that ingest, which shares the database, never waits for
-// more than one batch.
+// more than one batch. On a store that keeps history in days
+// (fleetmq.HistoryDays), it first drops the days older than the longest
+// plan of any account whole, and deletes rows only for the accounts whose
+// plans keep less.
 type Retention struct {
 	Control interface {
 		fleetmq.AccountReader
@@ -33,12 +36,18 @@ type Retention struct {
 	// of deletions is spread out rather than taking the database.
 	Pause time.Duration
 
-	deleted atomic.Int64
-	runs    atomic.Int64
+	deleted     atomic.Int64
+	daysDropped atomic.Int64
+	runs        atomic.Int64
 }
 
-// Deleted returns the records deleted so far (for metrics).
+// Deleted returns the records deleted so far (for metrics), not counting
+// those of the days dropped whole.
 func (r *Retention) Deleted() int64 { return r.deleted.Load() }
+
+// DaysDropped returns the days of history dropped whole so far (for
+// metrics).
+func (r *Retention) DaysDropped() int64 { return r.daysDropped.Load() }
 
 // Runs returns the completed passes (for metrics).
 func (r *Retention) Runs() int64 { return r.runs.Load() }
@@ -86,13 +95,18 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 	if pause <= 0 {
 		pause = 5 * time.Millisecond
 	}
+	keep := func(a *fleetmq.Account) int {
+		if d, ok := days[a.Plan]; ok {
+			return d
+		}
+		return DefaultRetentionDays
+	}
+	if err := r.dropDays(ctx, now(), accounts, keep); err != nil {
+		return 0, err
+	}
 	var total int64
 	for _, a := range accounts {
-		d, ok := days[a.Plan]
-		if !ok {
-			d = DefaultRetentionDays
-		}
-		before := now().Add(-time.Duration(d) * 24 * time.Hour)
+		before := now().Add(-time.Duration(keep(a)) * 24 * time.Hour)
 		for {
 			n, err := r.History.DeleteHistory(ctx, a.ID, before, batch)
 			total += n
@@ -112,6 +126,30 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 	}
 	r.runs.Add(1)
 	return total, nil
+}
+
+// dropDays, on a store that keeps history in days, creates today's and
+// tomorrow's and drops those that end before the longest retention of any
+// account's plan (so every account's rows in them have expired). With no
+// account it drops nothing.
+func (r *Retention) dropDays(ctx context.Context, now time.Time, accounts []*fleetmq.Account, keep func(*fleetmq.Account) int) error {
+	d, ok := r.History.(fleetmq.HistoryDays)
+	if !ok {
+		return nil
+	}
+	if err := d.PrepareHistoryDays(ctx, now); err != nil {
+		return err
+	}
+	longest := 0
+	for _, a := range accounts {
+		longest = max(longest, keep(a))
+	}
+	if longest == 0 {
+		return nil
+	}
+	n, err := d.DropHistoryDays(ctx, now.Add(-time.Duration(longest)*24*time.Hour))
+	r.daysDropped.Add(int64(n))
+	return err
 }
 
 func (r *Retention) logger() *slog.Logger {

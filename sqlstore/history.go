@@ -71,9 +71,11 @@ const latestSQLite = `WITH candidates AS (
 // LatestHistory implements fleetmq.HistoryStore.
 func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) (_ []*fleetmq.Record, err error) {
 	defer wrap(&err, "latest history")
+	// The entry's received_us is its record's: it picks the record's day
+	// partition on PostgreSQL.
 	query := `SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
 		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
-		FROM history_latest l JOIN history h ON h.id = l.record_id
+		FROM history_latest l JOIN history h ON h.id = l.record_id AND h.received_us = l.received_us
 		WHERE l.account_id = $1 AND l.client_id = $2 AND h.account_id = $1
 		ORDER BY l.topic`
 	if s.dialect == sqliteDialect {
@@ -112,9 +114,16 @@ func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time
 	}
 	var n int64
 	err = s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM history WHERE id IN (
-			SELECT id FROM history WHERE account_id = ? AND received_us < ? ORDER BY received_us, id LIMIT ?)`),
-			accountID, before.UnixMicro(), limit)
+		query := `DELETE FROM history WHERE id IN (
+			SELECT id FROM history WHERE account_id = ?1 AND received_us < ?2 ORDER BY received_us, id LIMIT ?3)`
+		if s.dialect == postgresDialect {
+			// Partitions have no index on id alone: each row is found by
+			// its account, time and id (and its time picks its day).
+			query = `DELETE FROM history h USING (
+				SELECT received_us, id FROM history WHERE account_id = $1 AND received_us < $2 ORDER BY received_us, id LIMIT $3) d
+				WHERE h.account_id = $1 AND h.received_us = d.received_us AND h.id = d.id`
+		}
+		res, err := tx.ExecContext(ctx, query, accountID, before.UnixMicro(), limit)
 		if err != nil {
 			return err
 		}

@@ -12,9 +12,13 @@ import (
 )
 
 // appendHistoryPostgres writes a batch in one transaction on PostgreSQL:
-// ids reserved from the identity sequence (in the batch's order), the rows
+// the day partitions it needs created first (ensureHistoryDays), ids
+// reserved from history's sequence (in the batch's order), the rows
 // by COPY, and the latest-per-topic table by one statement over arrays.
 func (s *Store) appendHistoryPostgres(ctx context.Context, recs []*fleetmq.Record) error {
+	if err := s.ensureHistoryDays(ctx, recs); err != nil {
+		return err
+	}
 	conn, err := s.ingest.Conn(ctx)
 	if err != nil {
 		return err
@@ -27,7 +31,7 @@ func (s *Store) appendHistoryPostgres(ctx context.Context, recs []*fleetmq.Recor
 			return err
 		}
 		defer tx.Rollback(ctx)
-		rows, err := tx.Query(ctx, `SELECT nextval(pg_get_serial_sequence('history', 'id')) FROM generate_series(1, $1) ORDER BY 1`, len(recs))
+		rows, err := tx.Query(ctx, `SELECT nextval('history_ids') FROM generate_series(1, $1) ORDER BY 1`, len(recs))
 		if err != nil {
 			return err
 		}

@@ -192,6 +192,13 @@ func (p *historyPlan) selectSQL(d dialect, ascending bool, after *fleetmq.Positi
 	if d == sqliteDialect {
 		from += " INDEXED BY " + p.index
 	}
+	if d == postgresDialect && after != nil {
+		// The position's time as a bound of its own: PostgreSQL skips the
+		// day partitions out of range by received_us alone, not by the
+		// row comparison.
+		where = append(where, "received_us "+cmp+"= ?")
+		condArgs = append(condArgs, after.Received.UnixMicro())
+	}
 	return "SELECT id, " + middleColumns("", payload) + ", received_us FROM " + from + " WHERE " +
 		strings.Join(where, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), append(args, condArgs...)
 }

@@ -87,6 +87,8 @@ type Store struct {
 	// store opened.
 	tail     foldTail
 	foldRows int
+	// PostgreSQL: history's day partitions as last read.
+	days historyDays
 }
 
 var (

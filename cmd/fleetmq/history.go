@@ -194,6 +194,9 @@ func historyCmds() map[string]*adminCmd {
 				r := &history.Retention{Control: svc.Store, History: st, Now: svc.Now}
 				n, err := r.Pass(ctx)
 				fmt.Fprintf(out, "deleted %d records\n", n)
+				if d := r.DaysDropped(); d > 0 {
+					fmt.Fprintf(out, "dropped %d whole days of history\n", d)
+				}
 				return err
 			},
 		},

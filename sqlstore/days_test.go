@@ -1,0 +1,264 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/pgtest"
+)
+
+// daysOf returns history's partitions as the database has them.
+func daysOf(t *testing.T, s *Store) []dayPartition {
+	t.Helper()
+	parts, pending, err := readHistoryDays(context.Background(), s.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pending) > 0 {
+		t.Fatalf("partitions left detaching: %v", pending)
+	}
+	return parts
+}
+
+// TestMigrationPartitionsExistingHistory: a PostgreSQL store with history
+// from before the day partitions (migrations up to 0010) keeps every
+// record and every answer: its table becomes the partition
+// history_before_days up to the next UTC midnight, new records go to day
+// partitions with ids after the old ones, and retention drops the old
+// table whole once every plan has let go of it. A fresh store has no such
+// partition.
+func TestMigrationPartitionsExistingHistory(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := fs.ReadDir(migrations, "migrations/postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErr(t, exec(db, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`))
+	for _, e := range entries {
+		num, _, _ := strings.Cut(e.Name(), "_")
+		v, _ := strconv.Atoi(num)
+		if v > 10 {
+			break
+		}
+		body, err := fs.ReadFile(migrations, "migrations/postgres/"+e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		noErr(t, exec(db, string(body)))
+		noErr(t, exec(db, `INSERT INTO schema_migrations VALUES ($1, $2)`, v, e.Name()))
+	}
+	// History as the previous writer left it, over three days, the
+	// newest an hour ago.
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	ref := &foldRef{}
+	for i := range 300 {
+		acc := []string{foldAccA, foldAccB}[i%2]
+		client := fmt.Sprintf("dev-%d", i%4)
+		at := now.Add(-time.Hour - time.Duration(299-i)*15*time.Minute)
+		topic := acc + "/" + client + "/state/" + strconv.Itoa(i%3)
+		var id int64
+		err := db.QueryRow(`INSERT INTO history (`+historyColumns+`) VALUES ($1, $2, $3, 'state', 1, 1, false, $4, '', 0, NULL, '', $5) RETURNING id`,
+			acc, client, topic, fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), at.UnixMicro()).Scan(&id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noErr(t, exec(db, `INSERT INTO history_latest VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us`,
+			acc, client, topic, id, at.UnixMicro()))
+		ref.recs = append(ref.recs, fleetmq.Record{ID: id, AccountID: acc, ClientID: client, Topic: topic, Received: at})
+	}
+	noErr(t, db.Close())
+
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	parts := daysOf(t, s)
+	tomorrow := dayStart(now.UnixMicro()) + dayMicros
+	if len(parts) != 1 || parts[0].name != "history_before_days" || parts[0].hi != tomorrow {
+		t.Fatalf("after the migration: partitions %+v; want history_before_days up to the next midnight (%d)", parts, tomorrow)
+	}
+	checkFoldAnswers(t, s, ref, ref.recs[0].Received.Add(-time.Second), "migrated")
+
+	// New records: a day partition after tomorrow's midnight, ids after
+	// the old ones.
+	later := time.UnixMicro(tomorrow).UTC().Add(time.Hour)
+	var recs []*fleetmq.Record
+	for i := range 10 {
+		acc := []string{foldAccA, foldAccB}[i%2]
+		client := fmt.Sprintf("dev-%d", i%4)
+		at := later.Add(time.Duration(i) * time.Second)
+		recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: client, Topic: acc + "/" + client + "/state/new", Class: "state",
+			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at})
+	}
+	noErr(t, s.AppendHistory(ctx, recs))
+	for _, r := range recs {
+		if r.ID <= ref.recs[len(ref.recs)-1].ID {
+			t.Fatalf("new record id %d is not after the old ones (up to %d)", r.ID, ref.recs[len(ref.recs)-1].ID)
+		}
+		ref.recs = append(ref.recs, fleetmq.Record{ID: r.ID, AccountID: r.AccountID, ClientID: r.ClientID, Topic: r.Topic, Received: r.Received})
+	}
+	if parts := daysOf(t, s); len(parts) != 2 || parts[1].name != dayTable(tomorrow) {
+		t.Fatalf("after new records: partitions %+v; want history_before_days and %s", parts, dayTable(tomorrow))
+	}
+	checkFoldAnswers(t, s, ref, ref.recs[0].Received.Add(-time.Second), "with new records")
+
+	// Retention up to the old table's end drops it whole.
+	n, err := s.DropHistoryDays(ctx, time.UnixMicro(tomorrow))
+	if err != nil || n != 1 {
+		t.Fatalf("DropHistoryDays: %d, %v; want history_before_days dropped", n, err)
+	}
+	ref.recs = ref.recs[300:]
+	checkFoldAnswers(t, s, ref, later.Add(-time.Second), "old table dropped")
+	for _, acc := range []string{foldAccA, foldAccB} {
+		for c := range 4 {
+			rs, err := s.LatestHistory(ctx, acc, fmt.Sprintf("dev-%d", c))
+			noErr(t, err)
+			for _, r := range rs {
+				if !strings.HasSuffix(r.Topic, "/state/new") {
+					t.Errorf("latest of %s/dev-%d holds %s, a record of the dropped table", acc, c, r.Topic)
+				}
+			}
+		}
+	}
+
+	fresh, err := Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if parts := daysOf(t, fresh); len(parts) != 0 {
+		t.Errorf("a fresh store has partitions %+v; want none until its first records", parts)
+	}
+}
+
+// TestHistoryDaysTwoProcesses: two stores on one database (two fleetmq
+// processes) storing records of the same new days at once both succeed,
+// and each day is created once.
+func TestHistoryDaysTwoProcesses(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	var stores [2]*Store
+	for i := range stores {
+		s, err := Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	base := time.Date(2026, 11, 27, 23, 59, 59, 0, time.UTC)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*20)
+	for i, s := range stores {
+		wg.Go(func() {
+			for b := range 20 {
+				acc := []string{foldAccA, foldAccB}[i]
+				// Each batch spans a midnight: day b and day b+1.
+				at := base.Add(time.Duration(b) * 24 * time.Hour)
+				var batch []*fleetmq.Record
+				for _, at := range []time.Time{at, at.Add(2 * time.Second)} {
+					batch = append(batch, &fleetmq.Record{AccountID: acc, ClientID: "c", Topic: acc + "/c/state/x", Class: "state",
+						QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at})
+				}
+				errs <- s.AppendHistory(ctx, batch)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		noErr(t, err)
+	}
+	parts := daysOf(t, stores[0])
+	if len(parts) != 21 {
+		t.Fatalf("%d partitions; want 21 (the days of 20 batches spanning midnights)", len(parts))
+	}
+	for i, p := range parts {
+		want := dayStart(base.UnixMicro()) + int64(i)*dayMicros
+		if p.lo != want || p.hi != want+dayMicros || p.name != dayTable(want) {
+			t.Errorf("partition %d: %+v; want %s from %d to %d", i, p, dayTable(want), want, want+dayMicros)
+		}
+	}
+	for _, acc := range []string{foldAccA, foldAccB} {
+		if got := len(queryPositions(t, stores[1], fleetmq.HistoryQuery{AccountID: acc, ClientID: "c"}, 0)); got != 40 {
+			t.Errorf("account %s: %d records; want 40", acc, got)
+		}
+	}
+}
+
+// TestDropFinishesAnInterruptedDetach: a drop whose DETACH CONCURRENTLY
+// was interrupted while it waited for a reader leaves the day detaching;
+// the next drop finishes it, and the store keeps storing meanwhile.
+func TestDropFinishesAnInterruptedDetach(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	r := func(at time.Time, payload string) *fleetmq.Record {
+		return &fleetmq.Record{AccountID: foldAccA, ClientID: "c", Topic: foldAccA + "/c/state/x", Class: "state",
+			QoS: 1, PublishedQoS: 1, Payload: []byte(payload), Received: at}
+	}
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{r(old, "old"), r(old.Add(48*time.Hour), "kept")}))
+
+	// A reader whose snapshot may see the old day: DETACH CONCURRENTLY
+	// waits for it, and is cancelled while it waits.
+	reader, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	noErr(t, reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM history`).Scan(&n))
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = s.DropHistoryDays(short, old.Add(24*time.Hour))
+	cancel()
+	if err == nil {
+		t.Fatal("the drop did not wait for the reader")
+	}
+	_, pending, err := readHistoryDays(ctx, s.db)
+	noErr(t, err)
+	if len(pending) != 1 || pending[0].name != dayTable(dayStart(old.UnixMicro())) {
+		t.Fatalf("after the interrupted drop: detaching %v; want the old day", pending)
+	}
+	noErr(t, reader.Rollback())
+
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{r(old.Add(49*time.Hour), "meanwhile")}))
+	dropped, err := s.DropHistoryDays(ctx, old.Add(24*time.Hour))
+	if err != nil || dropped != 1 {
+		t.Errorf("the second drop: %d days, %v; want the interrupted one's day finished and counted", dropped, err)
+	}
+	if parts := daysOf(t, s); len(parts) != 1 || parts[0].lo != dayStart(old.Add(48*time.Hour).UnixMicro()) {
+		t.Fatalf("partitions %+v; want only the kept day", parts)
+	}
+	var got []string
+	rows, err := s.db.QueryContext(ctx, `SELECT convert_from(payload, 'UTF8') FROM history ORDER BY received_us`)
+	noErr(t, err)
+	for rows.Next() {
+		var p string
+		noErr(t, rows.Scan(&p))
+		got = append(got, p)
+	}
+	noErr(t, rows.Err())
+	if strings.Join(got, ",") != "kept,meanwhile" {
+		t.Errorf("history holds %v; want kept, meanwhile", got)
+	}
+	if _, err := s.db.ExecContext(ctx, `SELECT 1 FROM `+dayTable(dayStart(old.UnixMicro()))); err == nil {
+		t.Error("the old day's table is still there")
+	}
+}
