@@ -110,14 +110,17 @@ type HistoryStore interface {
 
 // HistoryDays is implemented by a history store that keeps its records in
 // one partition per UTC day (sqlstore on PostgreSQL). Retention then drops
-// a day whole once every plan's retention has passed its end, which costs
-// about the same whatever the day holds, and deletes rows only for the
-// accounts whose plans keep less.
+// a day whole once no account that still keeps it has records in it,
+// which costs about the same whatever the day holds, and deletes rows only
+// of the days it cannot drop.
 type HistoryDays interface {
 	// PrepareHistoryDays creates the partitions of the UTC day of now and
 	// of the next, so that records never wait for one.
 	PrepareHistoryDays(ctx context.Context, now time.Time) error
-	// DropHistoryDays drops the partitions whose days end at or before
-	// before, with every record in them, and returns how many it dropped.
-	DropHistoryDays(ctx context.Context, before time.Time) (int, error)
+	// DropHistoryDays drops, with every record in them, the partitions
+	// whose days end at or before before and hold no record of an account
+	// that keeps part of the day: expired maps each account to the time
+	// before which its records have expired (records of accounts not in
+	// it expire at before). It returns how many it dropped.
+	DropHistoryDays(ctx context.Context, before time.Time, expired map[string]time.Time) (int, error)
 }

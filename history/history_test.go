@@ -483,19 +483,25 @@ func TestLatestAndRetention(t *testing.T) {
 }
 
 // TestRetentionDropsDays: on PostgreSQL, where history is one partition
-// per UTC day, a pass drops the days that the longest plan of any account
-// (here growth, 30 days) has let go of, and deletes rows only of the
-// accounts that keep less (starter, 7 days); SQLite deletes rows. The
-// answers are the same on both: each account keeps what its plan keeps.
-// A record of a dropped day stored late gets its day back, and the next
-// pass drops it again.
+// per UTC day, a pass drops the days in which no account that keeps them
+// has records: the day 35 days back (starter keeps 7 days, growth 30, and
+// the scale account, which keeps 90, has records of the last hour only),
+// and deletes rows of the days it keeps (20 and 8 days back, which hold
+// growth's records); SQLite deletes rows. The answers are the same on
+// both: each account keeps what its plan keeps. A record of a dropped day
+// stored late gets its day back, and the next pass drops it again.
 func TestRetentionDropsDays(t *testing.T) {
 	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
 		ctx := context.Background()
 		now := t0.Add(40 * 24 * time.Hour)
-		for acc, plan := range map[string]string{accA: "starter", accB: "growth"} {
+		const accC = "cccccccc-0000-4000-8000-000000000003"
+		for acc, plan := range map[string]string{accA: "starter", accB: "growth", accC: "scale"} {
 			if err := st.CreateAccount(ctx, &fleetmq.Account{ID: acc, Name: plan, OwnerEmail: plan + "@example.com", Plan: plan, CreatedAt: t0}, "x"); err != nil {
 				t.Fatal(err)
+			}
+			if acc == accC {
+				appendAll(t, st, rec(acc, "c1", "state/a", now.Add(-time.Hour), "1 hour"))
+				continue
 			}
 			appendAll(t, st,
 				rec(acc, "c1", "state/gone", now.Add(-35*24*time.Hour), "35 days"),
@@ -538,7 +544,8 @@ func TestRetentionDropsDays(t *testing.T) {
 		equal(t, "account A (7 days)", query(t, st, accA, history.Params{Order: "asc"}), "c1/state/a 1 hour")
 		equal(t, "account B (30 days)", query(t, st, accB, history.Params{Order: "asc"}),
 			"c1/state/a 20 days", "c1/state/a 8 days", "c1/state/a 1 hour")
-		for _, acc := range []string{accA, accB} {
+		equal(t, "account C (90 days)", query(t, st, accC, history.Params{Order: "asc"}), "c1/state/a 1 hour")
+		for _, acc := range []string{accA, accB, accC} {
 			rs, err := st.LatestHistory(ctx, acc, "c1")
 			if err != nil || len(rs) != 1 || string(rs[0].Payload) != "1 hour" {
 				t.Errorf("latest of %s after the pass: %d records, %v; want state/a's newest only (state/gone's record was dropped)", acc, len(rs), err)

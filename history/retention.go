@@ -16,9 +16,8 @@ const DefaultRetentionDays = 7
 // Retention deletes history older than each account's plan allows, in
 // small batches so that ingest, which shares the database, never waits for
 // more than one batch. On a store that keeps history in days
-// (fleetmq.HistoryDays), it first drops the days older than the longest
-// plan of any account whole, and deletes rows only for the accounts whose
-// plans keep less.
+// (fleetmq.HistoryDays), it first drops whole the days in which no account
+// keeps a record, and deletes rows of the others.
 type Retention struct {
 	Control interface {
 		fleetmq.AccountReader
@@ -129,9 +128,9 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 }
 
 // dropDays, on a store that keeps history in days, creates today's and
-// tomorrow's and drops those that end before the longest retention of any
-// account's plan (so every account's rows in them have expired). With no
-// account it drops nothing.
+// tomorrow's days and drops the days that no account still keeping them
+// has records in. Records of accounts that no longer exist expire as those
+// of an account without a plan do.
 func (r *Retention) dropDays(ctx context.Context, now time.Time, accounts []*fleetmq.Account, keep func(*fleetmq.Account) int) error {
 	d, ok := r.History.(fleetmq.HistoryDays)
 	if !ok {
@@ -140,14 +139,11 @@ func (r *Retention) dropDays(ctx context.Context, now time.Time, accounts []*fle
 	if err := d.PrepareHistoryDays(ctx, now); err != nil {
 		return err
 	}
-	longest := 0
+	expired := make(map[string]time.Time, len(accounts))
 	for _, a := range accounts {
-		longest = max(longest, keep(a))
+		expired[a.ID] = now.Add(-time.Duration(keep(a)) * 24 * time.Hour)
 	}
-	if longest == 0 {
-		return nil
-	}
-	n, err := d.DropHistoryDays(ctx, now.Add(-time.Duration(longest)*24*time.Hour))
+	n, err := d.DropHistoryDays(ctx, now.Add(-DefaultRetentionDays*24*time.Hour), expired)
 	r.daysDropped.Add(int64(n))
 	return err
 }

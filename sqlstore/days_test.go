@@ -117,7 +117,7 @@ func TestMigrationPartitionsExistingHistory(t *testing.T) {
 	checkFoldAnswers(t, s, ref, ref.recs[0].Received.Add(-time.Second), "with new records")
 
 	// Retention up to the old table's end drops it whole.
-	n, err := s.DropHistoryDays(ctx, time.UnixMicro(tomorrow))
+	n, err := s.DropHistoryDays(ctx, time.UnixMicro(tomorrow), nil)
 	if err != nil || n != 1 {
 		t.Fatalf("DropHistoryDays: %d, %v; want history_before_days dropped", n, err)
 	}
@@ -200,6 +200,39 @@ func TestHistoryDaysTwoProcesses(t *testing.T) {
 	}
 }
 
+// TestLateRecordOfADayAnotherProcessDropped: a process whose list of days
+// still holds a day another process dropped stores a late record of that
+// day all the same (the day is made again).
+func TestLateRecordOfADayAnotherProcessDropped(t *testing.T) {
+	ctx := context.Background()
+	dsn := pgtest.DSN(t)
+	var stores [2]*Store
+	for i := range stores {
+		s, err := Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	old := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	r := func(at time.Time) []*fleetmq.Record {
+		return []*fleetmq.Record{{AccountID: foldAccA, ClientID: "c", Topic: foldAccA + "/c/state/x", Class: "state",
+			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at}}
+	}
+	noErr(t, stores[0].AppendHistory(ctx, r(old)))
+	n, err := stores[1].DropHistoryDays(ctx, old.Add(24*time.Hour), nil)
+	if err != nil || n != 1 {
+		t.Fatalf("drop by the other process: %d, %v", n, err)
+	}
+	if err := stores[0].AppendHistory(ctx, r(old.Add(time.Second))); err != nil {
+		t.Fatalf("a late record after the other process dropped its day: %v", err)
+	}
+	if got := queryPositions(t, stores[1], fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "c"}, 0); len(got) != 1 || !got[0].Received.Equal(old.Add(time.Second)) {
+		t.Fatalf("history holds %v; want the late record", got)
+	}
+}
+
 // TestDropFinishesAnInterruptedDetach: a drop whose DETACH CONCURRENTLY
 // was interrupted while it waited for a reader leaves the day detaching;
 // the next drop finishes it, and the store keeps storing meanwhile.
@@ -226,7 +259,7 @@ func TestDropFinishesAnInterruptedDetach(t *testing.T) {
 	var n int
 	noErr(t, reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM history`).Scan(&n))
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = s.DropHistoryDays(short, old.Add(24*time.Hour))
+	_, err = s.DropHistoryDays(short, old.Add(24*time.Hour), nil)
 	cancel()
 	if err == nil {
 		t.Fatal("the drop did not wait for the reader")
@@ -239,7 +272,7 @@ func TestDropFinishesAnInterruptedDetach(t *testing.T) {
 	noErr(t, reader.Rollback())
 
 	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{r(old.Add(49*time.Hour), "meanwhile")}))
-	dropped, err := s.DropHistoryDays(ctx, old.Add(24*time.Hour))
+	dropped, err := s.DropHistoryDays(ctx, old.Add(24*time.Hour), nil)
 	if err != nil || dropped != 1 {
 		t.Errorf("the second drop: %d days, %v; want the interrupted one's day finished and counted", dropped, err)
 	}
@@ -260,5 +293,55 @@ func TestDropFinishesAnInterruptedDetach(t *testing.T) {
 	}
 	if _, err := s.db.ExecContext(ctx, `SELECT 1 FROM `+dayTable(dayStart(old.UnixMicro()))); err == nil {
 		t.Error("the old day's table is still there")
+	}
+}
+
+// TestDropKeepsDaysAccountsKeep: a day holding a record of an account
+// whose retention still covers part of the day is not dropped; once it
+// expires, the day is. A day detached while a kept record went in is
+// attached back rather than dropped.
+func TestDropKeepsDaysAccountsKeep(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	day := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	r := func(acc string, at time.Time) *fleetmq.Record {
+		return &fleetmq.Record{AccountID: acc, ClientID: "c", Topic: acc + "/c/state/x", Class: "state",
+			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at}
+	}
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{r(foldAccA, day.Add(time.Hour)), r(foldAccB, day.Add(2*time.Hour))}))
+	end := day.Add(24 * time.Hour)
+	keepsA := map[string]time.Time{foldAccA: day.Add(12 * time.Hour), foldAccB: end}
+	n, err := s.DropHistoryDays(ctx, end, keepsA)
+	if err != nil || n != 0 || len(daysOf(t, s)) != 1 {
+		t.Fatalf("A keeps part of the day: dropped %d, %v, %d days left; want the day kept", n, err, len(daysOf(t, s)))
+	}
+
+	// Detached (as by a drop) while A's record is in it: attached back.
+	p := daysOf(t, s)[0]
+	conn, err := s.db.Conn(ctx)
+	noErr(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+p.name)
+	noErr(t, err)
+	dropped, err := dropDetached(ctx, conn, p, keepsA)
+	if err != nil || dropped {
+		t.Fatalf("dropDetached of a day A keeps: dropped %v, %v", dropped, err)
+	}
+	if got := len(queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "c"}, 0)); got != 1 || len(daysOf(t, s)) != 1 {
+		t.Fatalf("after attaching back: A has %d records, %d days; want 1 and 1", got, len(daysOf(t, s)))
+	}
+
+	n, err = s.DropHistoryDays(ctx, end, map[string]time.Time{foldAccA: end, foldAccB: end})
+	if err != nil || n != 1 || len(daysOf(t, s)) != 0 {
+		t.Fatalf("every account's records expired: dropped %d, %v, %d days left; want the day dropped", n, err, len(daysOf(t, s)))
+	}
+	for _, acc := range []string{foldAccA, foldAccB} {
+		if got := len(queryPositions(t, s, fleetmq.HistoryQuery{AccountID: acc, ClientID: "c"}, 0)); got != 0 {
+			t.Errorf("account %s: %d records after the drop", acc, got)
+		}
 	}
 }

@@ -285,12 +285,15 @@ func (s *Store) PrepareHistoryDays(ctx context.Context, now time.Time) error {
 	return s.createHistoryDays(ctx, missing)
 }
 
-// DropHistoryDays implements fleetmq.HistoryDays: on PostgreSQL it
-// detaches and drops every partition that ends at or before before, and
-// deletes the latest-per-topic entries that pointed into them. Only one
-// process drops at a time: another that tries meanwhile drops nothing
-// (the next pass will). On SQLite it does nothing.
-func (s *Store) DropHistoryDays(ctx context.Context, before time.Time) (_ int, err error) {
+// DropHistoryDays implements fleetmq.HistoryDays. On PostgreSQL, a day
+// that ends at or before before is dropped when none of the accounts that
+// keep part of it (expired before its end) has a record in it: it is
+// detached, checked again (a record may have gone in while the detach
+// waited), then dropped with the latest-per-topic entries that pointed
+// into it, or attached back. Only one process drops at a time: another
+// that tries meanwhile drops nothing (the next pass will). On SQLite it
+// does nothing.
+func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired map[string]time.Time) (_ int, err error) {
 	defer wrap(&err, "drop history days")
 	if s.dialect != postgresDialect {
 		return 0, nil
@@ -313,30 +316,43 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time) (_ int, e
 	if err != nil {
 		return 0, err
 	}
-	// A detach that an earlier pass began and did not finish (its
-	// process stopped, or its context ended) is finished first.
 	dropped := 0
+	// A detach that an earlier pass began and did not finish (its process
+	// stopped, or its context ended) is finished first, and judged as a
+	// day not yet detached.
 	for _, p := range pending {
 		if _, err := conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+p.name+` FINALIZE`); err != nil {
 			return dropped, fmt.Errorf("finish detaching %s: %w", p.name, err)
 		}
-		if err := dropDetached(ctx, conn, p); err != nil {
+		ok, err := dropDetached(ctx, conn, p, expired)
+		if err != nil {
 			return dropped, err
 		}
-		dropped++
+		if ok {
+			dropped++
+		}
 	}
 	end := before.UnixMicro()
 	for _, p := range parts {
 		if p.hi > end {
 			break // by lo, and partitions do not overlap: the rest end later
 		}
+		if kept, err := keptIn(ctx, conn, p, expired); err != nil || kept {
+			if err != nil {
+				return dropped, err
+			}
+			continue
+		}
 		if _, err := conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+p.name+` CONCURRENTLY`); err != nil {
 			return dropped, fmt.Errorf("detach %s: %w", p.name, err)
 		}
-		if err := dropDetached(ctx, conn, p); err != nil {
+		ok, err := dropDetached(ctx, conn, p, expired)
+		if err != nil {
 			return dropped, err
 		}
-		dropped++
+		if ok {
+			dropped++
+		}
 	}
 	if parts, _, err = readHistoryDays(ctx, conn); err != nil {
 		return dropped, err
@@ -345,12 +361,50 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time) (_ int, e
 	return dropped, nil
 }
 
-// dropDetached drops a detached day's table, and the latest-per-topic
-// entries that point into it (an entry's received_us is its record's).
-func dropDetached(ctx context.Context, conn *sql.Conn, p dayPartition) error {
-	if _, err := conn.ExecContext(ctx, `DELETE FROM history_latest WHERE received_us >= $1 AND received_us < $2`, p.lo, p.hi); err != nil {
-		return err
+// keptIn reports whether the table of the day p holds a record of an
+// account that keeps part of the day.
+func keptIn(ctx context.Context, conn *sql.Conn, p dayPartition, expired map[string]time.Time) (bool, error) {
+	var keepers []string
+	for id, at := range expired {
+		if at.UnixMicro() < p.hi {
+			keepers = append(keepers, id)
+		}
 	}
-	_, err := conn.ExecContext(ctx, `DROP TABLE `+p.name)
-	return err
+	if len(keepers) == 0 {
+		return false, nil
+	}
+	var kept bool
+	err := conn.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+p.name+` WHERE account_id = ANY($1))`, keepers).Scan(&kept)
+	return kept, err
+}
+
+// dropDetached drops the detached table of the day p, and the
+// latest-per-topic entries that point into it (an entry's received_us is
+// its record's), unless it holds a record an account keeps: then it
+// attaches it back and reports false.
+func dropDetached(ctx context.Context, conn *sql.Conn, p dayPartition, expired map[string]time.Time) (bool, error) {
+	kept, err := keptIn(ctx, conn, p, expired)
+	if err != nil {
+		return false, err
+	}
+	if kept {
+		_, err := conn.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE history ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)`, p.name, bound(p.lo), bound(p.hi)))
+		return false, err
+	}
+	if _, err := conn.ExecContext(ctx, `DELETE FROM history_latest WHERE received_us >= $1 AND received_us < $2`, p.lo, p.hi); err != nil {
+		return false, err
+	}
+	_, err = conn.ExecContext(ctx, `DROP TABLE `+p.name)
+	return err == nil, err
+}
+
+// bound is a partition bound's SQL: MINVALUE, MAXVALUE or the number.
+func bound(us int64) string {
+	switch us {
+	case math.MinInt64:
+		return "MINVALUE"
+	case math.MaxInt64:
+		return "MAXVALUE"
+	}
+	return strconv.FormatInt(us, 10)
 }

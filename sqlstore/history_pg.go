@@ -3,9 +3,11 @@ package sqlstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fleetmq/fleetmq"
@@ -19,6 +21,21 @@ func (s *Store) appendHistoryPostgres(ctx context.Context, recs []*fleetmq.Recor
 	if err := s.ensureHistoryDays(ctx, recs); err != nil {
 		return err
 	}
+	err := s.copyHistoryPostgres(ctx, recs)
+	if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "23514" {
+		// No partition for a record: a day this process knew was dropped
+		// since (by another process, or while this batch was under way).
+		// Read the days again and try once more.
+		s.days.set(nil)
+		if err = s.ensureHistoryDays(ctx, recs); err == nil {
+			err = s.copyHistoryPostgres(ctx, recs)
+		}
+	}
+	return err
+}
+
+// copyHistoryPostgres is appendHistoryPostgres's transaction.
+func (s *Store) copyHistoryPostgres(ctx context.Context, recs []*fleetmq.Record) error {
 	conn, err := s.ingest.Conn(ctx)
 	if err != nil {
 		return err
