@@ -123,4 +123,8 @@ type HistoryDays interface {
 	// before which its records have expired (records of accounts not in
 	// it expire at before). It returns how many it dropped.
 	DropHistoryDays(ctx context.Context, before time.Time, expired map[string]time.Time) (int, error)
+	// ReorderHistoryDays rewrites the days that ended before before in
+	// the order of the client index (once each), so that a client's
+	// records of a day lie together, and returns how many it rewrote.
+	ReorderHistoryDays(ctx context.Context, before time.Time) (int, error)
 }

@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -17,7 +18,8 @@ const DefaultRetentionDays = 7
 // small batches so that ingest, which shares the database, never waits for
 // more than one batch. On a store that keeps history in days
 // (fleetmq.HistoryDays), it first drops whole the days in which no account
-// keeps a record, and deletes rows of the others.
+// keeps a record and reorders the days that ended by client, then deletes
+// rows of the others.
 type Retention struct {
 	Control interface {
 		fleetmq.AccountReader
@@ -35,9 +37,10 @@ type Retention struct {
 	// of deletions is spread out rather than taking the database.
 	Pause time.Duration
 
-	deleted     atomic.Int64
-	daysDropped atomic.Int64
-	runs        atomic.Int64
+	deleted       atomic.Int64
+	daysDropped   atomic.Int64
+	daysReordered atomic.Int64
+	runs          atomic.Int64
 }
 
 // Deleted returns the records deleted so far (for metrics), not counting
@@ -47,6 +50,10 @@ func (r *Retention) Deleted() int64 { return r.deleted.Load() }
 // DaysDropped returns the days of history dropped whole so far (for
 // metrics).
 func (r *Retention) DaysDropped() int64 { return r.daysDropped.Load() }
+
+// DaysReordered returns the days of history reordered by client so far
+// (for metrics).
+func (r *Retention) DaysReordered() int64 { return r.daysReordered.Load() }
 
 // Runs returns the completed passes (for metrics).
 func (r *Retention) Runs() int64 { return r.runs.Load() }
@@ -100,9 +107,9 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 		}
 		return DefaultRetentionDays
 	}
-	if err := r.dropDays(ctx, now(), accounts, keep); err != nil {
-		return 0, err
-	}
+	// A failure of the days' upkeep (a drop that timed out waiting for a
+	// reader, say) does not hold up the rows' deletion.
+	daysErr := r.dropDays(ctx, now(), accounts, keep)
 	var total int64
 	for _, a := range accounts {
 		before := now().Add(-time.Duration(keep(a)) * 24 * time.Hour)
@@ -124,12 +131,15 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 		}
 	}
 	r.runs.Add(1)
+	if daysErr != nil {
+		return total, fmt.Errorf("history days: %w", daysErr)
+	}
 	return total, nil
 }
 
 // dropDays, on a store that keeps history in days, creates today's and
-// tomorrow's days and drops the days that no account still keeping them
-// has records in. Records of accounts that no longer exist expire as those
+// tomorrow's days, drops the days that no account still keeping them has
+// records in, and reorders those that ended ReorderAfter ago. Records of accounts that no longer exist expire as those
 // of an account without a plan do.
 func (r *Retention) dropDays(ctx context.Context, now time.Time, accounts []*fleetmq.Account, keep func(*fleetmq.Account) int) error {
 	d, ok := r.History.(fleetmq.HistoryDays)
@@ -145,8 +155,18 @@ func (r *Retention) dropDays(ctx context.Context, now time.Time, accounts []*fle
 	}
 	n, err := d.DropHistoryDays(ctx, now.Add(-DefaultRetentionDays*24*time.Hour), expired)
 	r.daysDropped.Add(int64(n))
+	if err != nil {
+		return err
+	}
+	n, err = d.ReorderHistoryDays(ctx, now.Add(-ReorderAfter))
+	r.daysReordered.Add(int64(n))
 	return err
 }
+
+// ReorderAfter is how long after its end a day of history is reordered by
+// client (fleetmq.HistoryDays): records of a day arrive until shortly
+// after its end.
+const ReorderAfter = time.Hour
 
 func (r *Retention) logger() *slog.Logger {
 	if r.Logger != nil {

@@ -234,8 +234,8 @@ func TestLateRecordOfADayAnotherProcessDropped(t *testing.T) {
 }
 
 // TestDropFinishesAnInterruptedDetach: a drop whose DETACH CONCURRENTLY
-// was interrupted while it waited for a reader leaves the day detaching;
-// the next drop finishes it, and the store keeps storing meanwhile.
+// timed out while it waited for a reader leaves the day detaching; the
+// next drop finishes it, and the store keeps storing meanwhile.
 func TestDropFinishesAnInterruptedDetach(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, pgtest.DSN(t))
@@ -258,10 +258,9 @@ func TestDropFinishesAnInterruptedDetach(t *testing.T) {
 	}
 	var n int
 	noErr(t, reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM history`).Scan(&n))
-	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, err = s.DropHistoryDays(short, old.Add(24*time.Hour), nil)
-	cancel()
-	if err == nil {
+	detachTimeout = "300ms"
+	defer func() { detachTimeout = "30s" }()
+	if _, err = s.DropHistoryDays(ctx, old.Add(24*time.Hour), nil); err == nil {
 		t.Fatal("the drop did not wait for the reader")
 	}
 	_, pending, err := readHistoryDays(ctx, s.db)
@@ -327,7 +326,7 @@ func TestDropKeepsDaysAccountsKeep(t *testing.T) {
 	defer conn.Close()
 	_, err = conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+p.name)
 	noErr(t, err)
-	dropped, err := dropDetached(ctx, conn, p, keepsA)
+	dropped, err := dropDetached(ctx, conn, p, keepsA, false)
 	if err != nil || dropped {
 		t.Fatalf("dropDetached of a day A keeps: dropped %v, %v", dropped, err)
 	}
@@ -343,5 +342,164 @@ func TestDropKeepsDaysAccountsKeep(t *testing.T) {
 		if got := len(queryPositions(t, s, fleetmq.HistoryQuery{AccountID: acc, ClientID: "c"}, 0)); got != 0 {
 			t.Errorf("account %s: %d records after the drop", acc, got)
 		}
+	}
+}
+
+// TestReorderKeepsAnswers: days that ended are rewritten in the client
+// index's order, once each, with every answer unchanged; today's day is
+// left in arrival order. A reorder that cannot swap its copy in (a query
+// holds history) opens the day again, and the day keeps taking records.
+func TestReorderKeepsAnswers(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+	ref := &foldRef{}
+	var recs []*fleetmq.Record
+	for i := range 600 { // three days, clients interleaved in arrival order
+		acc := []string{foldAccA, foldAccB}[i%2]
+		client := fmt.Sprintf("dev-%d", i%5)
+		at := t0.Add(time.Duration(i) * 6 * time.Minute)
+		topic := acc + "/" + client + "/state/" + strconv.Itoa(i%3)
+		recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: client, Topic: topic, Class: "state", QoS: 1, PublishedQoS: 1,
+			Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at})
+	}
+	noErr(t, s.AppendHistory(ctx, recs))
+	for _, r := range recs {
+		ref.recs = append(ref.recs, fleetmq.Record{ID: r.ID, AccountID: r.AccountID, ClientID: r.ClientID, Topic: r.Topic, Received: r.Received})
+	}
+	today := t0.Add(48 * time.Hour)
+	n, err := s.ReorderHistoryDays(ctx, today)
+	if err != nil || n != 2 {
+		t.Fatalf("ReorderHistoryDays: %d, %v; want the 2 days that ended", n, err)
+	}
+	var names []string
+	for _, p := range daysOf(t, s) {
+		names = append(names, p.name)
+	}
+	if strings.Join(names, " ") != "history_c20261001 history_c20261002 history_d20261003" {
+		t.Fatalf("partitions %v; want the two ended days reordered, today's not", names)
+	}
+	checkFoldAnswers(t, s, ref, t0.Add(-time.Second), "reordered")
+	// The rows of a reordered day lie in the client index's order.
+	rows, err := s.db.QueryContext(ctx, `SELECT account_id, client_id, received_us FROM history_c20261001 ORDER BY ctid`)
+	noErr(t, err)
+	var prev, key string
+	for rows.Next() {
+		var acc, client string
+		var at int64
+		noErr(t, rows.Scan(&acc, &client, &at))
+		if key = fmt.Sprintf("%s %s %020d", acc, client, at); key < prev {
+			t.Fatalf("row %q lies after %q", key, prev)
+		}
+		prev = key
+	}
+	noErr(t, rows.Err())
+	if n, err := s.ReorderHistoryDays(ctx, today); err != nil || n != 0 {
+		t.Errorf("a second reorder: %d, %v; want nothing to do", n, err)
+	}
+
+	// A reader holds history: the swap never gets its lock.
+	reorderSwapPause = 10 * time.Millisecond
+	defer func() { reorderSwapPause = time.Second }()
+	reader, err := s.db.BeginTx(ctx, nil)
+	noErr(t, err)
+	_, err = reader.ExecContext(ctx, `LOCK TABLE history IN ACCESS SHARE MODE`)
+	noErr(t, err)
+	n, err = s.ReorderHistoryDays(ctx, today.Add(24*time.Hour))
+	noErr(t, reader.Rollback())
+	if err != nil || n != 0 {
+		t.Fatalf("a reorder whose swap cannot lock history: %d, %v; want none done, no error", n, err)
+	}
+	late := today.Add(time.Hour)
+	r := &fleetmq.Record{AccountID: foldAccA, ClientID: "dev-0", Topic: foldAccA + "/dev-0/state/x", Class: "state", QoS: 1, PublishedQoS: 1,
+		Payload: fmt.Appendf(nil, "payload-dev-0-%d", late.UnixMicro()), Received: late}
+	if err := s.AppendHistory(ctx, []*fleetmq.Record{r}); err != nil {
+		t.Fatalf("a record of the day whose reorder gave up: %v", err)
+	}
+	ref.recs = append(ref.recs, fleetmq.Record{ID: r.ID, AccountID: r.AccountID, ClientID: r.ClientID, Topic: r.Topic, Received: r.Received})
+	if names := daysOf(t, s); names[2].name != "history_d20261003" {
+		t.Errorf("after the given-up reorder: %+v", names)
+	}
+	var copies int
+	noErr(t, s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_class WHERE relname = 'history_c20261003'`).Scan(&copies))
+	if copies != 0 {
+		t.Error("the given-up reorder left its copy")
+	}
+	checkFoldAnswers(t, s, ref, t0.Add(-time.Second), "after a given-up reorder")
+	if n, err := s.ReorderHistoryDays(ctx, today.Add(24*time.Hour)); err != nil || n != 1 {
+		t.Errorf("the next reorder: %d, %v; want today's day done", n, err)
+	}
+	checkFoldAnswers(t, s, ref, t0.Add(-time.Second), "all reordered")
+}
+
+// TestDaysSurviveOperatorsAndInterruptions: an index an operator added to
+// history does not stop new days (the day gets it too); a day an operator
+// began detaching, and a day's table left detached by an interrupted drop,
+// are attached back with their records rather than lost.
+func TestDaysSurviveOperatorsAndInterruptions(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := func(acc string, at time.Time) []*fleetmq.Record {
+		return []*fleetmq.Record{{AccountID: acc, ClientID: "c", Topic: acc + "/c/state/x", Class: "state",
+			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at}}
+	}
+	count := func(acc string) int {
+		return len(queryPositions(t, s, fleetmq.HistoryQuery{AccountID: acc, ClientID: "c"}, 0))
+	}
+	noErr(t, exec(s.db, `CREATE INDEX fleet_ops_topic ON history (topic)`))
+	noErr(t, exec(s.db, `CREATE UNIQUE INDEX "Ops Unique" ON history (received_us, id)`))
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	recent := now.Add(-48 * time.Hour)
+	noErr(t, s.AppendHistory(ctx, r(foldAccA, recent)))
+	var indexes int
+	noErr(t, s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_indexes WHERE tablename = $1`, dayTable(dayStart(recent.UnixMicro()))).Scan(&indexes))
+	if indexes != 6 {
+		t.Errorf("the day has %d indexes; want history's 4 and the operator's 2", indexes)
+	}
+
+	// An operator's DETACH CONCURRENTLY of the recent day, timed out by a
+	// reader: the next drop attaches it back (it is not old enough to go,
+	// whoever's its records are).
+	reader, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	noErr(t, err)
+	var n int
+	noErr(t, reader.QueryRowContext(ctx, `SELECT COUNT(*) FROM history`).Scan(&n))
+	op, err := s.db.Conn(ctx)
+	noErr(t, err)
+	_, err = op.ExecContext(ctx, `SET statement_timeout = '300ms'`)
+	noErr(t, err)
+	if _, err := op.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+dayTable(dayStart(recent.UnixMicro()))+` CONCURRENTLY`); err == nil {
+		t.Fatal("the operator's detach did not wait for the reader")
+	}
+	noErr(t, op.Close())
+	noErr(t, reader.Rollback())
+	if dropped, err := s.DropHistoryDays(ctx, now.Add(-7*24*time.Hour), nil); err != nil || dropped != 0 || count(foldAccA) != 1 {
+		t.Fatalf("after a drop with the recent day detaching: dropped %d, %v, A has %d records; want 0 and 1", dropped, err, count(foldAccA))
+	}
+
+	// A day's table left detached: a late record of the day brings it
+	// back with its records.
+	old := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(ctx, r(foldAccB, old)))
+	noErr(t, exec(s.db, `ALTER TABLE history DETACH PARTITION `+dayTable(dayStart(old.UnixMicro()))))
+	s.days.set(nil)
+	noErr(t, s.AppendHistory(ctx, r(foldAccB, old.Add(time.Second))))
+	if got := count(foldAccB); got != 2 {
+		t.Errorf("after a late record of a day left detached: B has %d records; want 2", got)
+	}
+	// Left detached with no record coming: the next drop attaches it back
+	// (B keeps it) rather than leaving it out of history.
+	noErr(t, exec(s.db, `ALTER TABLE history DETACH PARTITION `+dayTable(dayStart(old.UnixMicro()))))
+	keep := map[string]time.Time{foldAccB: old.Add(-time.Hour)}
+	if _, err := s.DropHistoryDays(ctx, now.Add(-7*24*time.Hour), keep); err != nil || count(foldAccB) != 2 {
+		t.Fatalf("after a drop with a day left detached: %v, B has %d records; want 2", err, count(foldAccB))
 	}
 }

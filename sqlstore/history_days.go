@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fleetmq/fleetmq"
 )
@@ -45,11 +48,19 @@ const (
 )
 
 // dayPartition is one partition of history: received_us in [lo, hi).
-// MINVALUE is math.MinInt64 and MAXVALUE math.MaxInt64.
+// MINVALUE is math.MinInt64 and MAXVALUE math.MaxInt64. Only partitions
+// fleetmq makes (managedTable) are dropped or reordered; another, made by
+// hand, only covers its range.
 type dayPartition struct {
-	name   string
-	lo, hi int64
+	name    string
+	lo, hi  int64
+	managed bool
 }
+
+// managedTable matches the names of the tables fleetmq makes for history:
+// days, reordered days, and the table migration 0011 found. Their names
+// need no quoting in SQL.
+var managedTable = regexp.MustCompile(`^history_(d\d{8}|c\d{8}|before_days)$`)
 
 // historyDays is the partitions as this process last read them, so that
 // the writer asks the database only for a day it has not seen.
@@ -119,9 +130,9 @@ func readHistoryDays(ctx context.Context, q queryer) (parts, pending []dayPartit
 		}
 		m := partitionBound.FindStringSubmatch(bound)
 		if m == nil {
-			return nil, nil, fmt.Errorf("history partition %s: unexpected bound %q", name, bound)
+			continue // a DEFAULT partition, made by hand: it covers no day
 		}
-		p := dayPartition{name: name, lo: math.MinInt64, hi: math.MaxInt64}
+		p := dayPartition{name: name, lo: math.MinInt64, hi: math.MaxInt64, managed: managedTable.MatchString(name)}
 		if m[1] != "MINVALUE" {
 			if p.lo, err = strconv.ParseInt(m[2], 10, 64); err != nil {
 				return nil, nil, fmt.Errorf("history partition %s: bound %q: %w", name, bound, err)
@@ -189,18 +200,26 @@ func (s *Store) createHistoryDays(ctx context.Context, days []int64) error {
 			}
 			hi := lo + dayMicros // every bound is a UTC midnight
 			name := dayTable(lo)
-			if _, err := tx.ExecContext(ctx, `CREATE TABLE `+name+` (LIKE history INCLUDING DEFAULTS)`); err != nil {
-				return fmt.Errorf("create %s: %w", name, err)
+			// A table of the day left detached (a drop interrupted between
+			// its detach and its DROP) is attached back with its records.
+			var left bool
+			if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&left); err != nil {
+				return err
 			}
-			for _, ix := range indexes {
-				if _, err := tx.ExecContext(ctx, ix.on(name)); err != nil {
-					return fmt.Errorf("index %s: %w", name, err)
+			if !left {
+				if _, err := tx.ExecContext(ctx, `CREATE TABLE `+name+` (LIKE history INCLUDING DEFAULTS)`); err != nil {
+					return fmt.Errorf("create %s: %w", name, err)
+				}
+				for _, ix := range indexes {
+					if _, err := tx.ExecContext(ctx, ix.on(name)); err != nil {
+						return fmt.Errorf("index %s: %w", name, err)
+					}
 				}
 			}
 			if _, err := tx.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE history ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)`, name, lo, hi)); err != nil {
 				return fmt.Errorf("attach %s: %w", name, err)
 			}
-			parts = append(parts, dayPartition{name: name, lo: lo, hi: hi})
+			parts = append(parts, dayPartition{name: name, lo: lo, hi: hi, managed: true})
 		}
 		return nil
 	})
@@ -221,17 +240,20 @@ func (s *Store) createHistoryDays(ctx context.Context, days []int64) error {
 // and the index, history_d20261127_client_time for history_client_time,
 // as history_before_days' are.
 type historyIndex struct {
-	name string // without "history_"
-	def  string // after USING
+	unique string // "UNIQUE " or ""
+	name   string // without "history_"
+	def    string // after USING
 }
 
 // on is the CREATE INDEX statement of the index on the table.
 func (ix historyIndex) on(table string) string {
-	return "CREATE INDEX " + table + "_" + ix.name + " ON " + table + " USING " + ix.def
+	return "CREATE " + ix.unique + "INDEX " + table + "_" + ix.name + " ON " + table + " USING " + ix.def
 }
 
-// indexDef parses pg_indexes.indexdef of an index on history.
-var indexDef = regexp.MustCompile(`^CREATE INDEX history_(\w+) ON ONLY (?:\w+\.)?history USING (.+)$`)
+// indexDef parses pg_indexes.indexdef of an index on history. An index
+// whose definition it does not parse (a name that needs quoting, say) is
+// left to ATTACH PARTITION, which builds it on the day's table itself.
+var indexDef = regexp.MustCompile(`^CREATE (UNIQUE )?INDEX (?:history_)?(\w+) ON ONLY (?:\w+\.)?history USING (.+)$`)
 
 // historyIndexes reads history's partitioned indexes.
 func historyIndexes(ctx context.Context, q queryer) ([]historyIndex, error) {
@@ -246,11 +268,9 @@ func historyIndexes(ctx context.Context, q queryer) ([]historyIndex, error) {
 		if err := rows.Scan(&def); err != nil {
 			return nil, err
 		}
-		m := indexDef.FindStringSubmatch(def)
-		if m == nil {
-			return nil, fmt.Errorf("history index: unexpected definition %q", def)
+		if m := indexDef.FindStringSubmatch(def); m != nil {
+			out = append(out, historyIndex{unique: m[1], name: m[2], def: m[3]})
 		}
-		out = append(out, historyIndex{name: m[1], def: m[2]})
 	}
 	return out, rows.Err()
 }
@@ -316,15 +336,19 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 	if err != nil {
 		return 0, err
 	}
+	end := before.UnixMicro()
 	dropped := 0
-	// A detach that an earlier pass began and did not finish (its process
-	// stopped, or its context ended) is finished first, and judged as a
-	// day not yet detached.
+	// A detach that did not finish (a pass's that timed out, or an
+	// operator's) is finished, and the day judged as any other: one that
+	// ends after before is attached back whatever it holds.
 	for _, p := range pending {
+		if !p.managed {
+			continue
+		}
 		if _, err := conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+p.name+` FINALIZE`); err != nil {
 			return dropped, fmt.Errorf("finish detaching %s: %w", p.name, err)
 		}
-		ok, err := dropDetached(ctx, conn, p, expired)
+		ok, err := dropDetached(ctx, conn, p, expired, p.hi > end)
 		if err != nil {
 			return dropped, err
 		}
@@ -332,10 +356,15 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 			dropped++
 		}
 	}
-	end := before.UnixMicro()
+	if err := attachLeftovers(ctx, conn, parts); err != nil {
+		return dropped, err
+	}
 	for _, p := range parts {
 		if p.hi > end {
 			break // by lo, and partitions do not overlap: the rest end later
+		}
+		if !p.managed {
+			continue
 		}
 		if kept, err := keptIn(ctx, conn, p, expired); err != nil || kept {
 			if err != nil {
@@ -343,10 +372,10 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 			}
 			continue
 		}
-		if _, err := conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+p.name+` CONCURRENTLY`); err != nil {
+		if err := detachConcurrently(ctx, conn, p.name); err != nil {
 			return dropped, fmt.Errorf("detach %s: %w", p.name, err)
 		}
-		ok, err := dropDetached(ctx, conn, p, expired)
+		ok, err := dropDetached(ctx, conn, p, expired, false)
 		if err != nil {
 			return dropped, err
 		}
@@ -359,6 +388,74 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 	}
 	s.days.set(parts)
 	return dropped, nil
+}
+
+// detachTimeout bounds a DETACH ... CONCURRENTLY, which waits for every
+// transaction that may read the day (a variable for tests). One that times
+// out leaves the day detaching, and the next drop finishes it.
+var detachTimeout = "30s"
+
+// detachConcurrently detaches a day without a lock that queries wait for,
+// waiting at most detachTimeout for the transactions that may read it.
+// The timeout is the server's (statement_timeout), so the connection and
+// its advisory lock stay.
+func detachConcurrently(ctx context.Context, conn *sql.Conn, name string) error {
+	if _, err := conn.ExecContext(ctx, `SET statement_timeout = '`+detachTimeout+`'`); err != nil {
+		return err
+	}
+	_, err := conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+name+` CONCURRENTLY`)
+	if _, rerr := conn.ExecContext(ctx, `RESET statement_timeout`); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// leftoverTable matches the tables of days and reordered days; one that is
+// not a partition of history was left by an interrupted drop or reorder.
+var leftoverTable = regexp.MustCompile(`^history_[dc](\d{8})$`)
+
+// attachLeftovers attaches back the tables of days left detached (a drop
+// interrupted between its detach and its DROP TABLE) whose day no
+// partition covers, with their records, for the drop to judge again; one
+// whose day a partition covers (a reorder's copy that was never swapped
+// in, or a day that was being dropped and was made again since) is
+// dropped.
+func attachLeftovers(ctx context.Context, conn *sql.Conn, parts []dayPartition) error {
+	rows, err := conn.QueryContext(ctx, `SELECT c.relname FROM pg_class c
+		WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace AND c.relname ~ '^history_[dc][0-9]{8}$'
+			AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)`)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		names = append(names, name)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, name := range names {
+		m := leftoverTable.FindStringSubmatch(name)
+		day, err := time.Parse("20060102", m[1])
+		if err != nil {
+			continue
+		}
+		lo := day.UnixMicro()
+		q := fmt.Sprintf(`ALTER TABLE history ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)`, name, lo, lo+dayMicros)
+		if covered(parts, lo) {
+			q = `DROP TABLE ` + name
+		}
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("left table %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // keptIn reports whether the table of the day p holds a record of an
@@ -380,12 +477,15 @@ func keptIn(ctx context.Context, conn *sql.Conn, p dayPartition, expired map[str
 
 // dropDetached drops the detached table of the day p, and the
 // latest-per-topic entries that point into it (an entry's received_us is
-// its record's), unless it holds a record an account keeps: then it
-// attaches it back and reports false.
-func dropDetached(ctx context.Context, conn *sql.Conn, p dayPartition, expired map[string]time.Time) (bool, error) {
-	kept, err := keptIn(ctx, conn, p, expired)
-	if err != nil {
-		return false, err
+// its record's), unless keep or it holds a record an account keeps: then
+// it attaches it back and reports false.
+func dropDetached(ctx context.Context, conn *sql.Conn, p dayPartition, expired map[string]time.Time, keep bool) (bool, error) {
+	kept := keep
+	if !kept {
+		var err error
+		if kept, err = keptIn(ctx, conn, p, expired); err != nil {
+			return false, err
+		}
 	}
 	if kept {
 		_, err := conn.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE history ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)`, p.name, bound(p.lo), bound(p.hi)))
@@ -394,7 +494,7 @@ func dropDetached(ctx context.Context, conn *sql.Conn, p dayPartition, expired m
 	if _, err := conn.ExecContext(ctx, `DELETE FROM history_latest WHERE received_us >= $1 AND received_us < $2`, p.lo, p.hi); err != nil {
 		return false, err
 	}
-	_, err = conn.ExecContext(ctx, `DROP TABLE `+p.name)
+	_, err := conn.ExecContext(ctx, `DROP TABLE `+p.name)
 	return err == nil, err
 }
 
@@ -407,4 +507,167 @@ func bound(us int64) string {
 		return "MAXVALUE"
 	}
 	return strconv.FormatInt(us, 10)
+}
+
+// reorderedTable is the name of the day starting at lo once reordered.
+func reorderedTable(lo int64) string {
+	return "history_c" + time.UnixMicro(lo).UTC().Format("20060102")
+}
+
+// ReorderHistoryDays implements fleetmq.HistoryDays. On PostgreSQL it
+// rewrites each day that ended before before and is still in arrival
+// order (history_dYYYYMMDD) in the order of the client index (account,
+// client, time), as history_cYYYYMMDD, so that one client's records of a
+// day lie on few pages instead of one page each: the newest page of a
+// client and its exports read a fraction of the pages. For each day:
+//
+//  1. a trigger closes the day's table to changes (it waits for the
+//     transactions writing it; a record of the day arriving later is
+//     refused and retried by the writer until step 3);
+//  2. the copy is written in that order, with its indexes and a CHECK of
+//     the day's bound (so that attaching it reads nothing);
+//  3. one short transaction swaps the copy in for the day: it waits at
+//     most reorderLockTimeout for the queries on history, and while it
+//     holds its lock, history's queries and commits wait for it (a few
+//     milliseconds). After reorderSwapTries tries without the lock, the
+//     day is opened again and the copy dropped; the next call starts over.
+//
+// It returns how many days it reordered. Only one process reorders at a
+// time; on SQLite it does nothing.
+func (s *Store) ReorderHistoryDays(ctx context.Context, before time.Time) (_ int, err error) {
+	defer wrap(&err, "reorder history days")
+	if s.dialect != postgresDialect {
+		return 0, nil
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	var locked bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, historyDropLock).Scan(&locked); err != nil {
+		return 0, err
+	}
+	if !locked {
+		return 0, nil
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, historyDropLock)
+	parts, _, err := readHistoryDays(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	indexes, err := historyIndexes(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	done := 0
+	for _, p := range parts {
+		if p.hi > before.UnixMicro() {
+			break
+		}
+		if !p.managed || p.name != dayTable(p.lo) {
+			continue // reordered already, history_before_days, or not fleetmq's
+		}
+		swapped, err := reorderDay(ctx, conn, p, indexes)
+		if err != nil {
+			return done, fmt.Errorf("%s: %w", p.name, err)
+		}
+		if swapped {
+			done++
+		}
+	}
+	if parts, _, err = readHistoryDays(ctx, conn); err != nil {
+		return done, err
+	}
+	s.days.set(parts)
+	return done, nil
+}
+
+// reorderLockTimeout bounds how long a reorder's swap waits for history's
+// queries, and so how long the queries and commits queued behind it wait.
+const reorderLockTimeout = "200ms"
+
+// reorderDay is ReorderHistoryDays for one day; it reports whether the
+// swap took place.
+func reorderDay(ctx context.Context, conn *sql.Conn, p dayPartition, indexes []historyIndex) (bool, error) {
+	copyName := reorderedTable(p.lo)
+	// Every step takes locks that queries do not wait for (the trigger's
+	// is one that only writers of the day conflict with), each waiting at
+	// most historyDaysTimeout.
+	if _, err := conn.ExecContext(ctx, `SET lock_timeout = '`+historyDaysTimeout+`'`); err != nil {
+		return false, err
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `RESET lock_timeout`)
+	steps := []string{
+		`CREATE OR REPLACE TRIGGER history_day_closed BEFORE INSERT OR UPDATE OR DELETE ON ` + p.name + ` FOR EACH ROW EXECUTE FUNCTION history_day_closed()`,
+		`ALTER TABLE ` + p.name + ` ENABLE TRIGGER history_day_closed`,
+		`DROP TABLE IF EXISTS ` + copyName, // an interrupted reorder's
+		`CREATE TABLE ` + copyName + ` (LIKE history INCLUDING DEFAULTS)`,
+		fmt.Sprintf(`ALTER TABLE %s ADD CONSTRAINT %s_bound CHECK (received_us >= %d AND received_us < %d)`, copyName, copyName, p.lo, p.hi),
+		`INSERT INTO ` + copyName + ` SELECT * FROM ` + p.name + ` ORDER BY account_id, client_id, received_us, id`,
+	}
+	for _, ix := range indexes {
+		steps = append(steps, ix.on(copyName))
+	}
+	steps = append(steps, `ANALYZE `+copyName)
+	for _, q := range steps {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return false, fmt.Errorf("%.60s: %w", q, err)
+		}
+	}
+	for try := range reorderSwapTries {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-time.After(reorderSwapPause):
+			}
+		}
+		swapped, err := swapDay(ctx, conn, p, copyName)
+		if err != nil || swapped {
+			return swapped, err
+		}
+	}
+	// Never got the lock: the day is opened again (DISABLE, which queries
+	// do not wait for, where DROP TRIGGER would make them) and the copy
+	// dropped; the day may change from now on, so a later call copies it
+	// afresh.
+	for _, q := range []string{`ALTER TABLE ` + p.name + ` DISABLE TRIGGER history_day_closed`, `DROP TABLE ` + copyName} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// reorderSwapTries is how many times a reorder tries to swap its copy in,
+// reorderSwapPause apart (a variable for tests).
+const reorderSwapTries = 5
+
+var reorderSwapPause = time.Second
+
+// swapDay puts the reordered copy in place of the day p, in one
+// transaction; it reports false if it could not get the lock in time.
+func swapDay(ctx context.Context, conn *sql.Conn, p dayPartition, copyName string) (bool, error) {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback()
+	swap := []string{
+		`SET LOCAL lock_timeout = '` + reorderLockTimeout + `'`,
+		`ALTER TABLE history DETACH PARTITION ` + p.name,
+		fmt.Sprintf(`ALTER TABLE history ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)`, copyName, bound(p.lo), bound(p.hi)),
+		`ALTER TABLE ` + copyName + ` DROP CONSTRAINT ` + copyName + `_bound`,
+		`DROP TABLE ` + p.name,
+	}
+	for _, q := range swap {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "55P03" {
+				return false, nil // lock_not_available
+			}
+			return false, fmt.Errorf("%.60s: %w", q, err)
+		}
+	}
+	return true, tx.Commit()
 }

@@ -197,6 +197,9 @@ func historyCmds() map[string]*adminCmd {
 				if d := r.DaysDropped(); d > 0 {
 					fmt.Fprintf(out, "dropped %d whole days of history\n", d)
 				}
+				if d := r.DaysReordered(); d > 0 {
+					fmt.Fprintf(out, "reordered %d days of history by client\n", d)
+				}
 				return err
 			},
 		},

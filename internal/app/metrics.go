@@ -171,6 +171,7 @@ func RegisterHistory(reg prometheus.Registerer, w *ingest.Writer, r *history.Ret
 	reg.MustRegister(metrics.NewSnapshot(func() *history.Retention { return r },
 		metrics.Value("fleetmq_history_retention_deleted_total", "History records deleted by retention.", metrics.Counter, func(r *history.Retention) float64 { return float64(r.Deleted()) }),
 		metrics.Value("fleetmq_history_retention_days_dropped_total", "Days of history dropped whole by retention (PostgreSQL).", metrics.Counter, func(r *history.Retention) float64 { return float64(r.DaysDropped()) }),
+		metrics.Value("fleetmq_history_retention_days_reordered_total", "Days of history reordered by client after they ended (PostgreSQL).", metrics.Counter, func(r *history.Retention) float64 { return float64(r.DaysReordered()) }),
 		metrics.Value("fleetmq_history_retention_passes_total", "Completed retention passes.", metrics.Counter, func(r *history.Retention) float64 { return float64(r.Runs()) }),
 	))
 }

@@ -66,3 +66,10 @@ BEGIN
 		DROP TABLE history_before_days;
 	END IF;
 END $$;
+
+-- A day being reordered (see sqlstore/history_days.go) is closed with a
+-- trigger that refuses changes, so that its copy misses none.
+CREATE FUNCTION history_day_closed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'history day % is being reordered; try again', TG_TABLE_NAME USING ERRCODE = 'object_in_use';
+END $$;
