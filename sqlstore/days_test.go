@@ -503,3 +503,45 @@ func TestDaysSurviveOperatorsAndInterruptions(t *testing.T) {
 		t.Fatalf("after a drop with a day left detached: %v, B has %d records; want 2", err, count(foldAccB))
 	}
 }
+
+// TestLatestLocksOnlyItsDays: a client's latest records are read from the
+// days that hold them, and only those days' tables and indexes are
+// locked, also once the statement has run often enough for PostgreSQL to
+// consider a generic plan: with 30 days kept, a read that locked every
+// day would hold 150 locks and more.
+func TestLatestLocksOnlyItsDays(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, pgtest.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	first := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	for d := range 30 {
+		noErr(t, s.PrepareHistoryDays(ctx, first.Add(time.Duration(d)*24*time.Hour)))
+	}
+	var recs []*fleetmq.Record
+	for i, at := range []time.Time{first.Add(3 * 24 * time.Hour), first.Add(20 * 24 * time.Hour)} {
+		for _, acc := range []string{foldAccA, foldAccB} {
+			recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: "c", Topic: fmt.Sprintf("%s/c/state/%d", acc, i), Class: "state",
+				QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at})
+		}
+	}
+	noErr(t, s.AppendHistory(ctx, recs))
+	tx, err := s.reads.BeginTx(ctx, nil)
+	noErr(t, err)
+	defer tx.Rollback()
+	for range 8 {
+		got, err := s.latestHistory(ctx, tx, foldAccA, "c")
+		noErr(t, err)
+		if len(got) != 2 || got[0].AccountID != foldAccA || got[1].AccountID != foldAccA || got[0].Topic >= got[1].Topic {
+			t.Fatalf("latest of A/c: %+v; want A's two topics in order", got)
+		}
+	}
+	var locked int
+	noErr(t, tx.QueryRowContext(ctx, `SELECT COUNT(DISTINCT relation) FROM pg_locks
+		WHERE pid = pg_backend_pid() AND locktype = 'relation' AND relation::regclass::text ~ '^history_d[0-9]{8}'`).Scan(&locked))
+	if locked == 0 || locked > 2*6 {
+		t.Errorf("the reads locked %d relations of history's days; want those of the 2 days holding the records (at most 12)", locked)
+	}
+}

@@ -68,20 +68,51 @@ const latestSQLite = `WITH candidates AS (
 	WHERE l.n = 1 AND h.account_id = ?1
 	ORDER BY l.topic`
 
+// latestPostgres is LatestHistory's query on PostgreSQL, given the
+// received_us and ids of the client's latest entries ($2, $3). With the
+// times known when the statement is planned (the reads pool plans every
+// statement with its values), PostgreSQL reads and locks only the days
+// that hold them; a join from history_latest would lock every day's table
+// and its indexes.
+const latestPostgres = `SELECT id, account_id, client_id, topic, class, qos, published_qos, retain,
+	payload, content_type, payload_format, user_properties, station_controller_device_id, received_us
+	FROM history WHERE account_id = $1 AND received_us = ANY($2::bigint[])
+		AND (received_us, id) IN (SELECT * FROM unnest($2::bigint[], $3::bigint[]))
+	ORDER BY topic`
+
 // LatestHistory implements fleetmq.HistoryStore.
 func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) (_ []*fleetmq.Record, err error) {
 	defer wrap(&err, "latest history")
-	// The entry's received_us is its record's: it picks the record's day
-	// partition on PostgreSQL.
-	query := `SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
-		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
-		FROM history_latest l JOIN history h ON h.id = l.record_id AND h.received_us = l.received_us
-		WHERE l.account_id = $1 AND l.client_id = $2 AND h.account_id = $1
-		ORDER BY l.topic`
-	if s.dialect == sqliteDialect {
-		query = latestSQLite
+	return s.latestHistory(ctx, s.reads, accountID, clientID)
+}
+
+// latestHistory is LatestHistory on q (a pool, or a transaction in tests).
+func (s *Store) latestHistory(ctx context.Context, q queryer, accountID, clientID string) ([]*fleetmq.Record, error) {
+	query, args := latestSQLite, []any{accountID, clientID}
+	if s.dialect == postgresDialect {
+		var at, ids []int64
+		rows, err := q.QueryContext(ctx, `SELECT received_us, record_id FROM history_latest WHERE account_id = $1 AND client_id = $2`, accountID, clientID)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var t, id int64
+			if err := rows.Scan(&t, &id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			at, ids = append(at, t), append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if len(ids) == 0 {
+			return nil, nil
+		}
+		query, args = latestPostgres, []any{accountID, at, ids}
 	}
-	rows, err := s.reads.QueryContext(ctx, query, accountID, clientID)
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -283,8 +283,13 @@ func OpenPostgres(ctx context.Context, dsn string) (*Store, error) {
 	s := &Store{
 		db:     open(PostgresPool.Control, 2, nil),
 		ingest: open(PostgresPool.Ingest, PostgresPool.Ingest, nil),
+		// Reads are planned with their values (no generic plans), so that
+		// a time range prunes history's days when it is planned: a plan
+		// that prunes them only when it runs locks every day's table and
+		// indexes first.
 		reads: open(PostgresPool.Reads, 2, map[string]string{
 			"statement_timeout": strconv.FormatInt(ReadStatementTimeout.Milliseconds(), 10),
+			"plan_cache_mode":   "force_custom_plan",
 		}),
 		dialect: postgresDialect,
 	}
