@@ -15,6 +15,30 @@ import (
 	"github.com/fleetmq/fleetmq/internal/pgtest"
 )
 
+// openPostgres opens n stores on one fresh PostgreSQL database (n
+// processes sharing it), closed when the test ends.
+func openPostgres(t *testing.T, n int) []*Store {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	stores := make([]*Store, n)
+	for i := range stores {
+		s, err := Open(context.Background(), dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[i] = s
+	}
+	return stores
+}
+
+// dayRecord is a record of client c of the account at the time, with the
+// payload queryPositions checks.
+func dayRecord(acc string, at time.Time) *fleetmq.Record {
+	return &fleetmq.Record{AccountID: acc, ClientID: "c", Topic: acc + "/c/state/x", Class: "state",
+		QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at}
+}
+
 // daysOf returns history's partitions as the database has them.
 func daysOf(t *testing.T, s *Store) []dayPartition {
 	t.Helper()
@@ -150,16 +174,7 @@ func TestMigrationPartitionsExistingHistory(t *testing.T) {
 // and each day is created once.
 func TestHistoryDaysTwoProcesses(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.DSN(t)
-	var stores [2]*Store
-	for i := range stores {
-		s, err := Open(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		stores[i] = s
-	}
+	stores := openPostgres(t, 2)
 	base := time.Date(2026, 11, 27, 23, 59, 59, 0, time.UTC)
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*20)
@@ -169,12 +184,7 @@ func TestHistoryDaysTwoProcesses(t *testing.T) {
 				acc := []string{foldAccA, foldAccB}[i]
 				// Each batch spans a midnight: day b and day b+1.
 				at := base.Add(time.Duration(b) * 24 * time.Hour)
-				var batch []*fleetmq.Record
-				for _, at := range []time.Time{at, at.Add(2 * time.Second)} {
-					batch = append(batch, &fleetmq.Record{AccountID: acc, ClientID: "c", Topic: acc + "/c/state/x", Class: "state",
-						QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at})
-				}
-				errs <- s.AppendHistory(ctx, batch)
+				errs <- s.AppendHistory(ctx, []*fleetmq.Record{dayRecord(acc, at), dayRecord(acc, at.Add(2*time.Second))})
 			}
 		})
 	}
@@ -205,21 +215,9 @@ func TestHistoryDaysTwoProcesses(t *testing.T) {
 // day all the same (the day is made again).
 func TestLateRecordOfADayAnotherProcessDropped(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.DSN(t)
-	var stores [2]*Store
-	for i := range stores {
-		s, err := Open(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		stores[i] = s
-	}
+	stores := openPostgres(t, 2)
 	old := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
-	r := func(at time.Time) []*fleetmq.Record {
-		return []*fleetmq.Record{{AccountID: foldAccA, ClientID: "c", Topic: foldAccA + "/c/state/x", Class: "state",
-			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at}}
-	}
+	r := func(at time.Time) []*fleetmq.Record { return []*fleetmq.Record{dayRecord(foldAccA, at)} }
 	noErr(t, stores[0].AppendHistory(ctx, r(old)))
 	n, err := stores[1].DropHistoryDays(ctx, old.Add(24*time.Hour), nil)
 	if err != nil || n != 1 {
@@ -238,15 +236,12 @@ func TestLateRecordOfADayAnotherProcessDropped(t *testing.T) {
 // next drop finishes it, and the store keeps storing meanwhile.
 func TestDropFinishesAnInterruptedDetach(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openPostgres(t, 1)[0]
 	old := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
 	r := func(at time.Time, payload string) *fleetmq.Record {
-		return &fleetmq.Record{AccountID: foldAccA, ClientID: "c", Topic: foldAccA + "/c/state/x", Class: "state",
-			QoS: 1, PublishedQoS: 1, Payload: []byte(payload), Received: at}
+		rec := dayRecord(foldAccA, at)
+		rec.Payload = []byte(payload)
+		return rec
 	}
 	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{r(old, "old"), r(old.Add(48*time.Hour), "kept")}))
 
@@ -301,16 +296,9 @@ func TestDropFinishesAnInterruptedDetach(t *testing.T) {
 // attached back rather than dropped.
 func TestDropKeepsDaysAccountsKeep(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openPostgres(t, 1)[0]
 	day := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
-	r := func(acc string, at time.Time) *fleetmq.Record {
-		return &fleetmq.Record{AccountID: acc, ClientID: "c", Topic: acc + "/c/state/x", Class: "state",
-			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at}
-	}
+	r := dayRecord
 	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{r(foldAccA, day.Add(time.Hour)), r(foldAccB, day.Add(2*time.Hour))}))
 	end := day.Add(24 * time.Hour)
 	keepsA := map[string]time.Time{foldAccA: day.Add(12 * time.Hour), foldAccB: end}
@@ -351,11 +339,7 @@ func TestDropKeepsDaysAccountsKeep(t *testing.T) {
 // holds history) opens the day again, and the day keeps taking records.
 func TestReorderKeepsAnswers(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openPostgres(t, 1)[0]
 	t0 := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
 	ref := &foldRef{}
 	var recs []*fleetmq.Record
@@ -442,15 +426,8 @@ func TestReorderKeepsAnswers(t *testing.T) {
 // are attached back with their records rather than lost.
 func TestDaysSurviveOperatorsAndInterruptions(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	r := func(acc string, at time.Time) []*fleetmq.Record {
-		return []*fleetmq.Record{{AccountID: acc, ClientID: "c", Topic: acc + "/c/state/x", Class: "state",
-			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-c-%d", at.UnixMicro()), Received: at}}
-	}
+	s := openPostgres(t, 1)[0]
+	r := func(acc string, at time.Time) []*fleetmq.Record { return []*fleetmq.Record{dayRecord(acc, at)} }
 	count := func(acc string) int {
 		return len(queryPositions(t, s, fleetmq.HistoryQuery{AccountID: acc, ClientID: "c"}, 0))
 	}
@@ -511,11 +488,7 @@ func TestDaysSurviveOperatorsAndInterruptions(t *testing.T) {
 // day would hold 150 locks and more.
 func TestLatestLocksOnlyItsDays(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openPostgres(t, 1)[0]
 	first := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
 	for d := range 30 {
 		noErr(t, s.PrepareHistoryDays(ctx, first.Add(time.Duration(d)*24*time.Hour)))

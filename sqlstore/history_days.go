@@ -305,6 +305,25 @@ func (s *Store) PrepareHistoryDays(ctx context.Context, now time.Time) error {
 	return s.createHistoryDays(ctx, missing)
 }
 
+// upkeepConn returns a connection holding historyDropLock, the session
+// lock under which one process at a time drops and reorders days, and the
+// function that releases both; nil if another process holds the lock.
+func (s *Store) upkeepConn(ctx context.Context) (*sql.Conn, func(), error) {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var locked bool
+	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, historyDropLock).Scan(&locked); err != nil || !locked {
+		conn.Close()
+		return nil, nil, err
+	}
+	return conn, func() {
+		conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, historyDropLock)
+		conn.Close()
+	}, nil
+}
+
 // DropHistoryDays implements fleetmq.HistoryDays. On PostgreSQL, a day
 // that ends at or before before is dropped when none of the accounts that
 // keep part of it (expired before its end) has a record in it: it is
@@ -318,19 +337,11 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 	if s.dialect != postgresDialect {
 		return 0, nil
 	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
+	conn, release, err := s.upkeepConn(ctx)
+	if conn == nil || err != nil {
 		return 0, err
 	}
-	defer conn.Close()
-	var locked bool
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, historyDropLock).Scan(&locked); err != nil {
-		return 0, err
-	}
-	if !locked {
-		return 0, nil
-	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, historyDropLock)
+	defer release()
 
 	parts, pending, err := readHistoryDays(ctx, conn)
 	if err != nil {
@@ -539,19 +550,11 @@ func (s *Store) ReorderHistoryDays(ctx context.Context, before time.Time) (_ int
 	if s.dialect != postgresDialect {
 		return 0, nil
 	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
+	conn, release, err := s.upkeepConn(ctx)
+	if conn == nil || err != nil {
 		return 0, err
 	}
-	defer conn.Close()
-	var locked bool
-	if err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, historyDropLock).Scan(&locked); err != nil {
-		return 0, err
-	}
-	if !locked {
-		return 0, nil
-	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, historyDropLock)
+	defer release()
 	parts, _, err := readHistoryDays(ctx, conn)
 	if err != nil {
 		return 0, err
