@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io/fs"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,24 +65,7 @@ func TestMigrationPartitionsExistingHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := fs.ReadDir(migrations, "migrations/postgres")
-	if err != nil {
-		t.Fatal(err)
-	}
-	noErr(t, exec(db, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`))
-	for _, e := range entries {
-		num, _, _ := strings.Cut(e.Name(), "_")
-		v, _ := strconv.Atoi(num)
-		if v > 10 {
-			break
-		}
-		body, err := fs.ReadFile(migrations, "migrations/postgres/"+e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		noErr(t, exec(db, string(body)))
-		noErr(t, exec(db, `INSERT INTO schema_migrations VALUES ($1, $2)`, v, e.Name()))
-	}
+	migrateUpTo(t, db, postgresDialect, 10)
 	// History as the previous writer left it, over three days, the
 	// newest an hour ago.
 	now := time.Now().UTC().Truncate(time.Microsecond)

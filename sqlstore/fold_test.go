@@ -338,24 +338,7 @@ func TestMigrationFoldsExistingHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := fs.ReadDir(migrations, "migrations/sqlite")
-	if err != nil {
-		t.Fatal(err)
-	}
-	noErr(t, exec(db, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`))
-	for _, e := range entries {
-		num, _, _ := strings.Cut(e.Name(), "_")
-		v, _ := strconv.Atoi(num)
-		if v > 8 {
-			break
-		}
-		body, err := fs.ReadFile(migrations, "migrations/sqlite/"+e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		noErr(t, exec(db, string(body)))
-		noErr(t, exec(db, `INSERT INTO schema_migrations VALUES (?, ?)`, v, e.Name()))
-	}
+	migrateUpTo(t, db, sqliteDialect, 8)
 	// History as the previous writer left it.
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
 	ref := &foldRef{}
@@ -581,6 +564,35 @@ func openFoldStore(t *testing.T) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// migrateUpTo applies the dialect's migrations up to version last to db,
+// as a fleetmq of that schema left it.
+func migrateUpTo(t *testing.T, db *sql.DB, d dialect, last int) {
+	t.Helper()
+	dir := "migrations/" + d.String()
+	entries, err := fs.ReadDir(migrations, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErr(t, exec(db, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL)`))
+	record := `INSERT INTO schema_migrations VALUES (?, ?)`
+	if d == postgresDialect {
+		record = `INSERT INTO schema_migrations VALUES ($1, $2)`
+	}
+	for _, e := range entries {
+		num, _, _ := strings.Cut(e.Name(), "_")
+		v, _ := strconv.Atoi(num)
+		if v > last {
+			break
+		}
+		body, err := fs.ReadFile(migrations, dir+"/"+e.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		noErr(t, exec(db, string(body)))
+		noErr(t, exec(db, record, v, e.Name()))
+	}
 }
 
 func exec(db *sql.DB, query string, args ...any) error {

@@ -226,11 +226,9 @@ func (s *Store) createHistoryDays(ctx context.Context, days []int64) error {
 	if err != nil {
 		return fmt.Errorf("history days: %w", err)
 	}
-	parts, _, err := readHistoryDays(ctx, s.db)
-	if err != nil {
+	if err := s.rereadDays(ctx, s.db); err != nil {
 		return fmt.Errorf("history days: %w", err)
 	}
-	s.days.set(parts)
 	return nil
 }
 
@@ -394,11 +392,16 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 			dropped++
 		}
 	}
-	if parts, _, err = readHistoryDays(ctx, conn); err != nil {
-		return dropped, err
+	return dropped, s.rereadDays(ctx, conn)
+}
+
+// rereadDays sets the days this process knows from the database.
+func (s *Store) rereadDays(ctx context.Context, q queryer) error {
+	parts, _, err := readHistoryDays(ctx, q)
+	if err == nil {
+		s.days.set(parts)
 	}
-	s.days.set(parts)
-	return dropped, nil
+	return err
 }
 
 // detachTimeout bounds a DETACH ... CONCURRENTLY, which waits for every
@@ -579,11 +582,7 @@ func (s *Store) ReorderHistoryDays(ctx context.Context, before time.Time) (_ int
 			done++
 		}
 	}
-	if parts, _, err = readHistoryDays(ctx, conn); err != nil {
-		return done, err
-	}
-	s.days.set(parts)
-	return done, nil
+	return done, s.rereadDays(ctx, conn)
 }
 
 // reorderLockTimeout bounds how long a reorder's swap waits for history's
