@@ -565,7 +565,7 @@ func (w *Writer) pass(recs []*fleetmq.Record) passResult {
 		// that the store takes records, and only a second refusal sets it
 		// aside.
 		for i, err := range p.poison {
-			if err == nil || w.recordError(err) || w.abortCtx.Err() != nil {
+			if err == nil || w.recordError(err) || w.transient(err) || w.abortCtx.Err() != nil {
 				continue
 			}
 			if p.poison[i] = w.append(recs[i : i+1]); p.poison[i] == nil {
@@ -578,6 +578,8 @@ func (w *Writer) pass(recs []*fleetmq.Record) passResult {
 	for i, err := range p.poison {
 		switch {
 		case err == nil:
+		case w.transient(err):
+			p.poison[i] = nil // the store will take it later: it is kept, in order
 		case stored || w.recordError(err):
 			p.progress = true
 		default:
@@ -630,6 +632,14 @@ func (w *Writer) tryPart(all []*fleetmq.Record, off, n int, p *passResult, budge
 func (w *Writer) recordError(err error) bool {
 	re, ok := w.store.(interface{ RecordError(error) bool })
 	return ok && re.RecordError(err)
+}
+
+// transient asks the store, when it can tell, whether err says the store
+// cannot take the record now but will (sqlstore.Store.TransientError: the
+// record's day is being rewritten): such a record is never poison.
+func (w *Writer) transient(err error) bool {
+	te, ok := w.store.(interface{ TransientError(error) bool })
+	return ok && te.TransientError(err)
 }
 
 // setAside refuses a poison record to its publisher and reports it.
