@@ -306,6 +306,7 @@ func (s *Store) PrepareHistoryDays(ctx context.Context, now time.Time) error {
 // upkeepConn returns a connection holding historyDropLock, the session
 // lock under which one process at a time drops and reorders days, and the
 // function that releases both; nil if another process holds the lock.
+// It first opens again any day a reorder left closed.
 func (s *Store) upkeepConn(ctx context.Context) (*sql.Conn, func(), error) {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -316,10 +317,40 @@ func (s *Store) upkeepConn(ctx context.Context) (*sql.Conn, func(), error) {
 		conn.Close()
 		return nil, nil, err
 	}
-	return conn, func() {
+	release := func() {
 		conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, historyDropLock)
 		conn.Close()
-	}, nil
+	}
+	// A day left closed by a reorder that stopped midway (its process
+	// died: no reorder runs while this lock is free) is opened again, so
+	// its late records and row deletes do not wait for the next reorder.
+	rows, err := conn.QueryContext(ctx, `SELECT c.relname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+		WHERE t.tgname = 'history_day_closed' AND t.tgenabled <> 'D'`)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	var closed []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			release()
+			return nil, nil, err
+		}
+		closed = append(closed, name)
+	}
+	rows.Close()
+	for _, name := range closed {
+		if !managedTable.MatchString(name) {
+			continue
+		}
+		if _, err := conn.ExecContext(ctx, `ALTER TABLE `+name+` DISABLE TRIGGER history_day_closed`); err != nil {
+			release()
+			return nil, nil, fmt.Errorf("open %s again: %w", name, err)
+		}
+	}
+	return conn, release, nil
 }
 
 // DropHistoryDays implements fleetmq.HistoryDays. On PostgreSQL, a day
