@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -108,8 +109,9 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 		return DefaultRetentionDays
 	}
 	// A failure of the days' upkeep (a drop that timed out waiting for a
-	// reader, say) does not hold up the rows' deletion.
-	daysErr := r.dropDays(ctx, now(), accounts, keep)
+	// reader, say) does not hold up the rows' deletion, nor does one
+	// account's failure hold up the next account's.
+	errs := []error{r.dropDays(ctx, now(), accounts, keep)}
 	var total int64
 	for _, a := range accounts {
 		before := now().Add(-time.Duration(keep(a)) * 24 * time.Hour)
@@ -118,7 +120,11 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 			total += n
 			r.deleted.Add(n)
 			if err != nil {
-				return total, err
+				if ctx.Err() != nil {
+					return total, err
+				}
+				errs = append(errs, fmt.Errorf("account %s: %w", a.ID, err))
+				break
 			}
 			if n < int64(batch) {
 				break
@@ -131,36 +137,32 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 		}
 	}
 	r.runs.Add(1)
-	if daysErr != nil {
-		return total, fmt.Errorf("history days: %w", daysErr)
-	}
-	return total, nil
+	return total, errors.Join(errs...)
 }
 
 // dropDays, on a store that keeps history in days, creates today's and
 // tomorrow's days, drops the days that no account still keeping them has
-// records in, and reorders those that ended ReorderAfter ago. Records of accounts that no longer exist expire as those
-// of an account without a plan do.
+// records in, and reorders those that ended ReorderAfter ago, each step
+// whatever the one before did. Records of accounts that no longer exist
+// expire as those of an account without a plan do.
 func (r *Retention) dropDays(ctx context.Context, now time.Time, accounts []*fleetmq.Account, keep func(*fleetmq.Account) int) error {
 	d, ok := r.History.(fleetmq.HistoryDays)
 	if !ok {
 		return nil
 	}
-	if err := d.PrepareHistoryDays(ctx, now); err != nil {
-		return err
-	}
+	prepErr := d.PrepareHistoryDays(ctx, now)
 	expired := make(map[string]time.Time, len(accounts))
 	for _, a := range accounts {
 		expired[a.ID] = now.Add(-time.Duration(keep(a)) * 24 * time.Hour)
 	}
-	n, err := d.DropHistoryDays(ctx, now.Add(-DefaultRetentionDays*24*time.Hour), expired)
+	n, dropErr := d.DropHistoryDays(ctx, now.Add(-DefaultRetentionDays*24*time.Hour), expired)
 	r.daysDropped.Add(int64(n))
-	if err != nil {
-		return err
-	}
-	n, err = d.ReorderHistoryDays(ctx, now.Add(-ReorderAfter))
+	n, reorderErr := d.ReorderHistoryDays(ctx, now.Add(-ReorderAfter))
 	r.daysReordered.Add(int64(n))
-	return err
+	if err := errors.Join(prepErr, dropErr, reorderErr); err != nil {
+		return fmt.Errorf("history days: %w", err)
+	}
+	return nil
 }
 
 // ReorderAfter is how long after its end a day of history is reordered by

@@ -500,3 +500,105 @@ func TestLatestLocksOnlyItsDays(t *testing.T) {
 		t.Errorf("the reads locked %d relations of history's days; want those of the 2 days holding the records (at most 12)", locked)
 	}
 }
+
+// TestReorderClosesTheDayWhileItCopies: a record of the day stored while
+// the reorder copies it is refused for a while (the writer retries it),
+// never written to the table being replaced; once the copy is in place it
+// goes in, and the replaced table is gone. A reorder that ends short of
+// its swap (here its context) opens the day again and drops its copy.
+func TestReorderClosesTheDayWhileItCopies(t *testing.T) {
+	ctx := context.Background()
+	s := openPostgres(t, 1)[0]
+	day := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{dayRecord(foldAccA, day)}))
+	late := dayRecord(foldAccA, day.Add(time.Minute))
+	var during error
+	afterReorderCopy = func(string) { during = s.AppendHistory(ctx, []*fleetmq.Record{late}) }
+	defer func() { afterReorderCopy = nil }()
+	if n, err := s.ReorderHistoryDays(ctx, day.Add(24*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("ReorderHistoryDays: %d, %v", n, err)
+	}
+	if during == nil || !s.TransientError(during) {
+		t.Fatalf("a record of the day during its copy: %v; want a refusal to retry", during)
+	}
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{late}))
+	if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "c"}, 0); len(got) != 2 {
+		t.Fatalf("after the reorder: %d records; want the day's and the late one", len(got))
+	}
+	var old bool
+	noErr(t, s.db.QueryRowContext(ctx, `SELECT to_regclass('history_d20261001') IS NOT NULL`).Scan(&old))
+	if old {
+		t.Error("the replaced table is still there")
+	}
+
+	// Cut short: the context ends after the copy.
+	next := day.Add(24 * time.Hour)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{dayRecord(foldAccA, next)}))
+	short, cancel := context.WithCancel(ctx)
+	afterReorderCopy = func(string) { cancel() }
+	if _, err := s.ReorderHistoryDays(short, next.Add(24*time.Hour)); err == nil {
+		t.Fatal("a reorder whose context ended reported no error")
+	}
+	afterReorderCopy = nil
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{dayRecord(foldAccA, next.Add(time.Minute))}))
+	var copyLeft bool
+	noErr(t, s.db.QueryRowContext(ctx, `SELECT to_regclass('history_c20261002') IS NOT NULL`).Scan(&copyLeft))
+	if copyLeft {
+		t.Error("the cut-short reorder left its copy")
+	}
+}
+
+// TestDropRemovesACopyNeverSwappedIn: a reorder's copy left behind (its
+// process died before the swap) is dropped by the next drop; the day it
+// copied stays, with its records.
+func TestDropRemovesACopyNeverSwappedIn(t *testing.T) {
+	ctx := context.Background()
+	s := openPostgres(t, 1)[0]
+	day := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{dayRecord(foldAccA, day)}))
+	noErr(t, exec(s.db, `CREATE TABLE history_c20261001 (LIKE history INCLUDING DEFAULTS)`))
+	noErr(t, exec(s.db, `INSERT INTO history_c20261001 SELECT * FROM history_d20261001`))
+	if _, err := s.DropHistoryDays(ctx, day.Add(-24*time.Hour), nil); err != nil {
+		t.Fatal(err)
+	}
+	var left bool
+	noErr(t, s.db.QueryRowContext(ctx, `SELECT to_regclass('history_c20261001') IS NOT NULL`).Scan(&left))
+	if parts := daysOf(t, s); left || len(parts) != 1 || parts[0].name != "history_d20261001" {
+		t.Fatalf("copy left %v, partitions %+v; want the copy gone and the day kept", left, parts)
+	}
+	if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "c"}, 0); len(got) != 1 {
+		t.Fatalf("A has %d records; want 1", len(got))
+	}
+}
+
+// TestWriterLeavesADayADropHolds: while a process drops or reorders days,
+// the writer does not attach back a table of a day that it finds
+// detached (the drop may have just detached it to drop it): the record
+// waits (a refusal to retry), and goes in, with the table's records, once
+// the drop is over.
+func TestWriterLeavesADayADropHolds(t *testing.T) {
+	ctx := context.Background()
+	s := openPostgres(t, 1)[0]
+	day := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{dayRecord(foldAccA, day)}))
+	noErr(t, exec(s.db, `ALTER TABLE history DETACH PARTITION history_d20261001`))
+	s.days.set(nil)
+	upkeep, err := s.db.Conn(ctx)
+	noErr(t, err)
+	defer upkeep.Close()
+	_, err = upkeep.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, historyDropLock)
+	noErr(t, err)
+	late := []*fleetmq.Record{dayRecord(foldAccA, day.Add(time.Minute))}
+	if err := s.AppendHistory(ctx, late); err == nil || !s.TransientError(err) {
+		t.Fatalf("a record of a detached day while a drop holds the days: %v; want a refusal to retry", err)
+	}
+	if parts := daysOf(t, s); len(parts) != 0 {
+		t.Fatalf("the writer attached %+v while the drop held the days", parts)
+	}
+	_, err = upkeep.ExecContext(ctx, `SELECT pg_advisory_unlock($1)`, historyDropLock)
+	noErr(t, err)
+	noErr(t, s.AppendHistory(ctx, late))
+	if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "c"}, 0); len(got) != 2 {
+		t.Fatalf("after the drop: A has %d records; want the day's and the late one", len(got))
+	}
+}

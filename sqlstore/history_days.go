@@ -190,10 +190,9 @@ func (s *Store) createHistoryDays(ctx context.Context, days []int64) error {
 		if err != nil {
 			return err
 		}
-		indexes, err := historyIndexes(ctx, tx)
-		if err != nil {
-			return err
-		}
+		// An index that cannot be read is left to ATTACH PARTITION, which
+		// builds it on the day's empty table: a new day never waits on it.
+		indexes, _ := historyIndexes(ctx, tx)
 		for _, lo := range days {
 			if covered(parts, lo) {
 				continue
@@ -201,12 +200,22 @@ func (s *Store) createHistoryDays(ctx context.Context, days []int64) error {
 			hi := lo + dayMicros // every bound is a UTC midnight
 			name := dayTable(lo)
 			// A table of the day left detached (a drop interrupted between
-			// its detach and its DROP) is attached back with its records.
+			// its detach and its DROP) is attached back with its records,
+			// but only while no process drops or reorders days: the table
+			// may be one a drop in progress has just detached.
 			var left bool
 			if err := tx.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&left); err != nil {
 				return err
 			}
-			if !left {
+			if left {
+				var free bool
+				if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock($1)`, historyDropLock).Scan(&free); err != nil {
+					return err
+				}
+				if !free {
+					return errDayBusy
+				}
+			} else {
 				if _, err := tx.ExecContext(ctx, `CREATE TABLE `+name+` (LIKE history INCLUDING DEFAULTS)`); err != nil {
 					return fmt.Errorf("create %s: %w", name, err)
 				}
@@ -232,6 +241,10 @@ func (s *Store) createHistoryDays(ctx context.Context, days []int64) error {
 	return nil
 }
 
+// errDayBusy: a record's day is the table a drop or a reorder is working
+// on; the writer tries again shortly (Store.TransientError).
+var errDayBusy = errors.New("history day busy: a drop or reorder of it is in progress; try again")
+
 // historyIndex is one of history's partitioned indexes, to be made on a
 // day's table before it is attached (ATTACH PARTITION then adopts it
 // rather than building its own): the day's index is named after the day
@@ -248,12 +261,17 @@ func (ix historyIndex) on(table string) string {
 	return "CREATE " + ix.unique + "INDEX " + table + "_" + ix.name + " ON " + table + " USING " + ix.def
 }
 
-// indexDef parses pg_indexes.indexdef of an index on history. An index
-// whose definition it does not parse (a name that needs quoting, say) is
-// left to ATTACH PARTITION, which builds it on the day's table itself.
-var indexDef = regexp.MustCompile(`^CREATE (UNIQUE )?INDEX (?:history_)?(\w+) ON ONLY (?:\w+\.)?history USING (.+)$`)
+// indexDef parses pg_indexes.indexdef of an index on history: its name
+// (quoted or not) and what follows USING.
+var indexDef = regexp.MustCompile(`^CREATE (UNIQUE )?INDEX (.+?) ON ONLY (?:.+?\.)?history USING (.+)$`)
 
-// historyIndexes reads history's partitioned indexes.
+// plainIndexName is an index name that a day's index name can be made of.
+var plainIndexName = regexp.MustCompile(`^(?:history_)?(\w+)$`)
+
+// historyIndexes reads history's partitioned indexes. An index whose name
+// needs quoting (an operator's) is named after its place in the list; one
+// whose definition does not parse is an error, since a reorder's swap
+// would otherwise build it while it holds history.
 func historyIndexes(ctx context.Context, q queryer) ([]historyIndex, error) {
 	rows, err := q.QueryContext(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'history' ORDER BY indexname`)
 	if err != nil {
@@ -266,9 +284,15 @@ func historyIndexes(ctx context.Context, q queryer) ([]historyIndex, error) {
 		if err := rows.Scan(&def); err != nil {
 			return nil, err
 		}
-		if m := indexDef.FindStringSubmatch(def); m != nil {
-			out = append(out, historyIndex{unique: m[1], name: m[2], def: m[3]})
+		m := indexDef.FindStringSubmatch(def)
+		if m == nil {
+			return nil, fmt.Errorf("history index: unexpected definition %q", def)
 		}
+		name := fmt.Sprintf("ix%d", len(out)+1)
+		if n := plainIndexName.FindStringSubmatch(m[2]); n != nil {
+			name = n[1]
+		}
+		out = append(out, historyIndex{unique: m[1], name: name, def: m[3]})
 	}
 	return out, rows.Err()
 }
@@ -372,9 +396,20 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 	}
 	defer release()
 
+	if err := attachLeftovers(ctx, conn); err != nil {
+		return 0, err
+	}
 	parts, pending, err := readHistoryDays(ctx, conn)
 	if err != nil {
 		return 0, err
+	}
+	var defaultPart string
+	if err := conn.QueryRowContext(ctx, `SELECT COALESCE(MAX(c.relname), '') FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = 'history'::regclass AND pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT'`).Scan(&defaultPart); err != nil {
+		return 0, err
+	}
+	if defaultPart != "" {
+		return 0, fmt.Errorf("history has a DEFAULT partition, %s: PostgreSQL cannot detach a day without blocking every query while one exists; drop it (or attach it with a range) to let retention drop days", defaultPart)
 	}
 	end := before.UnixMicro()
 	dropped := 0
@@ -385,7 +420,7 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 		if !p.managed {
 			continue
 		}
-		if _, err := conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+p.name+` FINALIZE`); err != nil {
+		if err := withStatementTimeout(ctx, conn, `ALTER TABLE history DETACH PARTITION `+p.name+` FINALIZE`); err != nil {
 			return dropped, fmt.Errorf("finish detaching %s: %w", p.name, err)
 		}
 		ok, err := dropDetached(ctx, conn, p, expired, p.hi > end)
@@ -395,9 +430,6 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 		if ok {
 			dropped++
 		}
-	}
-	if err := attachLeftovers(ctx, conn, parts); err != nil {
-		return dropped, err
 	}
 	for _, p := range parts {
 		if p.hi > end {
@@ -412,7 +444,7 @@ func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired m
 			}
 			continue
 		}
-		if err := detachConcurrently(ctx, conn, p.name); err != nil {
+		if err := withStatementTimeout(ctx, conn, `ALTER TABLE history DETACH PARTITION `+p.name+` CONCURRENTLY`); err != nil {
 			return dropped, fmt.Errorf("detach %s: %w", p.name, err)
 		}
 		ok, err := dropDetached(ctx, conn, p, expired, false)
@@ -435,21 +467,20 @@ func (s *Store) rereadDays(ctx context.Context, q queryer) error {
 	return err
 }
 
-// detachTimeout bounds a DETACH ... CONCURRENTLY, which waits for every
-// transaction that may read the day (a variable for tests). One that times
-// out leaves the day detaching, and the next drop finishes it.
+// detachTimeout bounds a DETACH ... CONCURRENTLY or FINALIZE, which wait
+// for every transaction that may read the day (a variable for tests). One
+// that times out leaves the day detaching, and the next drop finishes it.
 var detachTimeout = "30s"
 
-// detachConcurrently detaches a day without a lock that queries wait for,
-// waiting at most detachTimeout for the transactions that may read it.
-// The timeout is the server's (statement_timeout), so the connection and
-// its advisory lock stay.
-func detachConcurrently(ctx context.Context, conn *sql.Conn, name string) error {
+// withStatementTimeout runs a detach, waiting at most detachTimeout. The
+// timeout is the server's (statement_timeout), so the connection and its
+// advisory lock stay.
+func withStatementTimeout(ctx context.Context, conn *sql.Conn, q string) error {
 	if _, err := conn.ExecContext(ctx, `SET statement_timeout = '`+detachTimeout+`'`); err != nil {
 		return err
 	}
-	_, err := conn.ExecContext(ctx, `ALTER TABLE history DETACH PARTITION `+name+` CONCURRENTLY`)
-	if _, rerr := conn.ExecContext(ctx, `RESET statement_timeout`); err == nil {
+	_, err := conn.ExecContext(ctx, q)
+	if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), `RESET statement_timeout`); err == nil {
 		err = rerr
 	}
 	return err
@@ -465,7 +496,11 @@ var leftoverTable = regexp.MustCompile(`^history_[dc](\d{8})$`)
 // whose day a partition covers (a reorder's copy that was never swapped
 // in, or a day that was being dropped and was made again since) is
 // dropped.
-func attachLeftovers(ctx context.Context, conn *sql.Conn, parts []dayPartition) error {
+func attachLeftovers(ctx context.Context, conn *sql.Conn) error {
+	parts, _, err := readHistoryDays(ctx, conn)
+	if err != nil {
+		return err
+	}
 	rows, err := conn.QueryContext(ctx, `SELECT c.relname FROM pg_class c
 		WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace AND c.relname ~ '^history_[dc][0-9]{8}$'
 			AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)`)
@@ -495,6 +530,8 @@ func attachLeftovers(ctx context.Context, conn *sql.Conn, parts []dayPartition) 
 		q := fmt.Sprintf(`ALTER TABLE history ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)`, name, lo, lo+dayMicros)
 		if covered(parts, lo) {
 			q = `DROP TABLE ` + name
+		} else {
+			parts = append(parts, dayPartition{name: name, lo: lo, hi: lo + dayMicros, managed: true})
 		}
 		if _, err := conn.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("left table %s: %w", name, err)
@@ -598,6 +635,7 @@ func (s *Store) ReorderHistoryDays(ctx context.Context, before time.Time) (_ int
 		return 0, err
 	}
 	done := 0
+	var firstErr error // a day that fails does not keep the others from going
 	for _, p := range parts {
 		if p.hi > before.UnixMicro() {
 			break
@@ -606,14 +644,17 @@ func (s *Store) ReorderHistoryDays(ctx context.Context, before time.Time) (_ int
 			continue // reordered already, history_before_days, or not fleetmq's
 		}
 		swapped, err := reorderDay(ctx, conn, p, indexes)
-		if err != nil {
-			return done, fmt.Errorf("%s: %w", p.name, err)
+		if err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("%s: %w", p.name, err)
 		}
 		if swapped {
 			done++
 		}
 	}
-	return done, s.rereadDays(ctx, conn)
+	if err := s.rereadDays(ctx, conn); firstErr == nil {
+		firstErr = err
+	}
+	return done, firstErr
 }
 
 // reorderLockTimeout bounds how long a reorder's swap waits for history's
@@ -622,7 +663,7 @@ const reorderLockTimeout = "200ms"
 
 // reorderDay is ReorderHistoryDays for one day; it reports whether the
 // swap took place.
-func reorderDay(ctx context.Context, conn *sql.Conn, p dayPartition, indexes []historyIndex) (bool, error) {
+func reorderDay(ctx context.Context, conn *sql.Conn, p dayPartition, indexes []historyIndex) (swapped bool, err error) {
 	copyName := reorderedTable(p.lo)
 	// Every step takes locks that queries do not wait for (the trigger's
 	// is one that only writers of the day conflict with), each waiting at
@@ -631,6 +672,23 @@ func reorderDay(ctx context.Context, conn *sql.Conn, p dayPartition, indexes []h
 		return false, err
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), `RESET lock_timeout`)
+	// Whatever ends a reorder short of its swap (an error, a context that
+	// ended, no lock in time), the day is opened again (DISABLE, which
+	// queries do not wait for, where DROP TRIGGER would make them) and the
+	// copy dropped: the day may change from then on, so a later call
+	// copies it afresh. Should this fail too, the next upkeep opens it
+	// (upkeepConn).
+	defer func() {
+		if swapped {
+			return
+		}
+		bg := context.WithoutCancel(ctx)
+		for _, q := range []string{`ALTER TABLE ` + p.name + ` DISABLE TRIGGER history_day_closed`, `DROP TABLE IF EXISTS ` + copyName} {
+			if _, cerr := conn.ExecContext(bg, q); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("open %s again: %w", p.name, cerr))
+			}
+		}
+	}()
 	steps := []string{
 		`CREATE OR REPLACE TRIGGER history_day_closed BEFORE INSERT OR UPDATE OR DELETE ON ` + p.name + ` FOR EACH ROW EXECUTE FUNCTION history_day_closed()`,
 		`ALTER TABLE ` + p.name + ` ENABLE TRIGGER history_day_closed`,
@@ -648,30 +706,32 @@ func reorderDay(ctx context.Context, conn *sql.Conn, p dayPartition, indexes []h
 			return false, fmt.Errorf("%.60s: %w", q, err)
 		}
 	}
+	if afterReorderCopy != nil {
+		afterReorderCopy(p.name)
+	}
 	for try := range reorderSwapTries {
 		if try > 0 {
 			select {
 			case <-ctx.Done():
-				return false, ctx.Err()
 			case <-time.After(reorderSwapPause):
 			}
 		}
-		swapped, err := swapDay(ctx, conn, p, copyName)
-		if err != nil || swapped {
-			return swapped, err
-		}
-	}
-	// Never got the lock: the day is opened again (DISABLE, which queries
-	// do not wait for, where DROP TRIGGER would make them) and the copy
-	// dropped; the day may change from now on, so a later call copies it
-	// afresh.
-	for _, q := range []string{`ALTER TABLE ` + p.name + ` DISABLE TRIGGER history_day_closed`, `DROP TABLE ` + copyName} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
+		if err := ctx.Err(); err != nil {
+			// Before BeginTx: a transaction begun with an ended context
+			// may be left open on the connection, and the clean-up's
+			// statements would be rolled back with it.
 			return false, err
+		}
+		if swapped, err = swapDay(ctx, conn, p, copyName); err != nil || swapped {
+			return swapped, err
 		}
 	}
 	return false, nil
 }
+
+// afterReorderCopy, when set (by tests), runs between a reorder's copy and
+// its swap.
+var afterReorderCopy func(day string)
 
 // reorderSwapTries is how many times a reorder tries to swap its copy in,
 // reorderSwapPause apart (a variable for tests).

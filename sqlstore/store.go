@@ -560,12 +560,12 @@ func (s *Store) RecordError(err error) bool {
 // TransientError reports whether a write failed because the store cannot
 // take it now but will without anything changing on the writer's side: on
 // PostgreSQL, a day of history closed while it is reordered (SQLSTATE
-// 55006, raised by history_day_closed) or a lock not granted in time
-// (55P03). The ingest writer keeps such records, in order, and retries
+// 55006, raised by history_day_closed), a day a drop is working on, or a
+// lock not granted in time (55P03). The ingest writer keeps such records, in order, and retries
 // them; it never refuses them to their publishers.
 func (s *Store) TransientError(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "55006" || pe.Code == "55P03")
+	return errors.Is(err, errDayBusy) || errors.As(err, &pe) && (pe.Code == "55006" || pe.Code == "55P03")
 }
 
 // sqliteDriver is go-sqlite3 with fleetmq's per-connection settings:
