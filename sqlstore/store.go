@@ -160,7 +160,7 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 		dialect:   sqliteDialect,
 		writeTurn: make(chan struct{}, 1),
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.migrateSQLite(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("migrate %s: %w", path, err)
 	}
@@ -176,6 +176,26 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 	s.stopCkpt, s.ckptDone = make(chan struct{}), make(chan struct{})
 	go s.checkpoint(CheckpointInterval)
 	return s, nil
+}
+
+// migrateSQLite is migrate on SQLite, tried again while the file is busy
+// (for up to about 10 s, within ctx): processes opening a new file at
+// once (serve and a CLI command on a fresh data directory) race to switch
+// it to WAL, and SQLite answers the losers "database is locked" at once,
+// without waiting as busy_timeout has it wait for a lock.
+func (s *Store) migrateSQLite(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := s.migrate(ctx)
+		var se sqlite3.Error
+		if err == nil || !errors.As(err, &se) || (se.Code != sqlite3.ErrBusy && se.Code != sqlite3.ErrLocked) || attempt == 100 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(min(attempt, 10)) * 10 * time.Millisecond):
+		}
+	}
 }
 
 // CheckpointInterval is how often a SQLite store copies what its WAL
