@@ -110,37 +110,3 @@ func TestLateRecordWaitsForAReorder(t *testing.T) {
 		t.Fatalf("history holds %v, %v; want the day's record, the late one and today's", got, err)
 	}
 }
-
-// TestDayLeftClosedIsOpened: a day a reorder left closed (its process died
-// between closing the day and swapping the copy in) takes records again
-// once any process's retention upkeep runs.
-func TestDayLeftClosedIsOpened(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlstore.Open(ctx, pgtest.DSN(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	day := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
-	const acc = "a1111111-1111-4111-8111-111111111111"
-	rec := func(at time.Time) []*fleetmq.Record {
-		return []*fleetmq.Record{{AccountID: acc, ClientID: "c", Topic: acc + "/c/state/x", Class: "state", QoS: 1, PublishedQoS: 1,
-			Payload: []byte("x"), Received: at}}
-	}
-	if err := st.AppendHistory(ctx, rec(day)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.DB().ExecContext(ctx, `CREATE TRIGGER history_day_closed BEFORE INSERT OR UPDATE OR DELETE ON history_d20261001
-		FOR EACH ROW EXECUTE FUNCTION history_day_closed()`); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.AppendHistory(ctx, rec(day.Add(time.Second))); err == nil || !st.TransientError(err) {
-		t.Fatalf("a record of the closed day: %v; want a transient refusal", err)
-	}
-	if _, err := st.DropHistoryDays(ctx, day.Add(-24*time.Hour), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.AppendHistory(ctx, rec(day.Add(time.Second))); err != nil {
-		t.Fatalf("a record of the day after the upkeep: %v", err)
-	}
-}

@@ -602,3 +602,23 @@ func TestWriterLeavesADayADropHolds(t *testing.T) {
 		t.Fatalf("after the drop: A has %d records; want the day's and the late one", len(got))
 	}
 }
+
+// TestDayLeftClosedIsOpened: a day a reorder left closed (its process died
+// between closing the day and swapping the copy in) takes records again
+// once any process's retention upkeep runs.
+func TestDayLeftClosedIsOpened(t *testing.T) {
+	ctx := context.Background()
+	s := openPostgres(t, 1)[0]
+	day := time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{dayRecord(foldAccA, day)}))
+	noErr(t, exec(s.db, `CREATE TRIGGER history_day_closed BEFORE INSERT OR UPDATE OR DELETE ON history_d20261001
+		FOR EACH ROW EXECUTE FUNCTION history_day_closed()`))
+	late := []*fleetmq.Record{dayRecord(foldAccA, day.Add(time.Second))}
+	if err := s.AppendHistory(ctx, late); err == nil || !s.TransientError(err) {
+		t.Fatalf("a record of the closed day: %v; want a refusal to retry", err)
+	}
+	if _, err := s.DropHistoryDays(ctx, day.Add(-24*time.Hour), nil); err != nil {
+		t.Fatal(err)
+	}
+	noErr(t, s.AppendHistory(ctx, late))
+}
