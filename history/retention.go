@@ -111,7 +111,7 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 	// A failure of the days' upkeep (a drop that timed out waiting for a
 	// reader, say) does not hold up the rows' deletion, nor does one
 	// account's failure hold up the next account's.
-	errs := []error{r.dropDays(ctx, now(), accounts, keep)}
+	errs := []error{r.upkeepDays(ctx, now(), accounts, keep)}
 	var total int64
 	for _, a := range accounts {
 		before := now().Add(-time.Duration(keep(a)) * 24 * time.Hour)
@@ -140,12 +140,12 @@ func (r *Retention) Pass(ctx context.Context) (int64, error) {
 	return total, errors.Join(errs...)
 }
 
-// dropDays, on a store that keeps history in days, creates today's and
+// upkeepDays, on a store that keeps history in days, creates today's and
 // tomorrow's days, drops the days that no account still keeping them has
 // records in, and reorders those that ended ReorderAfter ago, each step
 // whatever the one before did. Records of accounts that no longer exist
 // expire as those of an account without a plan do.
-func (r *Retention) dropDays(ctx context.Context, now time.Time, accounts []*fleetmq.Account, keep func(*fleetmq.Account) int) error {
+func (r *Retention) upkeepDays(ctx context.Context, now time.Time, accounts []*fleetmq.Account, keep func(*fleetmq.Account) int) error {
 	d, ok := r.History.(fleetmq.HistoryDays)
 	if !ok {
 		return nil

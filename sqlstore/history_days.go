@@ -32,15 +32,18 @@ import (
 //
 // Dropping a day detaches it CONCURRENTLY (no lock that queries wait for;
 // it waits for the queries that may read it) and then drops the detached
-// table.
+// table. An hour after a day ends it is rewritten in the client index's
+// order (ReorderHistoryDays). Drops and reorders run under one session
+// lock (upkeepConn), one process at a time.
 
 var _ fleetmq.HistoryDays = (*Store)(nil)
 
 // dayMicros is a UTC day in received_us units.
 const dayMicros = int64(24 * time.Hour / time.Microsecond)
 
-// Advisory lock keys: creating days (per transaction) and dropping them
-// (per session, tried: one process drops at a time, the others skip).
+// Advisory lock keys: creating days (per transaction) and their upkeep,
+// drops and reorders (per session, tried: one process at a time, the
+// others skip).
 const (
 	historyDaysLock    = migrationLock + 1
 	historyDropLock    = migrationLock + 2
@@ -73,12 +76,7 @@ type historyDays struct {
 func (d *historyDays) covers(us int64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, p := range d.parts {
-		if p.lo <= us && us < p.hi {
-			return true
-		}
-	}
-	return false
+	return covered(d.parts, us)
 }
 
 func (d *historyDays) set(parts []dayPartition) {
@@ -96,9 +94,14 @@ func dayStart(us int64) int64 {
 	return q * dayMicros
 }
 
-// dayTable is the name of the partition of the day starting at lo.
-func dayTable(lo int64) string {
-	return "history_d" + time.UnixMicro(lo).UTC().Format("20060102")
+// dayTable is the name of the partition of the day starting at lo, in
+// arrival order: history_dYYYYMMDD.
+func dayTable(lo int64) string { return dayName("d", lo) }
+
+// dayName is the name of the day starting at lo, of a kind: "d" in
+// arrival order, "c" reordered by client.
+func dayName(kind string, lo int64) string {
+	return "history_" + kind + time.UnixMicro(lo).UTC().Format("20060102")
 }
 
 // partitionBound parses pg_get_expr of a range partition's bound over
@@ -157,16 +160,24 @@ func readHistoryDays(ctx context.Context, q queryer) (parts, pending []dayPartit
 // creating the days that none does. It reads nothing from the database
 // while every record falls in a day this process knows.
 func (s *Store) ensureHistoryDays(ctx context.Context, recs []*fleetmq.Record) error {
-	var missing []int64
-	last := int64(math.MinInt64)
+	var buf [2]int64 // a batch spans one day, two around midnight
+	days := buf[:0]
 	for _, r := range recs {
-		day := dayStart(r.Received.UnixMicro())
-		if day == last || slices.Contains(missing, day) {
-			continue
+		if day := dayStart(r.Received.UnixMicro()); !slices.Contains(days, day) {
+			days = append(days, day)
 		}
-		last = day
-		if !s.days.covers(r.Received.UnixMicro()) {
-			missing = append(missing, day)
+	}
+	return s.ensureDays(ctx, days...)
+}
+
+// ensureDays creates the days starting at the given times that no
+// partition this process knows covers (every bound is a UTC midnight, so
+// a day's start is covered when the day is).
+func (s *Store) ensureDays(ctx context.Context, days ...int64) error {
+	var missing []int64
+	for _, lo := range days {
+		if !s.days.covers(lo) {
+			missing = append(missing, lo)
 		}
 	}
 	if len(missing) == 0 {
@@ -315,16 +326,7 @@ func (s *Store) PrepareHistoryDays(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	today := dayStart(now.UnixMicro())
-	var missing []int64
-	for _, lo := range []int64{today, today + dayMicros} {
-		if !s.days.covers(lo) {
-			missing = append(missing, lo)
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	return s.createHistoryDays(ctx, missing)
+	return s.ensureDays(ctx, today, today+dayMicros)
 }
 
 // upkeepConn returns a connection holding historyDropLock, the session
@@ -591,11 +593,6 @@ func bound(us int64) string {
 	return strconv.FormatInt(us, 10)
 }
 
-// reorderedTable is the name of the day starting at lo once reordered.
-func reorderedTable(lo int64) string {
-	return "history_c" + time.UnixMicro(lo).UTC().Format("20060102")
-}
-
 // ReorderHistoryDays implements fleetmq.HistoryDays. On PostgreSQL it
 // rewrites each day that ended before before and is still in arrival
 // order (history_dYYYYMMDD) in the order of the client index (account,
@@ -664,7 +661,7 @@ const reorderLockTimeout = "200ms"
 // reorderDay is ReorderHistoryDays for one day; it reports whether the
 // swap took place.
 func reorderDay(ctx context.Context, conn *sql.Conn, p dayPartition, indexes []historyIndex) (swapped bool, err error) {
-	copyName := reorderedTable(p.lo)
+	copyName := dayName("c", p.lo)
 	// Every step takes locks that queries do not wait for (the trigger's
 	// is one that only writers of the day conflict with), each waiting at
 	// most historyDaysTimeout.
