@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"sync"
@@ -612,9 +613,16 @@ func TestFailingWhileStoreFull(t *testing.T) {
 // for poison (TestFailingWhileStoreFull).
 func TestPoisonRecordsSetAside(t *testing.T) {
 	db := openDB(t)
-	if _, err := db.DB().Exec(`CREATE TRIGGER poison BEFORE INSERT ON history
-		WHEN NEW.topic LIKE '%/poison/%' BEGIN SELECT RAISE(ABORT, 'poison record'); END`); err != nil {
-		t.Fatal(err)
+	// On the tables of today's records and tomorrow's (a run across midnight).
+	for i, at := range []time.Time{time.Now(), time.Now().Add(24 * time.Hour)} {
+		table, err := db.HistoryTable(context.Background(), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.DB().Exec(fmt.Sprintf(`CREATE TRIGGER poison%d BEFORE INSERT ON %s
+			WHEN NEW.topic LIKE '%%/poison/%%' BEGIN SELECT RAISE(ABORT, 'poison record'); END`, i, table)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var mu sync.Mutex
 	var reported []string

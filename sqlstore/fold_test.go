@@ -218,8 +218,8 @@ func TestFoldKeepsAnswers(t *testing.T) {
 		}
 		checkFoldAnswers(t, s, ref, t0, "folded after retention")
 		if s.dialect == sqliteDialect {
-			var rows, indexed, left int
-			noErr(t, s.db.QueryRow(`SELECT (SELECT COUNT(*) FROM history), (SELECT COUNT(*) FROM history_client), (SELECT COUNT(*) FROM history WHERE `+unfoldedRows+`)`).Scan(&rows, &indexed, &left))
+			rows, indexed, left := sumTables(t, s, `SELECT COUNT(*) FROM %s`), sumTables(t, s, `SELECT COUNT(*) FROM %s_client`),
+				sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE `+unfoldedRows)
 			if rows != len(ref.recs) || indexed != rows || left != 0 {
 				t.Fatalf("after the last fold: %d rows, %d in the client index, %d unfolded; want %d, %d, 0", rows, indexed, left, len(ref.recs), len(ref.recs))
 			}
@@ -242,8 +242,7 @@ func TestCommitsFold(t *testing.T) {
 	defer func() { s.Close() }()
 	s.foldRows = 10
 	unfolded := func() int {
-		var n int
-		noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history WHERE `+unfoldedRows).Scan(&n))
+		n := sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE `+unfoldedRows)
 		if n != s.tail.len() {
 			t.Fatalf("%d unfolded rows, the store lists %d", n, s.tail.len())
 		}
@@ -301,8 +300,7 @@ func TestCommitsFold(t *testing.T) {
 		{300 + 2 - 2*foldMaxClients, 2 * foldMaxClients},   // 128 more
 		{300 + 3 - 2*foldMaxClients, 2 * foldMaxClients}} { // under FoldRows: none
 		appendN(1, func(int) string { return "dev-2" })
-		var oldest int64
-		noErr(t, s.db.QueryRow(`SELECT MIN(id) FROM history WHERE `+unfoldedRows).Scan(&oldest))
+		oldest := int64(sumTables(t, s, `SELECT COALESCE(MIN(id), 0) FROM %s WHERE `+unfoldedRows))
 		if got := unfolded(); got != want.unfolded || oldest != fleet[want.oldest].ID {
 			t.Fatalf("step %d: %d unfolded rows from id %d, want %d from %d (the fleet's record %d)",
 				step, got, oldest, want.unfolded, fleet[want.oldest].ID, want.oldest)
@@ -320,8 +318,7 @@ func TestCommitsFold(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendN(4, func(int) string { return "dev-3" })
-	var rows, indexed int
-	noErr(t, s.db.QueryRow(`SELECT (SELECT COUNT(*) FROM history), (SELECT COUNT(*) FROM history_client)`).Scan(&rows, &indexed))
+	rows, indexed := sumTables(t, s, `SELECT COUNT(*) FROM %s`), sumTables(t, s, `SELECT COUNT(*) FROM %s_client`)
 	if got := unfolded(); got != 0 || indexed != rows {
 		t.Fatalf("after a fold over deleted rows: %d unfolded, %d rows, %d in the client index (want 0 and as many as rows)", got, rows, indexed)
 	}
@@ -395,15 +392,11 @@ func TestFoldSurprises(t *testing.T) {
 			ref.recs = append(ref.recs, *r)
 		}
 	}
-	unfolded := func() int {
-		var n int
-		noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history WHERE `+unfoldedRows).Scan(&n))
-		return n
-	}
+	unfolded := func() int { return sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE `+unfoldedRows) }
 	write(6)
 	// Folded behind the list's back, as by a commit whose success was lost.
 	noErr(t, s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		_, _, err := foldIn(ctx, tx, math.MaxInt64)
+		_, _, err := foldIn(ctx, tx, math.MaxInt64, s.days.list())
 		return err
 	}))
 	write(6) // 12 listed: folds the 6 not yet folded
@@ -413,11 +406,10 @@ func TestFoldSurprises(t *testing.T) {
 	checkFoldAnswers(t, s, ref, t0, "after a fold the list did not know of")
 
 	// A fold that fails (a trigger refuses the client index's inserts).
-	noErr(t, exec(s.db, `CREATE TRIGGER refuse_fold BEFORE INSERT ON history_client BEGIN SELECT RAISE(ABORT, 'injected'); END`))
+	noErr(t, exec(s.db, `CREATE TRIGGER refuse_fold BEFORE INSERT ON `+clientTable(dayTable(dayStart(t0.UnixMicro())))+` BEGIN SELECT RAISE(ABORT, 'injected'); END`))
 	write(3)
 	write(8)
-	var rows int
-	noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history`).Scan(&rows))
+	rows := sumTables(t, s, `SELECT COUNT(*) FROM %s`)
 	if rows != len(ref.recs) || unfolded() != 11 {
 		t.Fatalf("%d records stored, %d unfolded; want %d and 11: a failed fold took its commit's records with it", rows, unfolded(), len(ref.recs))
 	}
@@ -430,12 +422,11 @@ func TestFoldSurprises(t *testing.T) {
 	checkFoldAnswers(t, s, ref, t0, "folded by a later commit")
 }
 
-// TestFoldAfterRetentionReusesIDs: retention deleted an idle store's
-// newest rows while they were unfolded, and SQLite gives their ids to the
-// next records, another account's: the fold indexes the rows the table
-// holds, not the ones the store had listed, so every record of the new
-// account is found and none under the deleted account's name.
-func TestFoldAfterRetentionReusesIDs(t *testing.T) {
+// TestIDsAfterRetention: retention deleted an idle store's newest rows
+// while they were unfolded; the next records, another account's, get new
+// ids (never the deleted ones': ids come from a counter), every record of
+// the new account is found and none under the deleted account's name.
+func TestIDsAfterRetention(t *testing.T) {
 	ctx, s := context.Background(), openFoldStore(t)
 	s.foldRows = 100_000
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
@@ -465,19 +456,18 @@ func TestFoldAfterRetentionReusesIDs(t *testing.T) {
 			ref.recs = append(ref.recs, *r)
 		}
 	}
-	if old[0].ID != recs[0].ID {
-		t.Fatalf("the new records got ids from %d, the deleted ones had %d: the test does not cover reused ids", recs[0].ID, old[0].ID)
+	if recs[0].ID <= old[len(old)-1].ID {
+		t.Fatalf("the new records got ids from %d, the deleted ones had up to %d: an id was used twice", recs[0].ID, old[len(old)-1].ID)
 	}
-	checkFoldAnswers(t, s, ref, t0, "after the fold over reused ids")
+	checkFoldAnswers(t, s, ref, t0, "after the fold over deleted rows")
 	for _, r := range old[:5] {
 		got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: r.ClientID}, 0)
 		if len(got) != 0 {
 			t.Fatalf("account A's deleted client %s still has records: %v", r.ClientID, got)
 		}
 	}
-	var rows, indexed int
-	noErr(t, s.db.QueryRow(`SELECT (SELECT COUNT(*) FROM history WHERE id <= (SELECT value FROM meta WHERE key = 'history_folded')), (SELECT COUNT(*) FROM history_client)`).Scan(&rows, &indexed))
-	if rows != indexed {
+	rows := sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE id <= (SELECT value FROM meta WHERE key = 'history_folded')`)
+	if indexed := sumTables(t, s, `SELECT COUNT(*) FROM %s_client`); rows != indexed {
 		t.Fatalf("%d rows folded, %d entries in the client index", rows, indexed)
 	}
 }
@@ -498,9 +488,7 @@ func TestFoldsKeepUp(t *testing.T) {
 				QoS: 1, PublishedQoS: 1, Payload: []byte("{}"), Received: t0}
 		}
 		noErr(t, s.AppendHistory(ctx, recs))
-		var n int
-		noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM history WHERE `+unfoldedRows).Scan(&n))
-		if n > 2*512 {
+		if n := sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE `+unfoldedRows); n > 2*512 {
 			t.Fatalf("commit %d: %d rows unfolded: folds fall behind commits of 512 devices", c, n)
 		}
 	}
@@ -552,6 +540,21 @@ func TestNewRowsAfterDeletedNewest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// sumTables sums a number that query (with %s for the table) reads from
+// each table of a SQLite store's history.
+func sumTables(t *testing.T, s *Store, query string) int {
+	t.Helper()
+	parts, err := readSQLiteDays(context.Background(), s.db)
+	noErr(t, err)
+	n := 0
+	for _, p := range parts {
+		var c int
+		noErr(t, s.db.QueryRow(fmt.Sprintf(query, p.name)).Scan(&c))
+		n += c
+	}
+	return n
 }
 
 // openFoldStore opens a SQLite store in a temporary directory, closed when

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
@@ -52,22 +54,6 @@ func newestPerTopic(recs []*fleetmq.Record) []*fleetmq.Record {
 	return out
 }
 
-// latestSQLite is LatestHistory's query on SQLite: the stored newest
-// record of each topic, or a newer one among the unfolded rows (as the
-// fold will choose it).
-const latestSQLite = `WITH candidates AS (
-		SELECT record_id AS id, topic, received_us FROM history_latest WHERE account_id = ?1 AND client_id = ?2
-		UNION ALL
-		SELECT id, topic, received_us FROM history NOT INDEXED WHERE ` + unfoldedRows + ` AND account_id = ?1 AND client_id = ?2
-	), newest AS (
-		SELECT id, topic, ROW_NUMBER() OVER (PARTITION BY topic ORDER BY received_us DESC, id DESC) AS n FROM candidates
-	)
-	SELECT h.id, h.account_id, h.client_id, h.topic, h.class, h.qos, h.published_qos, h.retain,
-		h.payload, h.content_type, h.payload_format, h.user_properties, h.station_controller_device_id, h.received_us
-	FROM newest l CROSS JOIN history h ON h.id = l.id
-	WHERE l.n = 1 AND h.account_id = ?1
-	ORDER BY l.topic`
-
 // latestPostgres is LatestHistory's query on PostgreSQL, given the
 // received_us and ids of the client's latest entries ($2, $3). With the
 // times known when the statement is planned (the reads pool plans every
@@ -88,36 +74,81 @@ func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) (
 
 // latestHistory is LatestHistory on q (a pool, or a transaction in tests).
 func (s *Store) latestHistory(ctx context.Context, q queryer, accountID, clientID string) ([]*fleetmq.Record, error) {
-	query, args := latestSQLite, []any{accountID, clientID}
-	if s.dialect == postgresDialect {
-		var at, ids []int64
-		rows, err := q.QueryContext(ctx, `SELECT received_us, record_id FROM history_latest WHERE account_id = $1 AND client_id = $2`, accountID, clientID)
+	if s.dialect == sqliteDialect {
+		return s.latestSQLite(ctx, q, accountID, clientID)
+	}
+	at, ids, err := latestEntries(ctx, q, `SELECT received_us, record_id FROM history_latest WHERE account_id = $1 AND client_id = $2`, accountID, clientID)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	return scanLatest(ctx, q, nil, latestPostgres, accountID, at, ids)
+}
+
+// latestEntries reads the times and ids of a client's latest records.
+func latestEntries(ctx context.Context, q queryer, query string, args ...any) (at, ids []int64, err error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t, id int64
+		if err := rows.Scan(&t, &id); err != nil {
+			return nil, nil, err
+		}
+		at, ids = append(at, t), append(ids, id)
+	}
+	return at, ids, rows.Err()
+}
+
+// latestSQLite is LatestHistory on SQLite: the stored newest record of
+// each topic, or a newer one among the unfolded rows of any day (as the
+// fold will choose it), then each from its day's table.
+func (s *Store) latestSQLite(ctx context.Context, q queryer, accountID, clientID string) ([]*fleetmq.Record, error) {
+	if err := s.freshDays(ctx); err != nil {
+		return nil, err
+	}
+	tables := s.days.list()
+	query := `SELECT received_us, id FROM (SELECT topic, received_us, id, ROW_NUMBER() OVER (PARTITION BY topic ORDER BY received_us DESC, id DESC) AS n FROM (
+		SELECT record_id AS id, topic, received_us FROM history_latest WHERE account_id = ?1 AND client_id = ?2`
+	for _, t := range tables {
+		query += ` UNION ALL SELECT id, topic, received_us FROM ` + t.name + ` NOT INDEXED WHERE ` + unfoldedRows + ` AND account_id = ?1 AND client_id = ?2`
+	}
+	query += `)) WHERE n = 1`
+	at, ids, err := latestEntries(ctx, q, query, accountID, clientID)
+	if err != nil {
+		return nil, err
+	}
+	var out []*fleetmq.Record
+	for _, t := range tables {
+		var in []any
+		for i, us := range at {
+			if t.lo <= us && us < t.hi {
+				in = append(in, ids[i])
+			}
+		}
+		if len(in) == 0 {
+			continue
+		}
+		out, err = scanLatest(ctx, q, out, `SELECT id, account_id, client_id, topic, class, qos, published_qos, retain,
+			payload, content_type, payload_format, user_properties, station_controller_device_id, received_us
+			FROM `+t.name+` WHERE account_id = ? AND id IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")+`)`,
+			append([]any{accountID}, in...)...)
 		if err != nil {
 			return nil, err
 		}
-		for rows.Next() {
-			var t, id int64
-			if err := rows.Scan(&t, &id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			at, ids = append(at, t), append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		if len(ids) == 0 {
-			return nil, nil
-		}
-		query, args = latestPostgres, []any{accountID, at, ids}
 	}
+	slices.SortFunc(out, func(a, b *fleetmq.Record) int { return strings.Compare(a.Topic, b.Topic) })
+	return out, nil
+}
+
+// scanLatest appends the records a query of whole history rows returns.
+func scanLatest(ctx context.Context, q queryer, out []*fleetmq.Record, query string, args ...any) ([]*fleetmq.Record, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*fleetmq.Record
 	for rows.Next() {
 		r := new(fleetmq.Record)
 		var props sql.NullString
@@ -137,7 +168,10 @@ func (s *Store) latestHistory(ctx context.Context, q queryer, accountID, clientI
 	return out, rows.Err()
 }
 
-// DeleteHistory implements fleetmq.HistoryStore.
+// DeleteHistory implements fleetmq.HistoryStore: the account's oldest
+// records, up to limit of them, received before before (on SQLite from
+// the oldest days on), with the latest-per-topic entries that point to
+// them.
 func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time.Time, limit int) (_ int64, err error) {
 	defer wrap(&err, "delete history")
 	if limit <= 0 {
@@ -145,23 +179,43 @@ func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time
 	}
 	var n int64
 	err = s.tx(ctx, func(tx *sql.Tx) error {
-		query := `DELETE FROM history WHERE id IN (
-			SELECT id FROM history WHERE account_id = ?1 AND received_us < ?2 ORDER BY received_us, id LIMIT ?3)`
 		if s.dialect == postgresDialect {
 			// Partitions have no index on id alone: each row is found by
 			// its account, time and id (and its time picks its day).
-			query = `DELETE FROM history h USING (
+			res, err := tx.ExecContext(ctx, `DELETE FROM history h USING (
 				SELECT received_us, id FROM history WHERE account_id = $1 AND received_us < $2 ORDER BY received_us, id LIMIT $3) d
-				WHERE h.account_id = $1 AND h.received_us = d.received_us AND h.id = d.id`
+				WHERE h.account_id = $1 AND h.received_us = d.received_us AND h.id = d.id`, accountID, before.UnixMicro(), limit)
+			if err != nil {
+				return err
+			}
+			if n, err = res.RowsAffected(); err != nil {
+				return err
+			}
+		} else {
+			if err := s.freshDays(ctx); err != nil {
+				return err
+			}
+			to := before.UnixMicro()
+			for _, t := range s.days.overlapping(nil, &to, false) {
+				res, err := tx.ExecContext(ctx, `DELETE FROM `+t.name+` WHERE id IN (
+					SELECT id FROM `+t.name+` INDEXED BY `+dayIndex(t.name, "account_time")+`
+					WHERE account_id = ?1 AND received_us < ?2 ORDER BY received_us, id LIMIT ?3)`, accountID, to, int64(limit)-n)
+				if noSuchTable(err) {
+					continue // a day another process dropped
+				}
+				if err != nil {
+					return err
+				}
+				d, err := res.RowsAffected()
+				if err != nil {
+					return err
+				}
+				if n += d; n == int64(limit) {
+					break
+				}
+			}
 		}
-		res, err := tx.ExecContext(ctx, query, accountID, before.UnixMicro(), limit)
-		if err != nil {
-			return err
-		}
-		if n, err = res.RowsAffected(); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, s.rebind(`DELETE FROM history_latest WHERE account_id = ? AND received_us < ?`),
+		_, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM history_latest WHERE account_id = ? AND received_us < ?`),
 			accountID, before.UnixMicro())
 		return err
 	})

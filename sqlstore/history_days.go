@@ -70,6 +70,8 @@ var managedTable = regexp.MustCompile(`^history_(d\d{8}|c\d{8}|before_days)$`)
 type historyDays struct {
 	mu    sync.Mutex
 	parts []dayPartition // by lo
+	// SQLite: the schema's version when parts were read (freshDays).
+	version int64
 }
 
 // covers reports whether a known partition holds the time us.
@@ -180,8 +182,11 @@ func (s *Store) ensureDays(ctx context.Context, days ...int64) error {
 			missing = append(missing, lo)
 		}
 	}
-	if len(missing) == 0 {
+	switch {
+	case len(missing) == 0:
 		return nil
+	case s.dialect == sqliteDialect:
+		return s.createSQLiteDays(ctx, missing)
 	}
 	return s.createHistoryDays(ctx, missing)
 }
@@ -318,13 +323,9 @@ func covered(parts []dayPartition, us int64) bool {
 	return false
 }
 
-// PrepareHistoryDays implements fleetmq.HistoryDays: on PostgreSQL it
-// creates the partitions of now's UTC day and the next (SQLite keeps no
-// days: it does nothing).
+// PrepareHistoryDays implements fleetmq.HistoryDays: it creates the
+// partitions of now's UTC day and the next.
 func (s *Store) PrepareHistoryDays(ctx context.Context, now time.Time) error {
-	if s.dialect != postgresDialect {
-		return nil
-	}
 	today := dayStart(now.UnixMicro())
 	return s.ensureDays(ctx, today, today+dayMicros)
 }
@@ -379,18 +380,19 @@ func (s *Store) upkeepConn(ctx context.Context) (*sql.Conn, func(), error) {
 	return conn, release, nil
 }
 
-// DropHistoryDays implements fleetmq.HistoryDays. On PostgreSQL, a day
-// that ends at or before before is dropped when none of the accounts that
-// keep part of it (expired before its end) has a record in it: it is
-// detached, checked again (a record may have gone in while the detach
-// waited), then dropped with the latest-per-topic entries that pointed
-// into it, or attached back. Only one process drops at a time: another
-// that tries meanwhile drops nothing (the next pass will). On SQLite it
-// does nothing.
+// DropHistoryDays implements fleetmq.HistoryDays. A day that ends at or
+// before before is dropped when none of the accounts that keep part of it
+// (expired before its end) has a record in it, with the latest-per-topic
+// entries that pointed into it. On PostgreSQL it is detached, checked
+// again (a record may have gone in while the detach waited), then
+// dropped, or attached back; only one process drops at a time: another
+// that tries meanwhile drops nothing (the next pass will). On SQLite each
+// day is checked and dropped in a transaction of its own
+// (dropSQLiteDays).
 func (s *Store) DropHistoryDays(ctx context.Context, before time.Time, expired map[string]time.Time) (_ int, err error) {
 	defer wrap(&err, "drop history days")
 	if s.dialect != postgresDialect {
-		return 0, nil
+		return s.dropSQLiteDays(ctx, before, expired)
 	}
 	conn, release, err := s.upkeepConn(ctx)
 	if conn == nil || err != nil {

@@ -1,20 +1,22 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/fleetmq/fleetmq"
 )
 
 // FoldRows is how many unfolded history rows a SQLite store lets gather
-// before its history commits start folding them into the client index
-// (history_client) and history_latest. A commit appends its rows where the
-// table and its time-ordered indexes end; a fold rewrites each page of the
+// before its history commits start folding them into the client indexes
+// of their days (history_dYYYYMMDD_client) and history_latest. A commit
+// appends its rows where the day's table and its time-ordered indexes end; a fold rewrites each page of the
 // client-ordered tables once for all the rows it gains there, where every
 // commit used to rewrite a page per client of its batch. Queries by client
 // and latest values read the unfolded rows too, by their ids: a few
@@ -55,6 +57,7 @@ type foldTail struct {
 type tailRow struct {
 	id     int64
 	client uint64 // hash of account and client
+	day    int64  // the start of its UTC day, in received_us units
 }
 
 func (t *foldTail) clientHash(account, client string) uint64 {
@@ -66,8 +69,8 @@ func (t *foldTail) clientHash(account, client string) uint64 {
 	return h.Sum64()
 }
 
-func (t *foldTail) row(id int64, account, client string) tailRow {
-	return tailRow{id: id, client: t.clientHash(account, client)}
+func (t *foldTail) row(r *fleetmq.Record) tailRow {
+	return tailRow{id: r.ID, client: t.clientHash(r.AccountID, r.ClientID), day: dayStart(r.Received.UnixMicro())}
 }
 
 // add lists a committed batch's rows.
@@ -75,7 +78,7 @@ func (t *foldTail) add(recs []*fleetmq.Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, r := range recs {
-		t.rows = append(t.rows, t.row(r.ID, r.AccountID, r.ClientID))
+		t.rows = append(t.rows, t.row(r))
 	}
 }
 
@@ -87,12 +90,16 @@ func (t *foldTail) len() int {
 
 // next is the last id of the next fold, over the listed rows followed by
 // those of a batch about to commit (their ids set): the oldest, up to
-// foldMaxRows rows or maxClients distinct clients (0 when there is none).
-func (t *foldTail) next(batch []*fleetmq.Record, maxClients int) int64 {
+// foldMaxRows rows or maxClients distinct clients (0 when there is none);
+// and the days of the rows it takes.
+func (t *foldTail) next(batch []*fleetmq.Record, maxClients int) (int64, []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	seen := make(map[uint64]struct{}, maxClients)
-	var last int64
+	var (
+		last int64
+		days []int64
+	)
 	n := 0
 	take := func(r tailRow) bool {
 		if n == foldMaxRows {
@@ -105,53 +112,80 @@ func (t *foldTail) next(batch []*fleetmq.Record, maxClients int) int64 {
 			seen[r.client] = struct{}{}
 		}
 		last, n = max(last, r.id), n+1
+		if !slices.Contains(days, r.day) {
+			days = append(days, r.day)
+		}
 		return true
 	}
 	for _, r := range t.rows {
 		if !take(r) {
-			return last
+			return last, days
 		}
 	}
 	for _, r := range batch {
-		if !take(t.row(r.ID, r.AccountID, r.ClientID)) {
-			return last
+		if !take(t.row(r)) {
+			return last, days
 		}
 	}
-	return last
+	return last, days
 }
 
-// folded drops the rows up to id from the list (wherever they are: ids
-// SQLite reused after retention deleted the newest rows are listed after
-// the deleted rows' entries).
+// folded drops the rows up to id from the list.
 func (t *foldTail) folded(through int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rows = slices.DeleteFunc(t.rows, func(r tailRow) bool { return r.id <= through })
 }
 
-// load lists the unfolded rows from the database (when the store opens).
-func (t *foldTail) load(ctx context.Context, db *sql.DB) error {
-	rows, err := db.QueryContext(ctx, `SELECT id, account_id, client_id FROM history NOT INDEXED WHERE `+unfoldedRows+` ORDER BY id`)
+// load lists the unfolded rows of the given tables (when the store opens).
+func (t *foldTail) load(ctx context.Context, db *sql.DB, parts []dayPartition) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seed = maphash.MakeSeed()
+	for _, p := range parts {
+		if err := t.loadTable(ctx, db, p.name); err != nil {
+			return err
+		}
+	}
+	slices.SortFunc(t.rows, func(a, b tailRow) int { return cmp.Compare(a.id, b.id) })
+	return nil
+}
+
+func (t *foldTail) loadTable(ctx context.Context, db *sql.DB, table string) error {
+	rows, err := db.QueryContext(ctx, `SELECT id, account_id, client_id, received_us FROM `+table+` NOT INDEXED WHERE `+unfoldedRows+` ORDER BY id`)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.seed = maphash.MakeSeed()
 	for rows.Next() {
-		var id int64
-		var account, client string
-		if err := rows.Scan(&id, &account, &client); err != nil {
+		var r fleetmq.Record
+		var received int64
+		if err := rows.Scan(&r.ID, &r.AccountID, &r.ClientID, &received); err != nil {
 			return err
 		}
-		t.rows = append(t.rows, t.row(id, account, client))
+		r.Received = time.UnixMicro(received)
+		t.rows = append(t.rows, t.row(&r))
 	}
 	return rows.Err()
 }
 
+// foldParts are the tables a fold reads: those that hold the given days
+// (the fold list's), and every table this process has written since it
+// opened the store, so that rows the list missed (a commit reported as
+// failed that went in) are folded all the same.
+func (s *Store) foldParts(days []int64) []dayPartition {
+	written := s.appendStmts.tables()
+	var parts []dayPartition
+	for _, p := range s.days.list() {
+		if slices.Contains(written, p.name) || slices.ContainsFunc(days, func(d int64) bool { return p.lo <= d && d < p.hi }) {
+			parts = append(parts, p)
+		}
+	}
+	return parts
+}
+
 // FoldHistory folds every unfolded history row of a SQLite store into the
-// client index and history_latest, in one transaction, and returns how
+// client indexes and history_latest, in one transaction, and returns how
 // many it folded. History commits fold in bounded steps by themselves;
 // queries give the same answers before and after. On PostgreSQL, whose
 // indexes are kept by each commit, it does nothing.
@@ -162,7 +196,7 @@ func (s *Store) FoldHistory(ctx context.Context) (n int64, err error) {
 	}
 	var through int64
 	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		n, through, err = foldIn(ctx, tx, math.MaxInt64)
+		n, through, err = foldIn(ctx, tx, math.MaxInt64, s.days.list())
 		return err
 	})
 	if err != nil {
@@ -173,55 +207,51 @@ func (s *Store) FoldHistory(ctx context.Context) (n int64, err error) {
 }
 
 // foldIn folds the unfolded rows with ids up to through (MaxInt64: all)
-// in a write transaction, reading them from the table (the store's list
-// only chose through), and returns how many it folded and the id it folded
-// up to. A row whose entries are already there (a fold whose success was
-// not reported) is passed over, so a fold never fails on it.
-func foldIn(ctx context.Context, tx *sql.Tx, through int64) (n, folded int64, err error) {
+// of the given tables in a write transaction, reading them from the
+// tables (the store's list only chose through and the tables), and
+// returns how many it folded and the id it folded up to. A row whose
+// entries are already there (a fold whose success was not reported) is
+// passed over, so a fold never fails on it.
+func foldIn(ctx context.Context, tx *sql.Tx, through int64, parts []dayPartition) (n, folded int64, err error) {
 	var mark int64
 	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_folded'`).Scan(&mark); err != nil {
 		return 0, 0, err
 	}
 	if through == math.MaxInt64 {
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), ?) FROM history`, mark).Scan(&through); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_last_id'`).Scan(&through); err != nil {
 			return 0, 0, err
 		}
 	}
 	if through <= mark {
 		return 0, through, nil
 	}
-	res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO history_client (account_id, client_id, received_us, id)
-		SELECT account_id, client_id, received_us, id FROM history NOT INDEXED WHERE id > ? AND id <= ? ORDER BY 1, 2, 3, 4`, mark, through)
-	if err != nil {
-		return 0, 0, err
-	}
-	if n, err = res.RowsAffected(); err != nil {
-		return 0, 0, err
-	}
-	// The newest row of each topic (the later row of two received in the
-	// same microsecond), replacing the stored one unless that is newer, as
-	// a commit of these rows would have.
-	if _, err := tx.ExecContext(ctx, `INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us)
-		SELECT account_id, client_id, topic, id, received_us FROM (
-			SELECT account_id, client_id, topic, id, received_us, ROW_NUMBER() OVER (
-				PARTITION BY account_id, client_id, topic ORDER BY received_us DESC, id DESC) AS newest
-			FROM history NOT INDEXED WHERE id > ? AND id <= ?)
-		WHERE newest = 1 ORDER BY account_id, client_id, topic
-		ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
-		WHERE excluded.received_us >= history_latest.received_us`, mark, through); err != nil {
-		return 0, 0, err
+	for _, p := range parts {
+		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO `+clientTable(p.name)+` (account_id, client_id, received_us, id)
+			SELECT account_id, client_id, received_us, id FROM `+p.name+` NOT INDEXED WHERE id > ? AND id <= ? ORDER BY 1, 2, 3, 4`, mark, through)
+		if err != nil {
+			return 0, 0, err
+		}
+		rows, err := res.RowsAffected()
+		if err != nil {
+			return 0, 0, err
+		}
+		n += rows
+		// The newest row of each topic (the later row of two received in
+		// the same microsecond), replacing the stored one unless that is
+		// newer, as a commit of these rows would have.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us)
+			SELECT account_id, client_id, topic, id, received_us FROM (
+				SELECT account_id, client_id, topic, id, received_us, ROW_NUMBER() OVER (
+					PARTITION BY account_id, client_id, topic ORDER BY received_us DESC, id DESC) AS newest
+				FROM `+p.name+` NOT INDEXED WHERE id > ? AND id <= ?)
+			WHERE newest = 1 ORDER BY account_id, client_id, topic
+			ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
+			WHERE excluded.received_us >= history_latest.received_us`, mark, through); err != nil {
+			return 0, 0, err
+		}
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_folded'`, through); err != nil {
 		return 0, 0, err
 	}
 	return n, through, nil
 }
-
-// keepIDsAfterMark lowers the fold's mark to the largest id when the rows
-// above that were deleted (retention deleting an idle store's newest
-// rows): SQLite gives a new row the largest id plus one, which would
-// otherwise be at or under the mark, and never folded. Every row under
-// the lowered mark is still folded. The first statement of every history
-// commit on SQLite.
-const keepIDsAfterMark = `UPDATE meta SET value = (SELECT COALESCE(MAX(id), 0) FROM history)
-	WHERE key = 'history_folded' AND value > (SELECT COALESCE(MAX(id), 0) FROM history)`

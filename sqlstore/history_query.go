@@ -172,25 +172,26 @@ func (p *historyPlan) payloadColumn(t string) (string, []any) {
 	return "CASE WHEN " + strings.Join(cond, " AND ") + " THEN " + t + "payload END", args
 }
 
-// selectSQL is the SELECT of up to n rows after a position (nil: from the
-// start) in the query's order. SQLite is told the index (without
-// statistics it may prefer the account's time index for a time window);
-// PostgreSQL picks it from the equality conditions and its statistics.
-// SQLite's client index is a table kept behind the writer: see
-// selectByClientSQLite.
-func (p *historyPlan) selectSQL(d dialect, ascending bool, after *fleetmq.Position, n int) (string, []any) {
+// selectSQL is the SELECT of up to n rows of a table of history (on
+// SQLite a day's; on PostgreSQL history, which finds its days itself)
+// after a position (nil: from the start) in the query's order. SQLite is
+// told the index (without statistics it may prefer the account's time
+// index for a time window); PostgreSQL picks it from the equality
+// conditions and its statistics. SQLite's client index is a table kept
+// behind the writer: see selectByClientSQLite.
+func (p *historyPlan) selectSQL(d dialect, table string, ascending bool, after *fleetmq.Position, n int) (string, []any) {
 	dir, cmp := "DESC", "<"
 	if ascending {
 		dir, cmp = "ASC", ">"
 	}
 	if d == sqliteDialect && p.index == "history_client_time" {
-		return p.selectByClientSQLite(dir, cmp, after, n)
+		return p.selectByClientSQLite(table, dir, cmp, after, n)
 	}
 	payload, args := p.payloadColumn("")
 	where, condArgs := p.conds("", after, cmp)
-	from := "history"
+	from := table
 	if d == sqliteDialect {
-		from += " INDEXED BY " + p.index
+		from += " INDEXED BY " + dayIndex(table, p.index)
 	}
 	if d == postgresDialect && after != nil {
 		// The position's time as a bound of its own: PostgreSQL skips the
@@ -203,12 +204,12 @@ func (p *historyPlan) selectSQL(d dialect, ascending bool, after *fleetmq.Positi
 		strings.Join(where, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), append(args, condArgs...)
 }
 
-// selectByClientSQLite is selectSQL for a client's rows on SQLite: the
-// folded ones from history_client, in its order (its received_us and id
+// selectByClientSQLite is selectSQL for a client's rows in a day's table
+// on SQLite: the folded ones from its client index, in its order (its received_us and id
 // are the result's, so the merge reads no more of it than it returns),
 // merged with the client's unfolded ones, a few thousand rows at most
 // (FoldRows) and sorted.
-func (p *historyPlan) selectByClientSQLite(dir, cmp string, after *fleetmq.Position, n int) (string, []any) {
+func (p *historyPlan) selectByClientSQLite(table, dir, cmp string, after *fleetmq.Position, n int) (string, []any) {
 	payload, args := p.payloadColumn("h")
 	folded, foldedArgs := p.conds("c", after, cmp)
 	args = append(args, foldedArgs...)
@@ -216,9 +217,9 @@ func (p *historyPlan) selectByClientSQLite(dir, cmp string, after *fleetmq.Posit
 	tail, tailArgs := p.conds("", after, cmp)
 	args = append(append(args, tailPayloadArgs...), tailArgs...)
 	return "SELECT c.id AS id, " + middleColumns("h", payload) + ", c.received_us AS received_us" +
-		" FROM history_client c CROSS JOIN history h ON h.id = c.id AND h.account_id = c.account_id AND h.client_id = c.client_id WHERE " +
+		" FROM " + clientTable(table) + " c CROSS JOIN " + table + " h ON h.id = c.id AND h.account_id = c.account_id AND h.client_id = c.client_id WHERE " +
 		strings.Join(folded, " AND ") +
-		" UNION ALL SELECT id, " + middleColumns("", tailPayload) + ", received_us FROM history NOT INDEXED WHERE " + unfoldedRows + " AND " +
+		" UNION ALL SELECT id, " + middleColumns("", tailPayload) + ", received_us FROM " + table + " NOT INDEXED WHERE " + unfoldedRows + " AND " +
 		strings.Join(tail, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), args
 }
 
@@ -267,9 +268,18 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 		r                 fleetmq.Record
 		matched, examined int
 		last              fleetmq.Position
-		stop              bool
+		stop, retried     bool
 	)
-	for {
+	// The tables to read, in the query's order: on SQLite the days that
+	// overlap its window.
+	tables := []dayPartition{{name: "history"}}
+	if s.dialect == sqliteDialect {
+		if err := s.freshDays(ctx); err != nil {
+			return err
+		}
+		tables = s.days.overlapping(p.from, p.to, !q.Ascending)
+	}
+	for len(tables) > 0 {
 		n := size
 		if q.Limit > 0 && !p.filtered() {
 			n = q.Limit - matched // every row matches: ask for exactly the rest
@@ -277,7 +287,7 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 		if q.ScanBudget > 0 {
 			n = min(n, q.ScanBudget-examined)
 		}
-		chunkSQL, chunkArgs := p.selectSQL(s.dialect, q.Ascending, after, n)
+		chunkSQL, chunkArgs := p.selectSQL(s.dialect, tables[0].name, q.Ascending, after, n)
 		got := 0
 		err := s.scanHistory(ctx, s.rebind(chunkSQL), chunkArgs, &r, func(props sql.NullString) error {
 			got++
@@ -309,17 +319,40 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 		switch {
 		case stop:
 			return nil
+		case noSuchTable(err) && got == 0:
+			// A day that another process dropped since this one read the
+			// days (its records had expired) is passed over; one that is
+			// still there is read again, once.
+			if rerr := s.rereadSQLiteDays(ctx); rerr != nil {
+				return errors.Join(err, rerr)
+			}
+			if s.days.has(tables[0].name) {
+				if retried {
+					return err
+				}
+				retried = true
+				continue
+			}
+			tables = tables[1:]
+			continue
 		case err != nil:
 			return err
 		case got < n:
-			return nil // the end of the query
-		case q.ScanBudget > 0 && examined >= q.ScanBudget:
+			tables = tables[1:] // the end of the table
+			if len(tables) == 0 {
+				return nil // and of the query
+			}
+		}
+		if q.ScanBudget > 0 && examined >= q.ScanBudget {
 			return &fleetmq.ScanBudgetSpent{Last: last}
 		}
-		pos := last
-		after = &pos
+		if got > 0 {
+			pos := last
+			after = &pos
+		}
 		size = min(size*2, maxChunk)
 	}
+	return nil
 }
 
 // errStopScan ends a scanHistory early.

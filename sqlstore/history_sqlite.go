@@ -5,43 +5,97 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/fleetmq/fleetmq"
 )
 
 // maxAppendRows is the most rows one statement of the SQLite history writer
 // carries. A batch is written in statements of 64, 32, ... 1 rows (its
-// size's binary digits), each prepared once when the store opens: SQLite
+// size's binary digits), each prepared once per day's table: SQLite
 // compiles a statement in tens of microseconds, as long as the commit of a
 // small batch takes to run.
 const maxAppendRows = 64
 
+// nextIDs takes n ids from the counter of history ids and returns the
+// last: the batch's rows get the n ids up to it.
+const nextIDs = `UPDATE meta SET value = value + ? WHERE key = 'history_last_id' RETURNING value`
+
 // appendStmts are the SQLite history writer's prepared statements on the
-// ingest pool: INSERT INTO history by row count (powers of two up to
-// maxAppendRows), and keepIDsAfterMark.
+// ingest pool: nextIDs, and INSERT INTO each day's table by row count
+// (powers of two up to maxAppendRows), prepared when a batch first has
+// rows of the day. A statement prepared on a connection the pool has since
+// replaced is prepared again by the transaction that uses it
+// (sql.Tx.StmtContext).
 type appendStmts struct {
-	insert  map[int]*sql.Stmt
-	keepIDs *sql.Stmt
+	mu     sync.Mutex
+	ids    *sql.Stmt
+	insert map[string]map[int]*sql.Stmt // by table, then row count
 }
 
-// prepareAppend prepares the history writer's statements on the ingest
-// pool, before the first transaction holds its only connection. A
-// statement prepared on a connection the pool has since replaced is
-// prepared again by the transaction that uses it (sql.Tx.StmtContext).
+// prepareAppend prepares the history writer's first statement on the
+// ingest pool, before the first transaction holds its only connection.
 func (s *Store) prepareAppend(ctx context.Context) error {
-	st := &appendStmts{insert: map[int]*sql.Stmt{}}
+	st := &appendStmts{insert: map[string]map[int]*sql.Stmt{}}
 	s.appendStmts = st // closed with the store, however far this goes
 	var err error
+	st.ids, err = s.ingest.PrepareContext(ctx, nextIDs)
+	return err
+}
+
+// forTable returns the INSERT statements of a table, preparing them on db
+// the first time (outside any transaction of db's).
+func (st *appendStmts) forTable(ctx context.Context, db *sql.DB, table string) (map[int]*sql.Stmt, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if m, ok := st.insert[table]; ok {
+		return m, nil
+	}
+	m := make(map[int]*sql.Stmt)
 	for n := 1; n <= maxAppendRows; n *= 2 {
-		if st.insert[n], err = s.ingest.PrepareContext(ctx, insertSQL(n)); err != nil {
-			return err
+		stmt, err := db.PrepareContext(ctx, insertSQL(table, n))
+		if err != nil {
+			for _, s := range m {
+				s.Close()
+			}
+			return nil, err
 		}
+		m[n] = stmt
 	}
-	if st.keepIDs, err = s.ingest.PrepareContext(ctx, keepIDsAfterMark); err != nil {
-		return err
+	st.insert[table] = m
+	return m, nil
+}
+
+// tables returns the tables with prepared INSERTs: those the writer has
+// written since the store opened, but for any dropped since.
+func (st *appendStmts) tables() []string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([]string, 0, len(st.insert))
+	for table := range st.insert {
+		out = append(out, table)
 	}
-	return nil
+	return out
+}
+
+// forget closes the statements of the tables that are not among parts.
+func (st *appendStmts) forget(parts []dayPartition) {
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for table, m := range st.insert {
+		if slices.ContainsFunc(parts, func(p dayPartition) bool { return p.name == table }) {
+			continue
+		}
+		for _, s := range m {
+			s.Close()
+		}
+		delete(st.insert, table)
+	}
 }
 
 // close closes the prepared statements.
@@ -49,14 +103,16 @@ func (st *appendStmts) close() error {
 	if st == nil {
 		return nil
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	var errs []error
-	for _, s := range st.insert {
-		if s != nil {
+	for _, m := range st.insert {
+		for _, s := range m {
 			errs = append(errs, s.Close())
 		}
 	}
-	if st.keepIDs != nil {
-		errs = append(errs, st.keepIDs.Close())
+	if st.ids != nil {
+		errs = append(errs, st.ids.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -72,51 +128,109 @@ func statementRows(n int) int {
 }
 
 // appendHistorySQLite writes a batch in one transaction by multi-row
-// INSERTs. The rows join the unfolded ones (after the fold's mark);
-// once FoldRows have gathered, the transaction also folds the oldest of
-// them into the client index and history_latest, a bounded step, so the
-// step shares the commit's sync.
+// INSERTs into the tables of its records' days. A day another process
+// dropped since this one read the days (a late record of it) is made
+// again, and the batch written once more.
 func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record) error {
-	fold := s.tail.len()+len(recs) >= s.foldRows
-	var through int64 // the id folded up to, 0 when nothing was
-	err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		if _, err := tx.StmtContext(ctx, s.appendStmts.keepIDs).ExecContext(ctx); err != nil {
+	err := s.appendSQLite(ctx, recs)
+	if noSuchTable(err) {
+		if err := s.rereadSQLiteDays(ctx); err != nil {
 			return err
 		}
-		args := make([]any, 0, maxAppendRows*historyColumnCount)
-		for start := 0; start < len(recs); {
-			chunk := recs[start : start+statementRows(len(recs)-start)]
-			start += len(chunk)
-			args = args[:0]
-			for _, r := range chunk {
-				var props any
-				if len(r.UserProperties) > 0 {
-					b, err := json.Marshal(r.UserProperties)
-					if err != nil {
-						return err
+		err = s.appendSQLite(ctx, recs)
+	}
+	return err
+}
+
+// dayRows is the rows of a batch that go into one table, and its INSERTs.
+type dayRows struct {
+	part   dayPartition
+	recs   []*fleetmq.Record
+	insert map[int]*sql.Stmt
+}
+
+// batchDays groups a batch's records by the partition that holds their
+// time (a batch spans one day, two around midnight), creating the days
+// that none does and preparing their INSERTs.
+func (s *Store) batchDays(ctx context.Context, recs []*fleetmq.Record) ([]*dayRows, error) {
+	var groups []*dayRows
+	var missing []int64
+	for _, r := range recs {
+		us := r.Received.UnixMicro()
+		i := slices.IndexFunc(groups, func(g *dayRows) bool { return g.part.lo <= us && us < g.part.hi })
+		if i < 0 {
+			p, ok := s.days.partition(us)
+			if !ok {
+				if day := dayStart(us); !slices.Contains(missing, day) {
+					missing = append(missing, day)
+				}
+				continue
+			}
+			i = len(groups)
+			groups = append(groups, &dayRows{part: p})
+		}
+		groups[i].recs = append(groups[i].recs, r)
+	}
+	if len(missing) > 0 {
+		if err := s.createSQLiteDays(ctx, missing); err != nil {
+			return nil, err
+		}
+		return s.batchDays(ctx, recs) // every day is known now
+	}
+	for _, g := range groups {
+		var err error
+		if g.insert, err = s.appendStmts.forTable(ctx, s.ingest, g.part.name); err != nil {
+			return nil, err
+		}
+	}
+	return groups, nil
+}
+
+// appendSQLite is appendHistorySQLite's one try. The rows join the
+// unfolded ones (after the fold's mark); once FoldRows have gathered, the
+// transaction also folds the oldest of them into their days' client
+// indexes and history_latest, a bounded step, so the step shares the
+// commit's sync.
+func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error {
+	groups, err := s.batchDays(ctx, recs)
+	if err != nil {
+		return err
+	}
+	fold := s.tail.len()+len(recs) >= s.foldRows
+	var through int64 // the id folded up to, 0 when nothing was
+	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		var last int64
+		if err := tx.StmtContext(ctx, s.appendStmts.ids).QueryRowContext(ctx, len(recs)).Scan(&last); err != nil {
+			return err
+		}
+		for i, r := range recs {
+			r.ID = last - int64(len(recs)-1-i)
+		}
+		args := make([]any, 0, maxAppendRows*(historyColumnCount+1))
+		for _, g := range groups {
+			for start := 0; start < len(g.recs); {
+				chunk := g.recs[start : start+statementRows(len(g.recs)-start)]
+				start += len(chunk)
+				args = args[:0]
+				for _, r := range chunk {
+					var props any
+					if len(r.UserProperties) > 0 {
+						b, err := json.Marshal(r.UserProperties)
+						if err != nil {
+							return err
+						}
+						props = string(b)
 					}
-					props = string(b)
+					payload := r.Payload
+					if payload == nil {
+						payload = []byte{}
+					}
+					args = append(args, r.ID, r.AccountID, r.ClientID, r.Topic, r.Class, r.QoS, r.PublishedQoS, r.Retain,
+						payload, r.ContentType, r.PayloadFormat, props, r.StationControllerDeviceID, r.Received.UnixMicro())
 				}
-				payload := r.Payload
-				if payload == nil {
-					payload = []byte{}
+				if _, err := tx.StmtContext(ctx, g.insert[len(chunk)]).ExecContext(ctx, args...); err != nil {
+					return err
 				}
-				args = append(args, r.AccountID, r.ClientID, r.Topic, r.Class, r.QoS, r.PublishedQoS, r.Retain,
-					payload, r.ContentType, r.PayloadFormat, props, r.StationControllerDeviceID, r.Received.UnixMicro())
-			}
-			res, err := tx.StmtContext(ctx, s.appendStmts.insert[len(chunk)]).ExecContext(ctx, args...)
-			if err != nil {
-				return err
-			}
-			// SQLite gives each new row of a rowid table the largest rowid
-			// plus one, row by row, and the transaction holds the write lock:
-			// the chunk's ids are consecutive and end at the last insert id.
-			last, err := res.LastInsertId()
-			if err != nil {
-				return err
-			}
-			for i, r := range chunk {
-				r.ID = last - int64(len(chunk)-1-i)
 			}
 		}
 		if !fold {
@@ -127,8 +241,9 @@ func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record)
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT fold`); err != nil {
 			return err
 		}
+		upTo, days := s.tail.next(recs, max(foldMaxClients, 2*len(recs)))
 		var err error
-		if _, through, err = foldIn(ctx, tx, s.tail.next(recs, max(foldMaxClients, 2*len(recs)))); err != nil {
+		if _, through, err = foldIn(ctx, tx, upTo, s.foldParts(days)); err != nil {
 			through = 0
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
 				return err
@@ -147,9 +262,10 @@ func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record)
 	return nil
 }
 
-// insertSQL is a multi-row INSERT of n history rows.
-func insertSQL(n int) string {
-	return "INSERT INTO history (" + historyColumns + ") VALUES " + valueRows(n, historyColumnCount)
+// insertSQL is a multi-row INSERT of n history rows, with their ids,
+// into a day's table.
+func insertSQL(table string, n int) string {
+	return "INSERT INTO " + table + " (id, " + historyColumns + ") VALUES " + valueRows(n, historyColumnCount+1)
 }
 
 // valueRows is n rows of cols placeholders: "(?, ?), (?, ?)".

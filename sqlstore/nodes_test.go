@@ -55,8 +55,11 @@ func TestRecordError(t *testing.T) {
 			Payload: []byte("x"), Received: t0}
 		if s.Backend() == "postgres" {
 			bad.StationControllerDeviceID = "a\x00b"
-		} else { // SQLite takes NUL in text: a trigger refuses this record instead
-			if _, err := s.DB().ExecContext(ctx, `CREATE TRIGGER refuse BEFORE INSERT ON history
+		} else { // SQLite takes NUL in text: a trigger on t0's day refuses this record instead
+			if err := s.PrepareHistoryDays(ctx, t0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.DB().ExecContext(ctx, `CREATE TRIGGER refuse BEFORE INSERT ON history_d`+t0.UTC().Format("20060102")+`
 				WHEN NEW.topic LIKE '%/refused' BEGIN SELECT RAISE(ABORT, 'refused'); END`); err != nil {
 				t.Fatal(err)
 			}

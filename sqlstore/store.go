@@ -87,7 +87,7 @@ type Store struct {
 	// store opened.
 	tail     foldTail
 	foldRows int
-	// PostgreSQL: history's day partitions as last read.
+	// History's day partitions as last read.
 	days historyDays
 }
 
@@ -169,7 +169,11 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	s.foldRows = FoldRows
-	if err := s.tail.load(ctx, s.db); err != nil {
+	if err := s.rereadSQLiteDays(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := s.tail.load(ctx, s.db, s.days.list()); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}

@@ -1,6 +1,8 @@
 package app_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,9 +21,16 @@ import (
 func TestPoisonMessageRefusedOthersFlow(t *testing.T) {
 	t.Parallel()
 	p := startPlatform(t)
-	if _, err := p.Store.DB().Exec(`CREATE TRIGGER poison BEFORE INSERT ON history
-		WHEN NEW.topic LIKE '%/poison/%' BEGIN SELECT RAISE(ABORT, 'poison record'); END`); err != nil {
-		t.Fatal(err)
+	// On the table of the day of the platform's clock.
+	for i, at := range []time.Time{p.clock.Now()} {
+		table, err := p.Store.HistoryTable(context.Background(), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Store.DB().Exec(fmt.Sprintf(`CREATE TRIGGER poison%d BEFORE INSERT ON %s
+			WHEN NEW.topic LIKE '%%/poison/%%' BEGIN SELECT RAISE(ABORT, 'poison record'); END`, i, table)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	A := p.newTenant(t, "A", "starter", false, "dev1", "dev3")
 	B := p.newTenant(t, "B", "starter", false, "dev1")

@@ -105,9 +105,7 @@ func (p *platformSetup) historyCount(ctx context.Context, dir string) (int64, er
 		return 0, err
 	}
 	defer store.Close()
-	var n int64
-	err = store.DB().QueryRowContext(ctx, "SELECT COUNT(*) FROM history WHERE account_id = ?", p.account).Scan(&n)
-	return n, err
+	return store.CountHistory(ctx, p.account)
 }
 
 // unlimitedRates are a plan's publish rates all given as 0 (unlimited), for

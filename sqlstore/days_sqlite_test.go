@@ -1,0 +1,293 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+)
+
+// dayTables lists the day tables of a SQLite store (without their client
+// indexes), and whether the table history from before the days is there.
+func dayTables(t *testing.T, s *Store) (days []string, legacy bool) {
+	t.Helper()
+	rows, err := s.db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'history*' ORDER BY name`)
+	noErr(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		noErr(t, rows.Scan(&name))
+		switch {
+		case name == legacyHistory:
+			legacy = true
+		case sqliteDayTable.MatchString(name):
+			days = append(days, name)
+		}
+	}
+	noErr(t, rows.Err())
+	return days, legacy
+}
+
+// accountPositions runs an account query (optionally of a class) to its
+// end in pages of 5.
+func accountPositions(t *testing.T, s *Store, acc, class string, asc bool) []fleetmq.Position {
+	t.Helper()
+	var out []fleetmq.Position
+	q := fleetmq.HistoryQuery{AccountID: acc, Class: class, Ascending: asc, Limit: 5}
+	for range 10_000 {
+		got := 0
+		noErr(t, s.QueryHistory(context.Background(), &q, func(r *fleetmq.Record) error {
+			if r.AccountID != acc || class != "" && r.Class != class {
+				t.Fatalf("account %s class %q query returned %s's %s record", acc[:8], class, r.AccountID[:8], r.Class)
+			}
+			out = append(out, r.Position())
+			got++
+			return nil
+		}))
+		if got < q.Limit {
+			return out
+		}
+		q.After = &out[len(out)-1]
+	}
+	t.Fatal("query did not end")
+	return nil
+}
+
+// checkAccountAnswers compares the account and class queries of both
+// accounts, in both orders, with the reference.
+func checkAccountAnswers(t *testing.T, s *Store, ref *foldRef, stage string) {
+	t.Helper()
+	for _, acc := range []string{foldAccA, foldAccB} {
+		for _, class := range []string{"", "state"} {
+			for _, asc := range []bool{false, true} {
+				var want []fleetmq.Position
+				for _, r := range ref.recs {
+					if r.AccountID == acc && (class == "" || r.Class == class) {
+						want = append(want, r.Position())
+					}
+				}
+				sortPositions(want, asc)
+				if got := accountPositions(t, s, acc, class, asc); !slices.Equal(got, want) {
+					t.Fatalf("%s: account %s class %q ascending %v: got %d records, want %d\n got %v\nwant %v", stage, acc[:8], class, asc, len(got), len(want), got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestSQLiteDaysAcrossMidnight: records of two days (around midnight) and
+// late records of the day before go into a table per day; every query
+// shape (client, account, class; both orders; pages; a window across
+// midnight) and the latest values answer as from one table, unfolded,
+// partly folded and folded, and after retention's row deletes; ids grow
+// across days.
+func TestSQLiteDaysAcrossMidnight(t *testing.T) {
+	ctx, s := context.Background(), openFoldStore(t)
+	s.foldRows = 40
+	midnight := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	t0 := midnight.Add(-300 * time.Millisecond) // checkFoldAnswers' window, t0+150..420 ms, crosses midnight
+	ref := &foldRef{}
+	n := 0
+	var lastID int64
+	for batch := range 30 {
+		var recs []*fleetmq.Record
+		for i := range 1 + batch%7 {
+			n++
+			acc := []string{foldAccA, foldAccB}[n%2]
+			client := fmt.Sprintf("dev-%d", n%4)
+			at := t0.Add(time.Duration(n*3) * time.Millisecond)
+			class := []string{"state", "telemetry"}[i%2]
+			switch {
+			case n%9 == 0:
+				at = midnight.Add(-25*time.Hour + time.Duration(n)*time.Millisecond) // a late record of the day before yesterday
+			case n%13 == 0:
+				at = at.Add(-40 * time.Millisecond)
+			}
+			topic := acc + "/" + client + "/" + class + "/" + strconv.Itoa(n%3)
+			recs = append(recs, &fleetmq.Record{AccountID: acc, ClientID: client, Topic: topic, Class: class, QoS: 1,
+				PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at})
+		}
+		noErr(t, s.AppendHistory(ctx, recs))
+		for _, r := range recs {
+			if r.ID <= lastID {
+				t.Fatalf("record %d after record ids up to %d: ids do not grow across days", r.ID, lastID)
+			}
+			lastID = r.ID
+			ref.recs = append(ref.recs, *r)
+		}
+		if batch%10 == 9 {
+			checkFoldAnswers(t, s, ref, t0, fmt.Sprintf("after batch %d", batch))
+			checkAccountAnswers(t, s, ref, fmt.Sprintf("after batch %d", batch))
+		}
+	}
+	days, legacy := dayTables(t, s)
+	if want := []string{"history_d20261126", "history_d20261127", "history_d20261128"}; !slices.Equal(days, want) || !legacy {
+		t.Fatalf("tables %v (history %v), want %v and the empty history from before the days", days, legacy, want)
+	}
+	if s.tail.len() == 0 {
+		t.Fatal("nothing unfolded at the end: the test does not cover unfolded rows")
+	}
+	checkFoldAnswers(t, s, ref, t0, "partly folded")
+	checkAccountAnswers(t, s, ref, "partly folded")
+	_, err := s.FoldHistory(ctx)
+	noErr(t, err)
+	checkFoldAnswers(t, s, ref, t0, "folded")
+	checkAccountAnswers(t, s, ref, "folded")
+
+	// Row deletes across the days, one record at a time.
+	cut := midnight.Add(30 * time.Millisecond)
+	for range 1000 {
+		d, err := s.DeleteHistory(ctx, foldAccA, cut, 1)
+		noErr(t, err)
+		if d == 0 {
+			break
+		}
+	}
+	ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool { return r.AccountID == foldAccA && r.Received.Before(cut) })
+	checkFoldAnswers(t, s, ref, t0, "after row deletes")
+	checkAccountAnswers(t, s, ref, "after row deletes")
+	if rows, indexed := sumTables(t, s, `SELECT COUNT(*) FROM %s`), sumTables(t, s, `SELECT COUNT(*) FROM %s_client`); rows != len(ref.recs) || indexed != rows {
+		t.Fatalf("%d rows, %d in the client indexes; want %d of each", rows, indexed, len(ref.recs))
+	}
+}
+
+// TestSQLiteDropDays: retention drops a day's tables whole when no account
+// that keeps part of the day has a record in it, with the latest values
+// that pointed into it, and keeps the others; a second store on the same
+// file (another process) that still lists the dropped day answers
+// queries without it and stores a late record of it in a day made again.
+func TestSQLiteDropDays(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	s, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer s.Close()
+	other, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer other.Close()
+
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	rec := func(acc, client, sub string, at time.Time) *fleetmq.Record {
+		return &fleetmq.Record{AccountID: acc, ClientID: client, Topic: acc + "/" + client + "/" + sub, Class: "state", QoS: 1,
+			PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at}
+	}
+	old, kept := now.Add(-20*24*time.Hour), now.Add(-10*24*time.Hour)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{
+		rec(foldAccA, "dev-1", "state/old", old), rec(foldAccA, "dev-1", "state/kept", kept),
+		rec(foldAccB, "dev-1", "state/kept", kept), rec(foldAccA, "dev-1", "state/now", now),
+	}))
+	noErr(t, s.PrepareHistoryDays(ctx, now))
+	noErr(t, other.PrepareHistoryDays(ctx, now)) // lists the days, the old one among them
+	// A keeps 7 days; B keeps 30, so the day 10 days back is kept whole and
+	// A's record in it is left to row deletes.
+	expired := map[string]time.Time{foldAccA: now.Add(-7 * 24 * time.Hour), foldAccB: now.Add(-30 * 24 * time.Hour)}
+	dropped, err := s.DropHistoryDays(ctx, now.Add(-7*24*time.Hour), expired)
+	noErr(t, err)
+	days, legacy := dayTables(t, s)
+	if want := []string{dayTable(dayStart(kept.UnixMicro())), "history_d20261127", "history_d20261128"}; dropped != 1 || !slices.Equal(days, want) || legacy {
+		t.Fatalf("dropped %d; tables %v (history %v); want 1 and %v, history gone (it held nothing)", dropped, days, legacy, want)
+	}
+	latest, err := s.LatestHistory(ctx, foldAccA, "dev-1")
+	noErr(t, err)
+	var topics []string
+	for _, r := range latest {
+		topics = append(topics, r.Topic[len(foldAccA)+len("/dev-1/"):])
+	}
+	if !slices.Equal(topics, []string{"state/kept", "state/now"}) {
+		t.Fatalf("latest of A's dev-1 after the drop: %v; want state/kept and state/now (state/old's day was dropped)", topics)
+	}
+
+	// The other store still lists the dropped day.
+	got := queryPositions(t, other, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "dev-1", Ascending: true}, 0)
+	if len(got) != 2 || !got[0].Received.Equal(kept) || !got[1].Received.Equal(now) {
+		t.Fatalf("A's dev-1 from the other store after the drop: %v; want the records of %v and %v", got, kept, now)
+	}
+	// A writer that lists the dropped day (the query above made the other
+	// store read the days again; a writer does not read them before its
+	// commits).
+	late := rec(foldAccA, "dev-1", "state/late", old.Add(time.Second))
+	lo := dayStart(old.UnixMicro())
+	other.days.set(append(other.days.list(), dayPartition{name: dayTable(lo), lo: lo, hi: lo + dayMicros, managed: true}))
+	noErr(t, other.AppendHistory(ctx, []*fleetmq.Record{late}))
+	got = queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "dev-1", Ascending: true}, 0)
+	if len(got) != 3 || got[0] != late.Position() {
+		t.Fatalf("A's dev-1 after a late record of the dropped day: %v; want it first of 3", got)
+	}
+}
+
+// TestSQLiteMigrationToDays: a store of the schema before the days keeps
+// its records in history, which then holds every time up to the midnight
+// after its newest record; later records go into day tables, late ones of
+// history's time into history; queries, latest values and folds read
+// across both, and retention drops history once no account keeps
+// anything in it.
+func TestSQLiteMigrationToDays(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	db, err := sql.Open(sqliteDriver, "file:"+path+"?_journal_mode=WAL&_foreign_keys=on")
+	noErr(t, err)
+	migrateUpTo(t, db, sqliteDialect, 10)
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	ref := &foldRef{}
+	for i := range 100 {
+		acc := []string{foldAccA, foldAccB}[i%2]
+		client := fmt.Sprintf("dev-%d", i%4)
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		topic := acc + "/" + client + "/state/" + strconv.Itoa(i%3)
+		res, err := db.Exec(`INSERT INTO history (`+historyColumns+`) VALUES (?, ?, ?, 'state', 1, 1, 0, ?, '', 0, NULL, '', ?)`,
+			acc, client, topic, fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), at.UnixMicro())
+		noErr(t, err)
+		id, _ := res.LastInsertId()
+		ref.recs = append(ref.recs, fleetmq.Record{ID: id, AccountID: acc, ClientID: client, Topic: topic, Class: "state", Received: at})
+	}
+	noErr(t, db.Close())
+
+	s, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer s.Close()
+	parts := s.days.list()
+	if len(parts) != 1 || parts[0].name != legacyHistory || parts[0].lo != math.MinInt64 || parts[0].hi != time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC).UnixMicro() {
+		t.Fatalf("after the migration: %+v; want history alone, up to the midnight after its newest record", parts)
+	}
+	add := func(at time.Time, client string) {
+		r := &fleetmq.Record{AccountID: foldAccA, ClientID: client, Topic: foldAccA + "/" + client + "/state/0", Class: "state", QoS: 1,
+			PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at}
+		noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{r}))
+		if r.ID <= 100 {
+			t.Fatalf("a new record got id %d, not after history's 100", r.ID)
+		}
+		ref.recs = append(ref.recs, *r)
+	}
+	add(t0.Add(24*time.Hour), "dev-1")                  // the next day: a day table
+	add(t0.Add(time.Second), "dev-1")                   // history's time: into history
+	add(t0.Add(24*time.Hour+time.Microsecond), "dev-2") // the next day again
+	checkFoldAnswers(t, s, ref, t0, "after the migration")
+	checkAccountAnswers(t, s, ref, "after the migration")
+	if days, legacy := dayTables(t, s); !slices.Equal(days, []string{"history_d20261128"}) || !legacy {
+		t.Fatalf("tables %v (history %v); want history_d20261128 and history", days, legacy)
+	}
+	_, err = s.FoldHistory(ctx)
+	noErr(t, err)
+	checkFoldAnswers(t, s, ref, t0, "folded after the migration")
+
+	// Everything older than the day after expires: history goes whole.
+	now := t0.Add(30 * 24 * time.Hour)
+	expired := map[string]time.Time{foldAccA: t0.Add(48 * time.Hour), foldAccB: t0.Add(48 * time.Hour)}
+	dropped, err := s.DropHistoryDays(ctx, now.Add(-7*24*time.Hour), expired)
+	noErr(t, err)
+	if days, legacy := dayTables(t, s); dropped != 2 || legacy || len(days) != 0 {
+		t.Fatalf("dropped %d; tables %v (history %v); want 2 (history and the day after), none left", dropped, days, legacy)
+	}
+	for _, c := range []string{"dev-1", "dev-2"} {
+		if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: c}, 0); len(got) != 0 {
+			t.Fatalf("A's %s after every day was dropped: %v", c, got)
+		}
+	}
+}

@@ -1,0 +1,23 @@
+-- History in one table per UTC day, history_dYYYYMMDD, each with its own
+-- indexes and folded client index (history_dYYYYMMDD_client), so that
+-- retention drops a day's tables whole instead of deleting its rows. The
+-- tables are made by the store as days come (sqlstore/history_days_sqlite.go).
+--
+-- The table history keeps the records it holds: it is the partition of
+-- every time before the UTC midnight after its newest record
+-- (history_days_from), and retention deletes its rows, or drops it once
+-- no account keeps any of them. An empty history covers no time at all.
+--
+-- Record ids come from a counter (history_last_id) instead of each
+-- table's largest rowid, so they stay unique and increasing across days
+-- and are never used twice.
+
+INSERT INTO meta (key, value) VALUES ('history_last_id', (SELECT COALESCE(MAX(id), 0) FROM history));
+
+INSERT INTO meta (key, value) VALUES ('history_days_from', COALESCE(
+	(SELECT (MAX(received_us) / 86400000000 + 1) * 86400000000 FROM history),
+	-9223372036854775808));
+
+-- Every id up to the counter is folded or after the mark: a store whose
+-- newest rows retention deleted had its mark above the largest id.
+UPDATE meta SET value = MIN(value, (SELECT value FROM meta WHERE key = 'history_last_id')) WHERE key = 'history_folded';
