@@ -3,11 +3,13 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,17 +37,20 @@ func dayTables(t *testing.T, s *Store) (days []string, legacy bool) {
 	return days, legacy
 }
 
-// accountPositions runs an account query (optionally of a class) to its
-// end in pages of 5.
-func accountPositions(t *testing.T, s *Store, acc, class string, asc bool) []fleetmq.Position {
+// accountPositions runs an account query (optionally of a class or a
+// station controller device) to its end in pages of 5.
+func accountPositions(t *testing.T, s *Store, acc, class string, asc bool, device ...string) []fleetmq.Position {
 	t.Helper()
 	var out []fleetmq.Position
 	q := fleetmq.HistoryQuery{AccountID: acc, Class: class, Ascending: asc, Limit: 5}
+	if len(device) > 0 {
+		q.StationControllerDeviceID = device[0]
+	}
 	for range 10_000 {
 		got := 0
 		noErr(t, s.QueryHistory(context.Background(), &q, func(r *fleetmq.Record) error {
-			if r.AccountID != acc || class != "" && r.Class != class {
-				t.Fatalf("account %s class %q query returned %s's %s record", acc[:8], class, r.AccountID[:8], r.Class)
+			if r.AccountID != acc || class != "" && r.Class != class || r.StationControllerDeviceID != q.StationControllerDeviceID && q.StationControllerDeviceID != "" {
+				t.Fatalf("account %s class %q device %q query returned %s's %s record of device %q", acc[:8], class, q.StationControllerDeviceID, r.AccountID[:8], r.Class, r.StationControllerDeviceID)
 			}
 			out = append(out, r.Position())
 			got++
@@ -77,6 +82,18 @@ func checkAccountAnswers(t *testing.T, s *Store, ref *foldRef, stage string) {
 				if got := accountPositions(t, s, acc, class, asc); !slices.Equal(got, want) {
 					t.Fatalf("%s: account %s class %q ascending %v: got %d records, want %d\n got %v\nwant %v", stage, acc[:8], class, asc, len(got), len(want), got, want)
 				}
+			}
+		}
+		for _, asc := range []bool{false, true} {
+			var want []fleetmq.Position
+			for _, r := range ref.recs {
+				if r.AccountID == acc && r.StationControllerDeviceID == "sc-1" {
+					want = append(want, r.Position())
+				}
+			}
+			sortPositions(want, asc)
+			if got := accountPositions(t, s, acc, "", asc, "sc-1"); !slices.Equal(got, want) {
+				t.Fatalf("%s: account %s device sc-1 ascending %v: got %d records, want %d", stage, acc[:8], asc, len(got), len(want))
 			}
 		}
 	}
@@ -289,5 +306,141 @@ func TestSQLiteMigrationToDays(t *testing.T) {
 		if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: c}, 0); len(got) != 0 {
 			t.Fatalf("A's %s after every day was dropped: %v", c, got)
 		}
+	}
+}
+
+// TestSQLiteReorderKeepsAnswers: a day that ended is rewritten in the
+// client index's order (history_cYYYYMMDD), copied a few rows at a time:
+// every query shape and the latest values answer as before; a record of
+// the day stored while it is copied is in the rewritten day; a row
+// deleted meanwhile makes the reorder give up, leaving the day as it was,
+// and the next pass reorders it; a store that still lists the day in
+// arrival order reads the rewritten one; late records, row deletes and the
+// drop work on the rewritten day.
+func TestSQLiteReorderKeepsAnswers(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	s, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer s.Close()
+	other, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer other.Close()
+	s.foldRows = 30
+	defer func(n int) { reorderChunk = n }(reorderChunk)
+	reorderChunk = 7
+
+	midnight := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	t0 := midnight.Add(-300 * time.Millisecond)
+	ref := &foldRef{}
+	rec := func(n int, at time.Time) *fleetmq.Record {
+		acc := []string{foldAccA, foldAccB}[n%2]
+		client := fmt.Sprintf("dev-%d", n%4)
+		class := []string{"state", "telemetry"}[n%3%2]
+		r := &fleetmq.Record{AccountID: acc, ClientID: client, Topic: acc + "/" + client + "/" + class + "/" + strconv.Itoa(n%3), Class: class,
+			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at}
+		if n%5 == 0 {
+			r.StationControllerDeviceID = "sc-1"
+		}
+		return r
+	}
+	store := func(st *Store, recs ...*fleetmq.Record) {
+		t.Helper()
+		noErr(t, st.AppendHistory(ctx, recs))
+		for _, r := range recs {
+			ref.recs = append(ref.recs, *r)
+		}
+	}
+	for n := range 200 {
+		store(s, rec(n, t0.Add(time.Duration(n*3)*time.Millisecond)))
+	}
+	noErr(t, other.freshDays(ctx)) // lists the day before midnight in arrival order
+	day := dayTable(dayStart(t0.UnixMicro()))
+
+	// A row deleted while the day is copied: the reorder gives up.
+	afterReorderCopy = func(string) {
+		_, err := s.DeleteHistory(ctx, foldAccA, t0.Add(time.Millisecond), 1)
+		noErr(t, err)
+	}
+	defer func() { afterReorderCopy = nil }()
+	if n, err := s.ReorderHistoryDays(ctx, midnight); n != 0 || !errors.Is(err, errReorderRace) {
+		t.Fatalf("reorder with a row deleted during the copy: %d days, %v; want 0 and the race", n, err)
+	}
+	ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool { return r.AccountID == foldAccA && r.Received.Before(t0.Add(time.Millisecond)) })
+	if days, _ := dayTables(t, s); !slices.Contains(days, day) || sumTables(t, s, `SELECT COUNT(*) FROM sqlite_master WHERE name GLOB 'history_r*' AND '%s' <> ''`) != 0 {
+		t.Fatalf("after a reorder gave up: tables %v; want %s kept and no copy left", days, day)
+	}
+	checkFoldAnswers(t, s, ref, t0, "after a reorder gave up")
+
+	// A record of the day stored while it is copied.
+	afterReorderCopy = func(string) { store(s, rec(1000, t0.Add(time.Microsecond))) }
+	if n, err := s.ReorderHistoryDays(ctx, midnight); n != 1 || err != nil {
+		t.Fatalf("reorder: %d days, %v; want 1", n, err)
+	}
+	afterReorderCopy = nil
+	clustered := dayName("c", dayStart(t0.UnixMicro()))
+	if days, _ := dayTables(t, s); !slices.Contains(days, clustered) || slices.Contains(days, day) {
+		t.Fatalf("after the reorder: tables %v; want %s in place of %s", days, clustered, day)
+	}
+	checkFoldAnswers(t, s, ref, t0, "reordered")
+	checkAccountAnswers(t, s, ref, "reordered")
+	// Each query shape reads the rewritten day in an index's order: its
+	// key (client) or an index table, never a scan or a sort.
+	part, _ := s.days.partition(t0.UnixMicro())
+	for _, q := range []fleetmq.HistoryQuery{{ClientID: "dev-1"}, {}, {Class: "state"}, {StationControllerDeviceID: "sc-1"}, {From: t0, To: midnight}} {
+		q.AccountID = foldAccA
+		p, err := planHistory(&q)
+		noErr(t, err)
+		for _, asc := range []bool{false, true} {
+			query, args := p.selectSQL(sqliteDialect, part, asc, &fleetmq.Position{Received: t0.Add(time.Millisecond), ID: 5}, 10)
+			rows, err := s.db.Query("EXPLAIN QUERY PLAN "+query, args...)
+			noErr(t, err)
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				noErr(t, rows.Scan(&id, &parent, &unused, &detail))
+				plan = append(plan, detail)
+			}
+			rows.Close()
+			text := strings.Join(plan, "\n")
+			if strings.Contains(text, "TEMP B-TREE") || strings.Contains(text, "SCAN") || !strings.Contains(text, "received_us") {
+				t.Errorf("%+v on the rewritten day (ascending %v): plan\n%s", q, asc, text)
+			}
+		}
+	}
+	// A store that lists the day in arrival order and the schema's current
+	// version (it read the days just before the swap) finds the rewritten
+	// one.
+	other.days.set([]dayPartition{{name: day, lo: dayStart(t0.UnixMicro()), hi: midnight.UnixMicro(), managed: true}})
+	noErr(t, other.db.QueryRow(`PRAGMA schema_version`).Scan(&other.days.version))
+	if got := accountPositions(t, other, foldAccB, "", true); len(got) == 0 || got[0].Received.After(midnight) {
+		t.Fatalf("the other store's account query: %v; want B's records of the rewritten day first", got)
+	}
+
+	// Late records, row deletes and the latest values on the rewritten day.
+	store(s, rec(1001, t0.Add(2*time.Microsecond)), rec(1002, midnight.Add(-time.Microsecond)))
+	cut := t0.Add(30 * time.Millisecond)
+	for range 100 {
+		d, err := s.DeleteHistory(ctx, foldAccB, cut, 3)
+		noErr(t, err)
+		if d == 0 {
+			break
+		}
+	}
+	ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool { return r.AccountID == foldAccB && r.Received.Before(cut) })
+	checkFoldAnswers(t, s, ref, t0, "late records and deletes on the rewritten day")
+	checkAccountAnswers(t, s, ref, "late records and deletes on the rewritten day")
+
+	// A second pass leaves the rewritten day; a drop takes it whole.
+	if n, err := s.ReorderHistoryDays(ctx, midnight); n != 0 || err != nil {
+		t.Fatalf("second reorder: %d days, %v; want none", n, err)
+	}
+	expired := map[string]time.Time{foldAccA: midnight, foldAccB: midnight}
+	if n, err := s.DropHistoryDays(ctx, midnight, expired); n != 1 || err != nil {
+		t.Fatalf("drop: %d days, %v; want the rewritten day", n, err)
+	}
+	if days, _ := dayTables(t, s); slices.Contains(days, clustered) {
+		t.Fatalf("after the drop: tables %v", days)
 	}
 }

@@ -112,7 +112,9 @@ func (s *Store) latestSQLite(ctx context.Context, q queryer, accountID, clientID
 	query := `SELECT received_us, id FROM (SELECT topic, received_us, id, ROW_NUMBER() OVER (PARTITION BY topic ORDER BY received_us DESC, id DESC) AS n FROM (
 		SELECT record_id AS id, topic, received_us FROM history_latest WHERE account_id = ?1 AND client_id = ?2`
 	for _, t := range tables {
-		query += ` UNION ALL SELECT id, topic, received_us FROM ` + t.name + ` NOT INDEXED WHERE ` + unfoldedRows + ` AND account_id = ?1 AND client_id = ?2`
+		if !t.clustered { // a day in client order has nothing unfolded
+			query += ` UNION ALL SELECT id, topic, received_us FROM ` + t.name + ` NOT INDEXED WHERE ` + unfoldedRows + ` AND account_id = ?1 AND client_id = ?2`
+		}
 	}
 	query += `)) WHERE n = 1`
 	at, ids, err := latestEntries(ctx, q, query, accountID, clientID)
@@ -121,19 +123,28 @@ func (s *Store) latestSQLite(ctx context.Context, q queryer, accountID, clientID
 	}
 	var out []*fleetmq.Record
 	for _, t := range tables {
+		// By id; in a day in client order, by its key.
 		var in []any
 		for i, us := range at {
 			if t.lo <= us && us < t.hi {
+				if t.clustered {
+					in = append(in, us)
+				}
 				in = append(in, ids[i])
 			}
 		}
 		if len(in) == 0 {
 			continue
 		}
+		where := `account_id = ? AND id IN (` + strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ") + `)`
+		args := []any{accountID}
+		if t.clustered {
+			where = `account_id = ? AND client_id = ? AND (received_us, id) IN (VALUES ` + valueRows(len(in)/2, 2) + `)`
+			args = append(args, clientID)
+		}
 		out, err = scanLatest(ctx, q, out, `SELECT id, account_id, client_id, topic, class, qos, published_qos, retain,
 			payload, content_type, payload_format, user_properties, station_controller_device_id, received_us
-			FROM `+t.name+` WHERE account_id = ? AND id IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(in)), ", ")+`)`,
-			append([]any{accountID}, in...)...)
+			FROM `+t.name+` WHERE `+where, append(args, in...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -197,8 +208,14 @@ func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time
 			}
 			to := before.UnixMicro()
 			for _, t := range s.days.overlapping(nil, &to, false) {
-				res, err := tx.ExecContext(ctx, `DELETE FROM `+t.name+` WHERE id IN (
-					SELECT id FROM `+t.name+` INDEXED BY `+dayIndex(t.name, "account_time")+`
+				// By id; in a day in client order, by pos, from its index
+				// table.
+				key, from := "id", t.name+` INDEXED BY `+dayIndex(t.name, "account_time")
+				if t.clustered {
+					key, from = "pos", dayIndex(t.name, "account_time")
+				}
+				res, err := tx.ExecContext(ctx, `DELETE FROM `+t.name+` WHERE `+key+` IN (
+					SELECT `+key+` FROM `+from+`
 					WHERE account_id = ?1 AND received_us < ?2 ORDER BY received_us, id LIMIT ?3)`, accountID, to, int64(limit)-n)
 				if noSuchTable(err) {
 					continue // a day another process dropped

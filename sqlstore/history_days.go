@@ -58,6 +58,9 @@ type dayPartition struct {
 	name    string
 	lo, hi  int64
 	managed bool
+	// SQLite: a day rewritten in the client index's order
+	// (history_cYYYYMMDD), which is its own client index.
+	clustered bool
 }
 
 // managedTable matches the names of the tables fleetmq makes for history:
@@ -614,11 +617,11 @@ func bound(us int64) string {
 //     day is opened again and the copy dropped; the next call starts over.
 //
 // It returns how many days it reordered. Only one process reorders at a
-// time; on SQLite it does nothing.
+// time. On SQLite see reorderSQLiteDays.
 func (s *Store) ReorderHistoryDays(ctx context.Context, before time.Time) (_ int, err error) {
 	defer wrap(&err, "reorder history days")
 	if s.dialect != postgresDialect {
-		return 0, nil
+		return s.reorderSQLiteDays(ctx, before)
 	}
 	conn, release, err := s.upkeepConn(ctx)
 	if conn == nil || err != nil {

@@ -39,8 +39,9 @@ import (
 // legacyHistory is the table of history from before the days.
 const legacyHistory = "history"
 
-// sqliteDayTable matches the day tables' names.
-var sqliteDayTable = regexp.MustCompile(`^history_d(\d{8})$`)
+// sqliteDayTable matches the day tables' names: in arrival order (d) or
+// reordered by client (c).
+var sqliteDayTable = regexp.MustCompile(`^history_([dc])(\d{8})$`)
 
 // clientTable is the folded client index of a day's table.
 func clientTable(table string) string { return table + "_client" }
@@ -57,20 +58,7 @@ func dayIndex(table, index string) string {
 func sqliteDayDDL(table string) string {
 	return strings.NewReplacer("T_", table).Replace(`
 CREATE TABLE IF NOT EXISTS T_ (
-	id              INTEGER PRIMARY KEY,
-	account_id      TEXT NOT NULL,
-	client_id       TEXT NOT NULL,
-	topic           TEXT NOT NULL,
-	class           TEXT NOT NULL,
-	qos             INTEGER NOT NULL,
-	published_qos   INTEGER NOT NULL,
-	retain          INTEGER NOT NULL,
-	payload         BLOB NOT NULL,
-	content_type    TEXT NOT NULL DEFAULT '',
-	payload_format  INTEGER NOT NULL DEFAULT 0,
-	user_properties TEXT,
-	station_controller_device_id TEXT NOT NULL DEFAULT '',
-	received_us     INTEGER NOT NULL
+	id              INTEGER PRIMARY KEY,` + historyColumnDefs + `
 );
 CREATE INDEX IF NOT EXISTS T__account_time ON T_ (account_id, received_us);
 CREATE INDEX IF NOT EXISTS T__class_time ON T_ (account_id, class, received_us);
@@ -89,10 +77,100 @@ CREATE TRIGGER IF NOT EXISTS T__client_delete AFTER DELETE ON T_ BEGIN
 END;`)
 }
 
+// historyColumnDefs are the columns of history after id (migrations 0002
+// and 0008).
+const historyColumnDefs = `
+	account_id      TEXT NOT NULL,
+	client_id       TEXT NOT NULL,
+	topic           TEXT NOT NULL,
+	class           TEXT NOT NULL,
+	qos             INTEGER NOT NULL,
+	published_qos   INTEGER NOT NULL,
+	retain          INTEGER NOT NULL,
+	payload         BLOB NOT NULL,
+	content_type    TEXT NOT NULL DEFAULT '',
+	payload_format  INTEGER NOT NULL DEFAULT 0,
+	user_properties TEXT,
+	station_controller_device_id TEXT NOT NULL DEFAULT '',
+	received_us     INTEGER NOT NULL`
+
+// A day rewritten in the client index's order, history_cYYYYMMDD, is a
+// table whose rows are numbered (pos, its rowid) in the order of its
+// client index, (account, client, time, id), so a client's records lie
+// together and its index's entries were each written after the one
+// before. Its other indexes are tables of their own
+// (history_cYYYYMMDD_account_time, _class_time, _device_time: the index's
+// columns, id, and the row's pos), written in their order while the day
+// is copied, as SQLite writes an index it sorts; indexes of the table
+// itself would take each copied row's entries in random places, a page
+// written per entry. Reading the rows they list costs a rowid lookup each,
+// as on a day in arrival order. Triggers keep them for the day's late
+// records and deletes.
+
+// clusteredIndexes are the index tables of a day in client order: the
+// suffix of their names, their key columns before (time, id), and the
+// condition of a partial index.
+var clusteredIndexes = []struct{ suffix, cols, where string }{
+	{"account_time", "account_id", ""},
+	{"class_time", "account_id, class", ""},
+	{"device_time", "account_id, station_controller_device_id", "station_controller_device_id <> ''"},
+}
+
+// sqliteClusteredDDL creates the tables of a day in client order: the
+// rows as table, with its client index, and the index tables, under the
+// names they keep once table is renamed final.
+func sqliteClusteredDDL(table, final string) string {
+	ddl := `CREATE TABLE ` + table + ` (
+	pos             INTEGER PRIMARY KEY,
+	id              INTEGER NOT NULL,` + historyColumnDefs + `
+);
+CREATE UNIQUE INDEX ` + dayIndex(final, "client_time") + ` ON ` + table + ` (account_id, client_id, received_us, id);`
+	for _, ix := range clusteredIndexes {
+		ddl += `
+CREATE TABLE ` + dayIndex(final, ix.suffix) + ` (` + ix.cols + `, received_us, id, pos,
+	PRIMARY KEY (` + ix.cols + `, received_us, id)) WITHOUT ROWID;`
+	}
+	return ddl
+}
+
+// clusteredTriggers keep the index tables of a day in client order for
+// the rows inserted into table and deleted from it after its copy; final
+// is the name the index tables are made for.
+func clusteredTriggers(table, final string) string {
+	ins := `CREATE TRIGGER ` + final + `_index AFTER INSERT ON ` + table + ` BEGIN`
+	del := `CREATE TRIGGER ` + final + `_unindex AFTER DELETE ON ` + table + ` BEGIN`
+	for _, ix := range clusteredIndexes {
+		cols := strings.Split(ix.cols, ", ")
+		var news, match []string
+		for _, c := range append(cols, "received_us", "id") {
+			news = append(news, "new."+c)
+			match = append(match, c+" = old."+c)
+		}
+		where := ""
+		if ix.where != "" {
+			where = " WHERE new." + ix.where
+		}
+		ins += `
+	INSERT INTO ` + dayIndex(final, ix.suffix) + ` SELECT ` + strings.Join(news, ", ") + `, new.pos` + where + `;`
+		del += `
+	DELETE FROM ` + dayIndex(final, ix.suffix) + ` WHERE ` + strings.Join(match, " AND ") + `;`
+	}
+	return ins + "\nEND;\n" + del + "\nEND;"
+}
+
+// clusteredDrops are the statements that drop a day in client order.
+func clusteredDrops(table string) []string {
+	out := []string{`DROP TABLE IF EXISTS ` + table}
+	for _, ix := range clusteredIndexes {
+		out = append(out, `DROP TABLE IF EXISTS `+dayIndex(table, ix.suffix))
+	}
+	return out
+}
+
 // readSQLiteDays returns history's tables, by lo: the days, and history
 // from before them unless it covers no time.
 func readSQLiteDays(ctx context.Context, q rowQueryer) ([]dayPartition, error) {
-	rows, err := q.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND (name = ? OR name GLOB 'history_d[0-9]*')`, legacyHistory)
+	rows, err := q.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND (name = ? OR name GLOB 'history_[dc][0-9]*')`, legacyHistory)
 	if err != nil {
 		return nil, err
 	}
@@ -125,12 +203,12 @@ func readSQLiteDays(ctx context.Context, q rowQueryer) ([]dayPartition, error) {
 		if m == nil {
 			continue // history_d2026..._client and the like
 		}
-		day, err := time.Parse("20060102", m[1])
+		day, err := time.Parse("20060102", m[2])
 		if err != nil {
 			continue
 		}
 		lo := day.UnixMicro()
-		parts = append(parts, dayPartition{name: name, lo: lo, hi: lo + dayMicros, managed: true})
+		parts = append(parts, dayPartition{name: name, lo: lo, hi: lo + dayMicros, managed: true, clustered: m[1] == "c"})
 	}
 	slices.SortFunc(parts, func(a, b dayPartition) int { return cmp.Compare(a.lo, b.lo) })
 	return parts, nil
@@ -229,7 +307,16 @@ func (s *Store) freshDays(ctx context.Context) error {
 // the days.
 func (s *Store) createSQLiteDays(ctx context.Context, days []int64) error {
 	err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		// Read again: another process may have made a day, or reordered
+		// it, since this one read them.
+		parts, err := readSQLiteDays(ctx, tx)
+		if err != nil {
+			return err
+		}
 		for _, lo := range days {
+			if covered(parts, lo) {
+				continue
+			}
 			if _, err := tx.ExecContext(ctx, sqliteDayDDL(dayTable(lo))); err != nil {
 				return fmt.Errorf("create %s: %w", dayTable(lo), err)
 			}
@@ -286,7 +373,16 @@ func (s *Store) dropSQLiteDays(ctx context.Context, before time.Time, expired ma
 					return err
 				}
 			}
-			for _, q := range []string{`DROP TABLE ` + clientTable(p.name), `DROP TABLE ` + p.name} {
+			drops := []string{`DROP TABLE ` + clientTable(p.name), `DROP TABLE ` + p.name}
+			switch {
+			case p.clustered:
+				drops = clusteredDrops(p.name)
+			case p.name != legacyHistory:
+				// A reorder's copy left by a process that died.
+				drops = append(drops, clusteredDrops(dayName("c", p.lo))[1:]...)
+				drops = append(drops, `DROP TABLE IF EXISTS `+dayName("r", p.lo))
+			}
+			for _, q := range drops {
 				if _, err := tx.ExecContext(ctx, q); err != nil {
 					return fmt.Errorf("drop %s: %w", p.name, err)
 				}
@@ -314,8 +410,12 @@ func keptInSQLite(ctx context.Context, q rowQueryer, p dayPartition, expired map
 		if at.UnixMicro() >= p.hi {
 			continue
 		}
+		from := p.name + ` INDEXED BY ` + dayIndex(p.name, "account_time")
+		if p.clustered {
+			from = p.name + ` INDEXED BY ` + dayIndex(p.name, "client_time")
+		}
 		var kept bool
-		if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+p.name+` INDEXED BY `+dayIndex(p.name, "account_time")+` WHERE account_id = ?)`, id).Scan(&kept); err != nil || kept {
+		if err := q.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+from+` WHERE account_id = ?)`, id).Scan(&kept); err != nil || kept {
 			return kept, err
 		}
 	}
@@ -359,4 +459,241 @@ func (s *Store) HistoryTable(ctx context.Context, at time.Time) (string, error) 
 		return "", fmt.Errorf("history table of %v: no day holds it", at)
 	}
 	return p.name, nil
+}
+
+// reorderChunk is how many records one transaction of a SQLite reorder
+// copies (a variable for tests): the history writer waits for at most one
+// such transaction, some tens of milliseconds.
+var reorderChunk = 5000
+
+// reorderLease is how long a SQLite reorder keeps other processes from
+// reordering (meta history_reorder holds when its lease ends, Unix
+// seconds); a process that dies while it reorders holds it that long.
+const reorderLease = time.Hour
+
+// reorderSQLiteDays is ReorderHistoryDays on SQLite: each day in arrival
+// order that ended before before is rewritten in the client index's order
+// as history_cYYYYMMDD (see sqliteClusteredDDL). For each day:
+//
+//  1. every unfolded row is folded, and the id counter read: the day's
+//     client index then lists every row of the day up to that id;
+//  2. the rows are copied in that index's order into history_rYYYYMMDD,
+//     and the entries of the other indexes, each in its order, into their
+//     tables, in transactions of reorderChunk rows, while the day keeps
+//     taking late records and queries read it;
+//  3. one transaction adds the rows stored since step 1 (ids after the
+//     counter), checks that the copy holds as many rows as the day (a row
+//     deleted meanwhile by another process's retention would come back:
+//     then the copy is dropped and the next pass starts over), drops the
+//     day's tables and renames the copy.
+//
+// One process reorders at a time (a lease in meta); it returns how many
+// days it reordered.
+func (s *Store) reorderSQLiteDays(ctx context.Context, before time.Time) (int, error) {
+	var leased bool
+	err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		now := time.Now().Unix()
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('history_reorder', 0)`); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_reorder' AND value < ?`, now+int64(reorderLease/time.Second), now)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		leased = n == 1
+		return err
+	})
+	if err != nil || !leased {
+		return 0, err
+	}
+	defer s.execUpkeep(ctx, `UPDATE meta SET value = 0 WHERE key = 'history_reorder'`)
+	if err := s.freshDays(ctx); err != nil {
+		return 0, err
+	}
+	done := 0
+	var errs []error // a day that fails does not keep the others from going
+	for _, p := range s.days.list() {
+		if p.hi > before.UnixMicro() {
+			break
+		}
+		if p.clustered || p.name == legacyHistory {
+			continue
+		}
+		if err := s.reorderSQLiteDay(ctx, p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
+			continue
+		}
+		done++
+	}
+	return done, errors.Join(append(errs, s.rereadSQLiteDays(ctx))...)
+}
+
+// execUpkeep runs statements in a write transaction that ctx's end does
+// not stop: the clean-up of an upkeep that was cut short.
+func (s *Store) execUpkeep(ctx context.Context, stmts ...string) error {
+	ctx = context.WithoutCancel(ctx)
+	return s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		for _, q := range stmts {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// errReordered: the day's table in client order is there already.
+var errReordered = errors.New("the day is reordered already")
+
+// errReorderRace: rows of a day were deleted while it was copied.
+var errReorderRace = errors.New("rows were deleted from the day while it was copied; the next pass copies it again")
+
+// reorderSQLiteDay rewrites one day (reorderSQLiteDays' steps); on any
+// failure the copy is dropped and the day left as it was.
+func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition) (err error) {
+	final, work := dayName("c", p.lo), dayName("r", p.lo)
+	clean := append(clusteredDrops(final)[1:], `DROP TABLE IF EXISTS `+work) // the index tables and the copy
+	defer func() {
+		if err != nil && !errors.Is(err, errReordered) {
+			s.execUpkeep(ctx, clean...)
+		}
+	}()
+	var mark int64
+	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		var done bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = ?)`, final).Scan(&done); err != nil || done {
+			return errors.Join(err, errReordered)
+		}
+		var err error
+		if _, mark, err = foldIn(ctx, tx, math.MaxInt64, s.days.list()); err != nil {
+			return err
+		}
+		for _, q := range append(clean, sqliteClusteredDDL(work, final)) {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.tail.folded(mark)
+	h := func(cols string) string { return strings.ReplaceAll(", "+cols, ", ", ", h.")[2:] }
+	copyCols := "id, " + historyColumns
+	// The rows, in the client index's order.
+	err = s.copyInOrder(ctx, work, copyCols, `SELECT `+h(copyCols)+` FROM `+clientTable(p.name)+` c CROSS JOIN `+p.name+` h ON h.id = c.id`,
+		[]string{"c.account_id", "c.client_id", "c.received_us", "c.id"}, "account_id, client_id, received_us, id")
+	if err != nil {
+		return err
+	}
+	// Each index's entries, in its order (the day's rows are in time
+	// order, so its index is read with the rows nearly in turn), with
+	// the copied row's pos.
+	for _, ix := range clusteredIndexes {
+		key := ix.cols + ", received_us, id"
+		where := ""
+		if ix.where != "" {
+			where = " WHERE h." + ix.where
+		}
+		var order []string
+		for _, c := range strings.Split(key, ", ") {
+			order = append(order, "h."+c)
+		}
+		err := s.copyInOrder(ctx, dayIndex(final, ix.suffix), key+", pos",
+			`SELECT `+h(key)+`, w.pos FROM `+p.name+` h INDEXED BY `+dayIndex(p.name, ix.suffix)+` CROSS JOIN `+work+` w INDEXED BY `+dayIndex(final, "client_time")+
+				` ON w.account_id = h.account_id AND w.client_id = h.client_id AND w.received_us = h.received_us AND w.id = h.id`+where, order, key)
+		if err != nil {
+			return err
+		}
+	}
+	if afterReorderCopy != nil {
+		afterReorderCopy(p.name)
+	}
+	return s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		// The rows stored since the fold, their index entries by the
+		// triggers (made first, on the copy; renaming it keeps them).
+		for _, q := range []string{clusteredTriggers(work, final),
+			`INSERT OR IGNORE INTO ` + work + ` (` + copyCols + `) SELECT ` + copyCols + ` FROM ` + p.name + ` NOT INDEXED WHERE id > ` + fmt.Sprint(mark) +
+				` ORDER BY account_id, client_id, received_us, id`} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		var day, cp int64
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+p.name+`), (SELECT COUNT(*) FROM `+work+`)`).Scan(&day, &cp); err != nil {
+			return err
+		}
+		if day != cp {
+			return errReorderRace
+		}
+		for _, q := range []string{`DROP TABLE ` + clientTable(p.name), `DROP TABLE ` + p.name, `ALTER TABLE ` + work + ` RENAME TO ` + final} {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// copyInOrder copies the rows of query (a SELECT without WHERE, ORDER BY
+// or LIMIT, but maybe an INDEXED BY and a WHERE of its own, given in
+// query) into table's columns cols, in the order of the expressions
+// order, which are table's key (keyCols in table), reorderChunk rows a
+// transaction, each continuing after the last row of the one before.
+func (s *Store) copyInOrder(ctx context.Context, table, cols, query string, order []string, keyCols string) error {
+	last := make([]any, len(order))
+	ptrs := make([]any, len(order))
+	for i := range last {
+		ptrs[i] = &last[i]
+	}
+	orderBy := strings.Join(order, ", ")
+	var desc []string
+	for _, c := range strings.Split(keyCols, ", ") {
+		desc = append(desc, c+" DESC")
+	}
+	for copied := false; ; copied = true {
+		q, args := query, []any(nil)
+		if copied {
+			op := " WHERE "
+			if strings.Contains(query, " WHERE ") {
+				op = " AND "
+			}
+			q += op + "(" + orderBy + ") > (" + strings.TrimSuffix(strings.Repeat("?, ", len(order)), ", ") + ")"
+			args = textAsText(last)
+		}
+		var n int64
+		err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (`+cols+`) `+q+` ORDER BY `+orderBy+` LIMIT `+fmt.Sprint(reorderChunk), args...)
+			if err != nil {
+				return err
+			}
+			if n, err = res.RowsAffected(); err != nil || n == 0 {
+				return err
+			}
+			return tx.QueryRowContext(ctx, `SELECT `+keyCols+` FROM `+table+` ORDER BY `+strings.Join(desc, ", ")+` LIMIT 1`).Scan(ptrs...)
+		})
+		if err != nil {
+			return err
+		}
+		s.AfterCommit(ctx) // so that the WAL starts over between copies
+		if n < int64(reorderChunk) {
+			return nil
+		}
+	}
+}
+
+// textAsText returns values read from SQLite as arguments of the same
+// type: text read as bytes is passed as a string (a BLOB sorts after
+// every text).
+func textAsText(vals []any) []any {
+	out := make([]any, len(vals))
+	for i, v := range vals {
+		if b, ok := v.([]byte); ok {
+			v = string(b)
+		}
+		out[i] = v
+	}
+	return out
 }

@@ -143,6 +143,9 @@ func (t *foldTail) load(ctx context.Context, db *sql.DB, parts []dayPartition) e
 	defer t.mu.Unlock()
 	t.seed = maphash.MakeSeed()
 	for _, p := range parts {
+		if p.clustered {
+			continue // folded when it was made, and its late records on insert
+		}
 		if err := t.loadTable(ctx, db, p.name); err != nil {
 			return err
 		}
@@ -177,6 +180,9 @@ func (s *Store) foldParts(days []int64) []dayPartition {
 	written := s.appendStmts.tables()
 	var parts []dayPartition
 	for _, p := range s.days.list() {
+		if p.clustered {
+			continue
+		}
 		if slices.Contains(written, p.name) || slices.ContainsFunc(days, func(d int64) bool { return p.lo <= d && d < p.hi }) {
 			parts = append(parts, p)
 		}
@@ -226,6 +232,9 @@ func foldIn(ctx context.Context, tx *sql.Tx, through int64, parts []dayPartition
 		return 0, through, nil
 	}
 	for _, p := range parts {
+		if p.clustered {
+			continue // nothing unfolded: see upsertLatestSQLite
+		}
 		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO `+clientTable(p.name)+` (account_id, client_id, received_us, id)
 			SELECT account_id, client_id, received_us, id FROM `+p.name+` NOT INDEXED WHERE id > ? AND id <= ? ORDER BY 1, 2, 3, 4`, mark, through)
 		if err != nil {

@@ -73,7 +73,7 @@ func TestHistoryPlansUseAnIndex(t *testing.T) {
 				if p.index != sh.index {
 					t.Errorf("%s: planned on %s, want %s", sh.name, p.index, sh.index)
 				}
-				query, args := p.selectSQL(s.dialect, table, asc, after, 100)
+				query, args := p.selectSQL(s.dialect, dayPartition{name: table}, asc, after, 100)
 				// One bound per side of the time range: with the window's
 				// edge and the keyset position both, SQLite ranges the
 				// index on one and scans from it to the other.

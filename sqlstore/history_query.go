@@ -179,19 +179,22 @@ func (p *historyPlan) payloadColumn(t string) (string, []any) {
 // index for a time window); PostgreSQL picks it from the equality
 // conditions and its statistics. SQLite's client index is a table kept
 // behind the writer: see selectByClientSQLite.
-func (p *historyPlan) selectSQL(d dialect, table string, ascending bool, after *fleetmq.Position, n int) (string, []any) {
+func (p *historyPlan) selectSQL(d dialect, part dayPartition, ascending bool, after *fleetmq.Position, n int) (string, []any) {
 	dir, cmp := "DESC", "<"
 	if ascending {
 		dir, cmp = "ASC", ">"
 	}
-	if d == sqliteDialect && p.index == "history_client_time" {
-		return p.selectByClientSQLite(table, dir, cmp, after, n)
+	switch {
+	case d == sqliteDialect && p.index == "history_client_time" && !part.clustered:
+		return p.selectByClientSQLite(part.name, dir, cmp, after, n)
+	case d == sqliteDialect && p.index != "history_client_time" && part.clustered:
+		return p.selectByIndexTableSQLite(part.name, dir, cmp, after, n)
 	}
 	payload, args := p.payloadColumn("")
 	where, condArgs := p.conds("", after, cmp)
-	from := table
+	from := part.name
 	if d == sqliteDialect {
-		from += " INDEXED BY " + dayIndex(table, p.index)
+		from += " INDEXED BY " + dayIndex(part.name, p.index)
 	}
 	if d == postgresDialect && after != nil {
 		// The position's time as a bound of its own: PostgreSQL skips the
@@ -221,6 +224,17 @@ func (p *historyPlan) selectByClientSQLite(table, dir, cmp string, after *fleetm
 		strings.Join(folded, " AND ") +
 		" UNION ALL SELECT id, " + middleColumns("", tailPayload) + ", received_us FROM " + table + " NOT INDEXED WHERE " + unfoldedRows + " AND " +
 		strings.Join(tail, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), args
+}
+
+// selectByIndexTableSQLite is selectSQL on SQLite for a day in client
+// order read by another index than the client's: the entries of its index
+// table, in its order, each joined with its row by the row's pos.
+func (p *historyPlan) selectByIndexTableSQLite(table, dir, cmp string, after *fleetmq.Position, n int) (string, []any) {
+	payload, args := p.payloadColumn("h")
+	where, condArgs := p.conds("i", after, cmp)
+	return "SELECT i.id, " + middleColumns("h", payload) + ", i.received_us FROM " + dayIndex(table, p.index) + " i CROSS JOIN " + table +
+		" h ON h.pos = i.pos WHERE " +
+		strings.Join(where, " AND ") + " ORDER BY i.received_us " + dir + ", i.id " + dir + fmt.Sprintf(" LIMIT %d", n), append(args, condArgs...)
 }
 
 // middleColumns are the columns scanHistory reads between id and
@@ -287,7 +301,7 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 		if q.ScanBudget > 0 {
 			n = min(n, q.ScanBudget-examined)
 		}
-		chunkSQL, chunkArgs := p.selectSQL(s.dialect, tables[0].name, q.Ascending, after, n)
+		chunkSQL, chunkArgs := p.selectSQL(s.dialect, tables[0], q.Ascending, after, n)
 		got := 0
 		err := s.scanHistory(ctx, s.rebind(chunkSQL), chunkArgs, &r, func(props sql.NullString) error {
 			got++
@@ -320,20 +334,24 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 		case stop:
 			return nil
 		case noSuchTable(err) && got == 0:
-			// A day that another process dropped since this one read the
-			// days (its records had expired) is passed over; one that is
-			// still there is read again, once.
+			// A day that was dropped since this process read the days
+			// (its records had expired) is passed over; one that was
+			// reordered since is read in its new table from the position
+			// reached; one that is still there is read again, once.
 			if rerr := s.rereadSQLiteDays(ctx); rerr != nil {
 				return errors.Join(err, rerr)
 			}
-			if s.days.has(tables[0].name) {
-				if retried {
-					return err
-				}
+			now, ok := s.days.partition(tables[0].lo)
+			switch {
+			case !ok || now.hi != tables[0].hi:
+				tables = tables[1:]
+			case now.name != tables[0].name:
+				tables[0] = now
+			case retried:
+				return err
+			default:
 				retried = true
-				continue
 			}
-			tables = tables[1:]
 			continue
 		case err != nil:
 			return err

@@ -232,6 +232,14 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 					return err
 				}
 			}
+			if g.part.clustered {
+				// A late record of a day in client order: it is in its
+				// client index already, and never folded, so its latest
+				// values are kept here.
+				if err := upsertLatestSQLite(ctx, tx, newestPerTopic(g.recs)); err != nil {
+					return err
+				}
+			}
 		}
 		if !fold {
 			return nil
@@ -260,6 +268,19 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 		s.tail.folded(through)
 	}
 	return nil
+}
+
+// upsertLatestSQLite makes records the latest of their topics, unless a
+// stored one is newer.
+func upsertLatestSQLite(ctx context.Context, tx *sql.Tx, recs []*fleetmq.Record) error {
+	args := make([]any, 0, 5*len(recs))
+	for _, r := range recs {
+		args = append(args, r.AccountID, r.ClientID, r.Topic, r.ID, r.Received.UnixMicro())
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us) VALUES `+valueRows(len(recs), 5)+`
+		ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
+		WHERE excluded.received_us >= history_latest.received_us`, args...)
+	return err
 }
 
 // insertSQL is a multi-row INSERT of n history rows, with their ids,
