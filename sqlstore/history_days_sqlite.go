@@ -74,6 +74,7 @@ CREATE TABLE IF NOT EXISTS T__client (
 CREATE TRIGGER IF NOT EXISTS T__client_delete AFTER DELETE ON T_ BEGIN
 	DELETE FROM T__client
 		WHERE account_id = old.account_id AND client_id = old.client_id AND received_us = old.received_us AND id = old.id;
+	UPDATE meta SET value = value + 1 WHERE key = 'history_deleted';
 END;`)
 }
 
@@ -482,10 +483,13 @@ const reorderLease = time.Hour
 //     tables, in transactions of reorderChunk rows, while the day keeps
 //     taking late records and queries read it;
 //  3. one transaction adds the rows stored since step 1 (ids after the
-//     counter), checks that the copy holds as many rows as the day (a row
-//     deleted meanwhile by another process's retention would come back:
-//     then the copy is dropped and the next pass starts over), drops the
-//     day's tables and renames the copy.
+//     counter), checks that no row of a day was deleted meanwhile (the
+//     day tables' delete triggers count them in meta history_deleted): a
+//     row that another process's retention deleted would come back, so
+//     the copy is then dropped and the next pass starts over. Otherwise it
+//     sets the day's tables aside and renames the copy;
+//  4. the day's old tables are emptied and dropped a piece at a time
+//     (retireDays).
 //
 // One process reorders at a time (a lease in meta); it returns how many
 // days it reordered.
@@ -493,9 +497,6 @@ func (s *Store) reorderSQLiteDays(ctx context.Context, before time.Time) (int, e
 	var leased bool
 	err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
 		now := time.Now().Unix()
-		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES ('history_reorder', 0)`); err != nil {
-			return err
-		}
 		res, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_reorder' AND value < ?`, now+int64(reorderLease/time.Second), now)
 		if err != nil {
 			return err
@@ -526,7 +527,7 @@ func (s *Store) reorderSQLiteDays(ctx context.Context, before time.Time) (int, e
 		}
 		done++
 	}
-	return done, errors.Join(append(errs, s.rereadSQLiteDays(ctx))...)
+	return done, errors.Join(append(errs, s.rereadSQLiteDays(ctx), s.retireDays(ctx))...)
 }
 
 // execUpkeep runs statements in a write transaction that ctx's end does
@@ -559,8 +560,11 @@ func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition) (err error
 			s.execUpkeep(ctx, clean...)
 		}
 	}()
-	var mark int64
+	var mark, deleted int64
 	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_deleted'`).Scan(&deleted); err != nil {
+			return err
+		}
 		var done bool
 		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = ?)`, final).Scan(&done); err != nil || done {
 			return errors.Join(err, errReordered)
@@ -621,20 +625,82 @@ func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition) (err error
 				return err
 			}
 		}
-		var day, cp int64
-		if err := tx.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM `+p.name+`), (SELECT COUNT(*) FROM `+work+`)`).Scan(&day, &cp); err != nil {
+		var now int64
+		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_deleted'`).Scan(&now); err != nil {
 			return err
 		}
-		if day != cp {
+		if now != deleted {
 			return errReorderRace
 		}
-		for _, q := range []string{`DROP TABLE ` + clientTable(p.name), `DROP TABLE ` + p.name, `ALTER TABLE ` + work + ` RENAME TO ` + final} {
+		// The day's tables are set aside, to be emptied a piece at a time
+		// (retireDays): dropping a table of millions of rows would hold
+		// the write lock for seconds.
+		old := dayName("o", p.lo)
+		for _, q := range []string{`DROP TRIGGER ` + p.name + `_client_delete`, `ALTER TABLE ` + p.name + ` RENAME TO ` + old,
+			`ALTER TABLE ` + clientTable(p.name) + ` RENAME TO ` + clientTable(old), `ALTER TABLE ` + work + ` RENAME TO ` + final} {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// retireChunk is how many rows a transaction of retireDays deletes.
+var retireChunk = 20000
+
+// retireDays empties and drops the tables of days that were reordered
+// (history_oYYYYMMDD and its client index), retireChunk rows a
+// transaction, so that the history writer waits for at most one of them.
+// Tables a process left when it died are retired by the next pass.
+func (s *Store) retireDays(ctx context.Context) error {
+	rows, err := s.db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'history_o[0-9]*' AND name NOT GLOB '*_client'`)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		names = append(names, name)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, name := range names {
+		for _, q := range []string{
+			`DELETE FROM ` + name + ` WHERE rowid IN (SELECT rowid FROM ` + name + ` ORDER BY rowid LIMIT ?)`,
+			`DELETE FROM ` + clientTable(name) + ` WHERE (account_id, client_id, received_us, id) IN (
+				SELECT account_id, client_id, received_us, id FROM ` + clientTable(name) + ` LIMIT ?)`,
+		} {
+			for {
+				var n int64
+				err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+					res, err := tx.ExecContext(ctx, q, retireChunk)
+					if err != nil {
+						return err
+					}
+					n, err = res.RowsAffected()
+					return err
+				})
+				if err != nil {
+					return fmt.Errorf("retire %s: %w", name, err)
+				}
+				s.AfterCommit(ctx)
+				if n < int64(retireChunk) {
+					break
+				}
+			}
+		}
+		if err := s.execUpkeep(ctx, `DROP TABLE `+clientTable(name), `DROP TABLE `+name); err != nil {
+			return fmt.Errorf("retire %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // copyInOrder copies the rows of query (a SELECT without WHERE, ORDER BY

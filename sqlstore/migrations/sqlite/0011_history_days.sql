@@ -21,3 +21,9 @@ INSERT INTO meta (key, value) VALUES ('history_days_from', COALESCE(
 -- Every id up to the counter is folded or after the mark: a store whose
 -- newest rows retention deleted had its mark above the largest id.
 UPDATE meta SET value = MIN(value, (SELECT value FROM meta WHERE key = 'history_last_id')) WHERE key = 'history_folded';
+
+-- Days that ended are rewritten in client order by one process at a time:
+-- history_reorder is when its lease ends (Unix seconds; 0: free), and
+-- history_deleted counts the rows deleted from day tables, so that a
+-- rewrite sees a row deleted while it copied the day.
+INSERT INTO meta (key, value) VALUES ('history_reorder', 0), ('history_deleted', 0);
