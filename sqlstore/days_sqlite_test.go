@@ -366,7 +366,9 @@ func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 	if n, err := s.ReorderHistoryDays(ctx, midnight); n != 0 || !errors.Is(err, errReorderRace) {
 		t.Fatalf("reorder with a row deleted during the copy: %d days, %v; want 0 and the race", n, err)
 	}
-	ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool { return r.AccountID == foldAccA && r.Received.Before(t0.Add(time.Millisecond)) })
+	ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool {
+		return r.AccountID == foldAccA && r.Received.Before(t0.Add(time.Millisecond))
+	})
 	if days, _ := dayTables(t, s); !slices.Contains(days, day) || sumTables(t, s, `SELECT COUNT(*) FROM sqlite_master WHERE name GLOB 'history_r*' AND '%s' <> ''`) != 0 {
 		t.Fatalf("after a reorder gave up: tables %v; want %s kept and no copy left", days, day)
 	}
