@@ -327,8 +327,8 @@ func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 	noErr(t, err)
 	defer other.Close()
 	s.foldRows = 30
-	defer func(n int) { reorderChunk = n }(reorderChunk)
-	reorderChunk = 7
+	defer func(n, m int) { reorderChunk, retireChunk = n, m }(reorderChunk, retireChunk)
+	reorderChunk, retireChunk = 7, 9
 
 	midnight := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
 	t0 := midnight.Add(-300 * time.Millisecond)
@@ -384,6 +384,11 @@ func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 	if days, _ := dayTables(t, s); !slices.Contains(days, clustered) || slices.Contains(days, day) {
 		t.Fatalf("after the reorder: tables %v; want %s in place of %s", days, clustered, day)
 	}
+	var left int
+	noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name GLOB 'history_[or][0-9]*'`).Scan(&left))
+	if left != 0 {
+		t.Fatalf("%d tables of the day's old rows or its copy left after the reorder", left)
+	}
 	checkFoldAnswers(t, s, ref, t0, "reordered")
 	checkAccountAnswers(t, s, ref, "reordered")
 	// Each query shape reads the rewritten day in an index's order: its
@@ -434,9 +439,19 @@ func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 	checkFoldAnswers(t, s, ref, t0, "late records and deletes on the rewritten day")
 	checkAccountAnswers(t, s, ref, "late records and deletes on the rewritten day")
 
-	// A second pass leaves the rewritten day; a drop takes it whole.
+	// A second pass leaves the rewritten day, and empties and drops the
+	// old tables of a day that a process which died left set aside.
+	noErr(t, exec(s.db, strings.ReplaceAll(sqliteDayDDL("history_o20261120"), "IF NOT EXISTS ", "")))
+	for i := range 25 {
+		noErr(t, exec(s.db, `INSERT INTO history_o20261120 (`+historyColumns+`) VALUES ('a', 'c', 't', 'state', 1, 1, 0, x'', '', 0, NULL, '', ?)`, i))
+		noErr(t, exec(s.db, `INSERT INTO history_o20261120_client VALUES ('a', 'c', ?, ?)`, i, i))
+	}
 	if n, err := s.ReorderHistoryDays(ctx, midnight); n != 0 || err != nil {
 		t.Fatalf("second reorder: %d days, %v; want none", n, err)
+	}
+	noErr(t, s.db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name GLOB 'history_o*'`).Scan(&left))
+	if left != 0 {
+		t.Fatalf("%d tables or indexes of a day set aside are left after the next pass", left)
 	}
 	expired := map[string]time.Time{foldAccA: midnight, foldAccB: midnight}
 	if n, err := s.DropHistoryDays(ctx, midnight, expired); n != 1 || err != nil {
