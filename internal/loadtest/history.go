@@ -238,7 +238,7 @@ func RunHistory(ctx context.Context, cfg HistoryConfig, log io.Writer) (*History
 		// Half-way down the client's history.
 		c := 0
 		fmt.Sscanf(id, "dev-%d", &c)
-		mid := &fleetmq.Position{Received: base.Add(time.Duration(perClient/2)*step + time.Duration(c)*time.Microsecond), ID: 1 << 62}
+		mid := &fleetmq.Position{Received: base.Add(time.Duration(perClient/2)*step + time.Duration(c)*time.Microsecond)} // before the record there: perClient/2 records
 		d, n, err = timePage(mid, id)
 		if err != nil {
 			return nil, err
