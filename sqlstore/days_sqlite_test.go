@@ -99,6 +99,20 @@ func checkAccountAnswers(t *testing.T, s *Store, ref *foldRef, stage string) {
 	}
 }
 
+// deleteBefore deletes an account's records received before cut, batch
+// at a time, as retention does, and from the reference.
+func deleteBefore(t *testing.T, s *Store, ref *foldRef, acc string, cut time.Time, batch int) {
+	t.Helper()
+	for range 10_000 {
+		d, err := s.DeleteHistory(context.Background(), acc, cut, batch)
+		noErr(t, err)
+		if d == 0 {
+			break
+		}
+	}
+	ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool { return r.AccountID == acc && r.Received.Before(cut) })
+}
+
 // TestSQLiteDaysAcrossMidnight: records of two days (around midnight) and
 // late records of the day before go into a table per day; every query
 // shape (client, account, class; both orders; pages; a window across
@@ -159,15 +173,7 @@ func TestSQLiteDaysAcrossMidnight(t *testing.T) {
 	checkAccountAnswers(t, s, ref, "folded")
 
 	// Row deletes across the days, one record at a time.
-	cut := midnight.Add(30 * time.Millisecond)
-	for range 1000 {
-		d, err := s.DeleteHistory(ctx, foldAccA, cut, 1)
-		noErr(t, err)
-		if d == 0 {
-			break
-		}
-	}
-	ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool { return r.AccountID == foldAccA && r.Received.Before(cut) })
+	deleteBefore(t, s, ref, foldAccA, midnight.Add(30*time.Millisecond), 1)
 	checkFoldAnswers(t, s, ref, t0, "after row deletes")
 	checkAccountAnswers(t, s, ref, "after row deletes")
 	if rows, indexed := sumTables(t, s, `SELECT COUNT(*) FROM %s`), sumTables(t, s, `SELECT COUNT(*) FROM %s_client`); rows != len(ref.recs) || indexed != rows {
@@ -252,18 +258,7 @@ func TestSQLiteMigrationToDays(t *testing.T) {
 	noErr(t, err)
 	migrateUpTo(t, db, sqliteDialect, 10)
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
-	ref := &foldRef{}
-	for i := range 100 {
-		acc := []string{foldAccA, foldAccB}[i%2]
-		client := fmt.Sprintf("dev-%d", i%4)
-		at := t0.Add(time.Duration(i) * time.Millisecond)
-		topic := acc + "/" + client + "/state/" + strconv.Itoa(i%3)
-		res, err := db.Exec(`INSERT INTO history (`+historyColumns+`) VALUES (?, ?, ?, 'state', 1, 1, 0, ?, '', 0, NULL, '', ?)`,
-			acc, client, topic, fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), at.UnixMicro())
-		noErr(t, err)
-		id, _ := res.LastInsertId()
-		ref.recs = append(ref.recs, fleetmq.Record{ID: id, AccountID: acc, ClientID: client, Topic: topic, Class: "state", Received: at})
-	}
+	ref := writeOldHistory(t, db, t0, 100, false)
 	noErr(t, db.Close())
 
 	s, err := OpenSQLite(ctx, path)
@@ -427,15 +422,7 @@ func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 
 	// Late records, row deletes and the latest values on the rewritten day.
 	store(s, rec(1001, t0.Add(2*time.Microsecond)), rec(1002, midnight.Add(-time.Microsecond)))
-	cut := t0.Add(30 * time.Millisecond)
-	for range 100 {
-		d, err := s.DeleteHistory(ctx, foldAccB, cut, 3)
-		noErr(t, err)
-		if d == 0 {
-			break
-		}
-	}
-	ref.recs = slices.DeleteFunc(ref.recs, func(r fleetmq.Record) bool { return r.AccountID == foldAccB && r.Received.Before(cut) })
+	deleteBefore(t, s, ref, foldAccB, t0.Add(30*time.Millisecond), 3)
 	checkFoldAnswers(t, s, ref, t0, "late records and deletes on the rewritten day")
 	checkAccountAnswers(t, s, ref, "late records and deletes on the rewritten day")
 

@@ -338,22 +338,7 @@ func TestMigrationFoldsExistingHistory(t *testing.T) {
 	migrateUpTo(t, db, sqliteDialect, 8)
 	// History as the previous writer left it.
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
-	ref := &foldRef{}
-	for i := range 300 {
-		acc := []string{foldAccA, foldAccB}[i%2]
-		client := fmt.Sprintf("dev-%d", i%4)
-		at := t0.Add(time.Duration(i) * time.Millisecond)
-		topic := acc + "/" + client + "/state/" + strconv.Itoa(i%3)
-		res, err := db.Exec(`INSERT INTO history (`+historyColumns+`) VALUES (?, ?, ?, 'state', 1, 1, 0, ?, '', 0, NULL, '', ?)`,
-			acc, client, topic, fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), at.UnixMicro())
-		if err != nil {
-			t.Fatal(err)
-		}
-		id, _ := res.LastInsertId()
-		noErr(t, exec(db, `INSERT INTO history_latest VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us`,
-			acc, client, topic, id, at.UnixMicro()))
-		ref.recs = append(ref.recs, fleetmq.Record{ID: id, AccountID: acc, ClientID: client, Topic: topic, Received: at})
-	}
+	ref := writeOldHistory(t, db, t0, 300, true)
 	noErr(t, db.Close())
 
 	s, err := OpenSQLite(ctx, path)
@@ -555,6 +540,31 @@ func sumTables(t *testing.T, s *Store, query string) int {
 		n += c
 	}
 	return n
+}
+
+// writeOldHistory writes n records into the table history of a store of
+// an earlier schema, from t0 a millisecond apart, two accounts and four
+// clients, as its writer did (with history_latest when latest), and
+// returns them.
+func writeOldHistory(t *testing.T, db *sql.DB, t0 time.Time, n int, latest bool) *foldRef {
+	t.Helper()
+	ref := &foldRef{}
+	for i := range n {
+		acc := []string{foldAccA, foldAccB}[i%2]
+		client := fmt.Sprintf("dev-%d", i%4)
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		topic := acc + "/" + client + "/state/" + strconv.Itoa(i%3)
+		res, err := db.Exec(`INSERT INTO history (`+historyColumns+`) VALUES (?, ?, ?, 'state', 1, 1, 0, ?, '', 0, NULL, '', ?)`,
+			acc, client, topic, fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), at.UnixMicro())
+		noErr(t, err)
+		id, _ := res.LastInsertId()
+		if latest {
+			noErr(t, exec(db, `INSERT INTO history_latest VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us`,
+				acc, client, topic, id, at.UnixMicro()))
+		}
+		ref.recs = append(ref.recs, fleetmq.Record{ID: id, AccountID: acc, ClientID: client, Topic: topic, Class: "state", Received: at})
+	}
+	return ref
 }
 
 // openFoldStore opens a SQLite store in a temporary directory, closed when

@@ -316,6 +316,24 @@ func historyIndexes(ctx context.Context, q queryer) ([]historyIndex, error) {
 	return out, rows.Err()
 }
 
+// queryNames returns the one text column of a query's rows.
+func queryNames(ctx context.Context, q queryer, query string, args ...any) ([]string, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		names = append(names, name)
+	}
+	return names, rows.Err()
+}
+
 // covered reports whether one of parts holds the time us.
 func covered(parts []dayPartition, us int64) bool {
 	for _, p := range parts {
@@ -508,23 +526,10 @@ func attachLeftovers(ctx context.Context, conn *sql.Conn) error {
 	if err != nil {
 		return err
 	}
-	rows, err := conn.QueryContext(ctx, `SELECT c.relname FROM pg_class c
+	names, err := queryNames(ctx, conn, `SELECT c.relname FROM pg_class c
 		WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace AND c.relname ~ '^history_[dc][0-9]{8}$'
 			AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)`)
 	if err != nil {
-		return err
-	}
-	var names []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return err
-		}
-		names = append(names, name)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, name := range names {

@@ -171,21 +171,8 @@ func clusteredDrops(table string) []string {
 // readSQLiteDays returns history's tables, by lo: the days, and history
 // from before them unless it covers no time.
 func readSQLiteDays(ctx context.Context, q rowQueryer) ([]dayPartition, error) {
-	rows, err := q.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND (name = ? OR name GLOB 'history_[dc][0-9]*')`, legacyHistory)
+	names, err := queryNames(ctx, q, `SELECT name FROM sqlite_master WHERE type = 'table' AND (name = ? OR name GLOB 'history_[dc][0-9]*')`, legacyHistory)
 	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		names = append(names, name)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	var parts []dayPartition
@@ -654,21 +641,8 @@ var retireChunk = 20000
 // transaction, so that the history writer waits for at most one of them.
 // Tables a process left when it died are retired by the next pass.
 func (s *Store) retireDays(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'history_o[0-9]*' AND name NOT GLOB '*_client'`)
+	names, err := queryNames(ctx, s.db, `SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'history_o[0-9]*' AND name NOT GLOB '*_client'`)
 	if err != nil {
-		return err
-	}
-	var names []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return err
-		}
-		names = append(names, name)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, name := range names {
