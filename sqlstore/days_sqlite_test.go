@@ -99,6 +99,21 @@ func checkAccountAnswers(t *testing.T, s *Store, ref *foldRef, stage string) {
 	}
 }
 
+// twoSQLiteStores opens two stores on one new SQLite file, as two
+// processes would, closed when the test ends.
+func twoSQLiteStores(t *testing.T) (*Store, *Store) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	var stores [2]*Store
+	for i := range stores {
+		s, err := OpenSQLite(context.Background(), path)
+		noErr(t, err)
+		t.Cleanup(func() { s.Close() })
+		stores[i] = s
+	}
+	return stores[0], stores[1]
+}
+
 // deleteBefore deletes an account's records received before cut, batch
 // at a time, as retention does, and from the reference.
 func deleteBefore(t *testing.T, s *Store, ref *foldRef, acc string, cut time.Time, batch int) {
@@ -188,13 +203,7 @@ func TestSQLiteDaysAcrossMidnight(t *testing.T) {
 // queries without it and stores a late record of it in a day made again.
 func TestSQLiteDropDays(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "fleetmq.db")
-	s, err := OpenSQLite(ctx, path)
-	noErr(t, err)
-	defer s.Close()
-	other, err := OpenSQLite(ctx, path)
-	noErr(t, err)
-	defer other.Close()
+	s, other := twoSQLiteStores(t)
 
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	rec := func(acc, client, sub string, at time.Time) *fleetmq.Record {
@@ -314,13 +323,7 @@ func TestSQLiteMigrationToDays(t *testing.T) {
 // drop work on the rewritten day.
 func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "fleetmq.db")
-	s, err := OpenSQLite(ctx, path)
-	noErr(t, err)
-	defer s.Close()
-	other, err := OpenSQLite(ctx, path)
-	noErr(t, err)
-	defer other.Close()
+	s, other := twoSQLiteStores(t)
 	s.foldRows = 30
 	defer func(n, m int) { reorderChunk, retireChunk = n, m }(reorderChunk, retireChunk)
 	reorderChunk, retireChunk = 7, 9

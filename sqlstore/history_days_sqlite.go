@@ -220,13 +220,6 @@ func (d *historyDays) partition(us int64) (dayPartition, bool) {
 	return dayPartition{}, false
 }
 
-// has reports whether a known partition is the table name.
-func (d *historyDays) has(name string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return slices.ContainsFunc(d.parts, func(p dayPartition) bool { return p.name == name })
-}
-
 // list returns the known partitions, by lo.
 func (d *historyDays) list() []dayPartition {
 	d.mu.Lock()
