@@ -89,6 +89,7 @@ var docsSkipped = map[docRef]string{
 	{"docs/benchmarks.md", "## Stored history: queries, export and retention on 10 million records", 1}: "a benchmark: writes 10 million records",
 	{"docs/benchmarks.md", "## Stored history: queries, export and retention on 10 million records", 2}: "a benchmark on a store of 10 million records",
 	{"docs/benchmarks.md", "## Stored history: queries, export and retention on 10 million records", 3}: "a benchmark on a PostgreSQL store of 10 million records, reordered by a prune",
+	{"docs/benchmarks.md", "## Stored history: queries, export and retention on 10 million records", 4}: "a benchmark on a SQLite store of 10 million records, reordered by a prune",
 	{"docs/benchmarks.md", "## Subscriber REST API", 1}:                                                 "a benchmark: writes 10 million records, then go test -bench",
 	{"docs/benchmarks.md", "## Go benchmarks", 1}:                                                       "a benchmark (go test -bench)",
 	{"docs/benchmarks.md", "## Soak", 1}:                                                                "a 30-minute soak (its short form is internal/loadtest's TestSoakShort)",
