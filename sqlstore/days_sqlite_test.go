@@ -451,3 +451,124 @@ func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 		t.Fatalf("after the drop: tables %v", days)
 	}
 }
+
+// reorderRec is a record of foldAccA's dev-1 on a topic at a time.
+func reorderRec(topic string, at time.Time) *fleetmq.Record {
+	return &fleetmq.Record{AccountID: foldAccA, ClientID: "dev-1", Topic: foldAccA + "/dev-1/" + topic, Class: "state", QoS: 1, PublishedQoS: 1,
+		Payload: fmt.Appendf(nil, "payload-dev-1-%d", at.UnixMicro()), Received: at, StationControllerDeviceID: "sc-1"}
+}
+
+// TestSQLiteReorderAndLateRecords: the latest value of a topic whose first
+// record is stored while its day is copied, and not folded before the
+// swap, is that record after the swap; a pass reorders two days while
+// records come in; a writer process that still lists a reordered day's
+// old table goes on folding once its fold meets the renamed table.
+func TestSQLiteReorderAndLateRecords(t *testing.T) {
+	ctx := context.Background()
+	midnight := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	s, w := twoSQLiteStores(t)
+	w.foldRows = 1
+	for d := 1; d <= 2; d++ {
+		for i := range 10 {
+			noErr(t, w.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/old", midnight.Add(-time.Duration(d)*20*time.Hour+time.Duration(i)*time.Second))}))
+		}
+	}
+	noErr(t, w.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/today", midnight.Add(time.Minute))}))
+	late := reorderRec("state/late", midnight.Add(-time.Microsecond))
+	s.foldRows = 1 << 20 // the late record stays unfolded until the swap
+	copies := 0
+	afterReorderCopy = func(string) {
+		if copies++; copies == 1 {
+			noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{late}))
+		}
+	}
+	defer func() { afterReorderCopy = nil }()
+	if n, err := s.ReorderHistoryDays(ctx, midnight); n != 2 || err != nil {
+		t.Fatalf("reorder of two days while records come in: %d, %v", n, err)
+	}
+	latest, err := s.LatestHistory(ctx, foldAccA, "dev-1")
+	noErr(t, err)
+	got := map[string]int64{}
+	for _, r := range latest {
+		got[strings.TrimPrefix(r.Topic, foldAccA+"/dev-1/")] = r.ID
+	}
+	if got["state/late"] != late.ID {
+		t.Fatalf("latest after the swap: %v; want state/late = %d, stored during the copy", got, late.ID)
+	}
+	// The writer process lists the old tables; its folds go on.
+	for i := range 20 {
+		noErr(t, w.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/today", midnight.Add(time.Hour+time.Duration(i)*time.Second))}))
+	}
+	var folded, last int64
+	noErr(t, w.db.QueryRow(`SELECT (SELECT value FROM meta WHERE key = 'history_folded'), (SELECT value FROM meta WHERE key = 'history_last_id')`).Scan(&folded, &last))
+	if last-folded > 1 {
+		t.Fatalf("after 20 commits of the writer that listed the reordered days: folded up to %d of %d (%d listed unfolded)", folded, last, w.tail.len())
+	}
+}
+
+// TestSQLiteReorderLease: a reorder whose lease ended while it copied, and
+// was taken by another process which reordered the day, stops without
+// touching the other's tables: the day answers every query shape and takes
+// late records. A reorder that gives up sets its copy aside, and the pass
+// empties and drops it.
+func TestSQLiteReorderLease(t *testing.T) {
+	ctx := context.Background()
+	midnight := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	s, other := twoSQLiteStores(t)
+	ref := &foldRef{}
+	for i := range 30 {
+		r := reorderRec("state/a", midnight.Add(-time.Hour+time.Duration(i)*time.Second))
+		noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{r}))
+		ref.recs = append(ref.recs, *r)
+	}
+	nested := false
+	afterReorderCopy = func(string) {
+		if nested {
+			return
+		}
+		nested = true
+		noErr(t, exec(s.db, `UPDATE meta SET value = 1 WHERE key = 'history_reorder'`)) // its hour is over
+		// The other process takes the lease, sets aside and retires the
+		// copy it finds, and leaves the day to its next pass.
+		if n, err := other.ReorderHistoryDays(ctx, midnight); n != 0 || !errors.Is(err, errReordered) {
+			t.Errorf("the other process's reorder: %d, %v; want 0, the day left to the next pass", n, err)
+		}
+	}
+	defer func() { afterReorderCopy = nil }()
+	if n, err := s.ReorderHistoryDays(ctx, midnight); n != 0 || !errors.Is(err, errLeaseLost) {
+		t.Fatalf("the reorder whose lease ended: %d, %v; want 0 and the lease lost", n, err)
+	}
+	checkAccountAnswers(t, s, ref, "after two reorders met")
+	late := reorderRec("state/late", midnight.Add(-time.Minute))
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{late}))
+	ref.recs = append(ref.recs, *late)
+	checkAccountAnswers(t, s, ref, "a late record after two reorders met")
+	afterReorderCopy = nil
+	if n, err := other.ReorderHistoryDays(ctx, midnight); n != 1 || err != nil {
+		t.Fatalf("the next pass: %d, %v; want the day reordered", n, err)
+	}
+	checkAccountAnswers(t, s, ref, "reordered by the next pass")
+
+	// A give-up: the copy is set aside and retired by the pass.
+	day := midnight.Add(24 * time.Hour)
+	for i := range 30 {
+		noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/b", day.Add(-time.Hour+time.Duration(i)*time.Second))}))
+	}
+	noErr(t, exec(s.db, `UPDATE meta SET value = 0 WHERE key = 'history_reorder'`))
+	afterReorderCopy = func(string) { deleteBefore(t, s, ref, foldAccA, day.Add(-time.Hour+time.Second), 1) }
+	if n, err := s.ReorderHistoryDays(ctx, day); n != 0 || !errors.Is(err, errReorderRace) {
+		t.Fatalf("reorder with a delete during the copy: %d, %v", n, err)
+	}
+	var left []string
+	rows, err := s.db.Query(`SELECT name FROM sqlite_master WHERE name GLOB 'history_[or][0-9]*' OR name GLOB 'history_c20261128*'`)
+	noErr(t, err)
+	for rows.Next() {
+		var name string
+		noErr(t, rows.Scan(&name))
+		left = append(left, name)
+	}
+	rows.Close()
+	if len(left) != 0 {
+		t.Fatalf("after a give-up and its pass: %v left", left)
+	}
+}

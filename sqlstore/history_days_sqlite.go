@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,9 +19,11 @@ import (
 // the indexes of migration 0002 and 0008 named after it
 // (history_dYYYYMMDD_account_time, ...) and its client index as a table,
 // history_dYYYYMMDD_client, which commits fold the day's rows into (see
-// history_fold.go). Retention drops a day's two tables whole, a few
-// hundred milliseconds for a million records, where deleting its rows
-// took a minute.
+// history_fold.go). Retention drops a day's tables whole, a few hundred
+// milliseconds for a million records, where deleting its rows took a
+// minute. An hour after a day ends it is rewritten in client order as
+// history_cYYYYMMDD (reorderSQLiteDays); its old tables are set aside as
+// history_oYYYYMMDD… and emptied a piece at a time (retireDays).
 //
 // The table history, from before the days (migration 0011), is the
 // partition of every time before the UTC midnight after its newest record
@@ -28,13 +31,14 @@ import (
 // one covers no time and the next drop removes it.
 //
 // Queries read the days that overlap their time window one after the
-// other, in their order (SQLite has no partitioned tables). The history
-// writer creates each day it needs, in a short transaction of its own
-// before its commit; retention passes create today's and tomorrow's ahead.
-// Ids come from the counter history_last_id in meta, unique and increasing
-// across days. One process writes a data directory's history (serve holds
-// the directory's lock), so its fold list (foldTail) knows every unfolded
-// row's day.
+// other, in their order (SQLite has no partitioned tables); a read first
+// checks SQLite's schema version, and reads the days again when another
+// process made, dropped or reordered one. The history writer creates each
+// day it needs, in a short transaction of its own before its commit;
+// retention passes create today's and tomorrow's ahead. Ids come from the
+// counter history_last_id in meta, unique and increasing across days. One
+// process writes a data directory's history (serve holds the directory's
+// lock), so its fold list (foldTail) knows every unfolded row's day.
 
 // legacyHistory is the table of history from before the days.
 const legacyHistory = "history"
@@ -74,8 +78,9 @@ CREATE TABLE IF NOT EXISTS T__client (
 CREATE TRIGGER IF NOT EXISTS T__client_delete AFTER DELETE ON T_ BEGIN
 	DELETE FROM T__client
 		WHERE account_id = old.account_id AND client_id = old.client_id AND received_us = old.received_us AND id = old.id;
-	UPDATE meta SET value = value + 1 WHERE key = 'history_deleted';
-END;`)
+	UPDATE meta SET value = value + 1 WHERE key = 'history_deleted_T_';
+END;
+INSERT OR IGNORE INTO meta (key, value) VALUES ('history_deleted_T_', 0);`)
 }
 
 // historyColumnDefs are the columns of history after id (migrations 0002
@@ -363,6 +368,7 @@ func (s *Store) dropSQLiteDays(ctx context.Context, before time.Time, expired ma
 				drops = append(drops, clusteredDrops(dayName("c", p.lo))[1:]...)
 				drops = append(drops, `DROP TABLE IF EXISTS `+dayName("r", p.lo))
 			}
+			drops = append(drops, `DELETE FROM meta WHERE key = 'history_deleted_`+p.name+`'`)
 			for _, q := range drops {
 				if _, err := tx.ExecContext(ctx, q); err != nil {
 					return fmt.Errorf("drop %s: %w", p.name, err)
@@ -406,6 +412,10 @@ func keptInSQLite(ctx context.Context, q rowQueryer, p dayPartition, expired map
 // CountHistory returns how many records of an account history holds.
 func (s *Store) CountHistory(ctx context.Context, accountID string) (n int64, err error) {
 	defer wrap(&err, "count history")
+	return s.countHistory(ctx, accountID, false)
+}
+
+func (s *Store) countHistory(ctx context.Context, accountID string, retried bool) (n int64, err error) {
 	if s.dialect == postgresDialect {
 		err = s.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM history WHERE account_id = $1`, accountID).Scan(&n)
 		return n, err
@@ -415,7 +425,16 @@ func (s *Store) CountHistory(ctx context.Context, accountID string) (n int64, er
 	}
 	for _, p := range s.days.list() {
 		var c int64
-		if err := s.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+p.name+` WHERE account_id = ?`, accountID).Scan(&c); err != nil {
+		err := s.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+p.name+` WHERE account_id = ?`, accountID).Scan(&c)
+		if noSuchTable(err) && !retried {
+			// A day dropped or reordered since this process read the days:
+			// count again, once.
+			if err := s.rereadSQLiteDays(ctx); err != nil {
+				return 0, err
+			}
+			return s.countHistory(ctx, accountID, true)
+		}
+		if err != nil {
 			return 0, err
 		}
 		n += c
@@ -462,33 +481,27 @@ const reorderLease = time.Hour
 //     and the entries of the other indexes, each in its order, into their
 //     tables, in transactions of reorderChunk rows, while the day keeps
 //     taking late records and queries read it;
-//  3. one transaction adds the rows stored since step 1 (ids after the
-//     counter), checks that no row of a day was deleted meanwhile (the
-//     day tables' delete triggers count them in meta history_deleted): a
-//     row that another process's retention deleted would come back, so
-//     the copy is then dropped and the next pass starts over. Otherwise it
-//     sets the day's tables aside and renames the copy;
-//  4. the day's old tables are emptied and dropped a piece at a time
+//  3. one transaction checks that no row of the day was deleted meanwhile
+//     (its delete trigger counts them in meta history_deleted_<day>): a
+//     row that another process's retention deleted would come back, so the
+//     copy is then set aside and the next pass starts over. Otherwise it
+//     folds again (the records stored meanwhile get their latest values),
+//     adds the rows stored since step 1 (ids after the counter), sets the
+//     day's tables aside as history_oYYYYMMDD and renames the copy;
+//  4. the tables set aside are emptied and dropped a piece at a time
 //     (retireDays).
 //
-// One process reorders at a time (a lease in meta); it returns how many
+// One process reorders at a time: it holds a lease in meta, renewed by
+// each of its transactions and checked by the swap, so that a pass that
+// outlasts the lease stops rather than meet another's. It returns how many
 // days it reordered.
 func (s *Store) reorderSQLiteDays(ctx context.Context, before time.Time) (int, error) {
-	var leased bool
-	err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		now := time.Now().Unix()
-		res, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_reorder' AND value < ?`, now+int64(reorderLease/time.Second), now)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		leased = n == 1
-		return err
-	})
-	if err != nil || !leased {
+	token, err := s.takeReorderLease(ctx)
+	if err != nil || token == 0 {
 		return 0, err
 	}
-	defer s.execUpkeep(ctx, `UPDATE meta SET value = 0 WHERE key = 'history_reorder'`)
+	defer s.execUpkeep(ctx, fmt.Sprintf(`UPDATE meta SET value = 0 WHERE key = 'history_reorder'
+		AND (SELECT value FROM meta WHERE key = 'history_reorder_owner') = %d`, token))
 	if err := s.freshDays(ctx); err != nil {
 		return 0, err
 	}
@@ -501,13 +514,60 @@ func (s *Store) reorderSQLiteDays(ctx context.Context, before time.Time) (int, e
 		if p.clustered || p.name == legacyHistory {
 			continue
 		}
-		if err := s.reorderSQLiteDay(ctx, p); err != nil {
+		err := s.reorderSQLiteDay(ctx, p, token)
+		if rerr := s.rereadSQLiteDays(ctx); err == nil {
+			err = rerr
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
+			if errors.Is(err, errLeaseLost) {
+				return done, errors.Join(errs...)
+			}
 			continue
 		}
 		done++
 	}
-	return done, errors.Join(append(errs, s.rereadSQLiteDays(ctx), s.retireDays(ctx))...)
+	return done, errors.Join(append(errs, s.retireDays(ctx, token))...)
+}
+
+// errLeaseLost: the reorder's lease ended and another process may hold it.
+var errLeaseLost = errors.New("the reorder's lease ended")
+
+// takeReorderLease takes the lease of reorders if it is free, and returns
+// the token that owns it (0: another process holds it).
+func (s *Store) takeReorderLease(ctx context.Context) (token int64, err error) {
+	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		now := time.Now().Unix()
+		res, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_reorder' AND value < ?`, now+int64(reorderLease/time.Second), now)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		token = rand.Int64N(math.MaxInt64-1) + 1
+		_, err = tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('history_reorder_owner', ?)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, token)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return token, nil
+}
+
+// holdReorderLease renews the lease of token in a transaction, or returns
+// errLeaseLost if it is not token's any more.
+func holdReorderLease(ctx context.Context, tx *sql.Tx, token int64) error {
+	res, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_reorder'
+		AND (SELECT value FROM meta WHERE key = 'history_reorder_owner') = ?`, time.Now().Add(reorderLease).Unix(), token)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return errors.Join(err, errLeaseLost)
+	}
+	return nil
 }
 
 // execUpkeep runs statements in a write transaction that ctx's end does
@@ -524,50 +584,64 @@ func (s *Store) execUpkeep(ctx context.Context, stmts ...string) error {
 	})
 }
 
-// errReordered: the day's table in client order is there already.
-var errReordered = errors.New("the day is reordered already")
+// errReordered: the day is in client order already, or an earlier pass
+// left tables of it, which this pass retires.
+var errReordered = errors.New("the day is in client order already, or an earlier pass left tables of it: they are retired now, and the next pass reorders it")
 
 // errReorderRace: rows of a day were deleted while it was copied.
 var errReorderRace = errors.New("rows were deleted from the day while it was copied; the next pass copies it again")
 
 // reorderSQLiteDay rewrites one day (reorderSQLiteDays' steps); on any
-// failure the copy is dropped and the day left as it was.
-func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition) (err error) {
-	final, work := dayName("c", p.lo), dayName("r", p.lo)
-	clean := append(clusteredDrops(final)[1:], `DROP TABLE IF EXISTS `+work) // the index tables and the copy
+// failure the copy is set aside, to be retired, and the day left as it
+// was.
+func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition, token int64) (err error) {
+	final, work, old := dayName("c", p.lo), dayName("r", p.lo), dayName("o", p.lo)
+	counter := `history_deleted_` + p.name
 	defer func() {
 		if err != nil && !errors.Is(err, errReordered) {
-			s.execUpkeep(ctx, clean...)
+			err = errors.Join(err, s.setCopyAside(ctx, p, token))
 		}
 	}()
-	var mark, deleted int64
+	var (
+		mark, deleted int64
+		leftover      bool
+	)
 	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_deleted'`).Scan(&deleted); err != nil {
+		if err := holdReorderLease(ctx, tx, token); err != nil {
 			return err
 		}
-		var done bool
-		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = ?)`, final).Scan(&done); err != nil || done {
-			return errors.Join(err, errReordered)
+		// What an earlier pass left of the day (a process that died or
+		// lost its lease: under this lease no other works on it) is set
+		// aside, and retired at the end of this pass; the next pass
+		// reorders the day.
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = ? OR name = ? OR name GLOB ?)`,
+			final, work, old+"*").Scan(&leftover); err != nil || leftover {
+			return errors.Join(err, setAside(ctx, tx, p))
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta (key, value) VALUES (?, 0)`, counter); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, counter).Scan(&deleted); err != nil {
+			return err
 		}
 		var err error
-		if _, mark, err = foldIn(ctx, tx, math.MaxInt64, s.days.list()); err != nil {
+		if mark, err = foldAll(ctx, tx); err != nil {
 			return err
 		}
-		for _, q := range append(clean, sqliteClusteredDDL(work, final)) {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return err
-			}
-		}
-		return nil
+		_, err = tx.ExecContext(ctx, sqliteClusteredDDL(work, final))
+		return err
 	})
 	if err != nil {
 		return err
+	}
+	if leftover {
+		return errReordered
 	}
 	s.tail.folded(mark)
 	h := func(cols string) string { return strings.ReplaceAll(", "+cols, ", ", ", h.")[2:] }
 	copyCols := "id, " + historyColumns
 	// The rows, in the client index's order.
-	err = s.copyInOrder(ctx, work, copyCols, `SELECT `+h(copyCols)+` FROM `+clientTable(p.name)+` c CROSS JOIN `+p.name+` h ON h.id = c.id`,
+	err = s.copyInOrder(ctx, token, work, copyCols, `SELECT `+h(copyCols)+` FROM `+clientTable(p.name)+` c CROSS JOIN `+p.name+` h ON h.id = c.id`,
 		[]string{"c.account_id", "c.client_id", "c.received_us", "c.id"}, "account_id, client_id, received_us, id")
 	if err != nil {
 		return err
@@ -585,7 +659,7 @@ func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition) (err error
 		for _, c := range strings.Split(key, ", ") {
 			order = append(order, "h."+c)
 		}
-		err := s.copyInOrder(ctx, dayIndex(final, ix.suffix), key+", pos",
+		err := s.copyInOrder(ctx, token, dayIndex(final, ix.suffix), key+", pos",
 			`SELECT `+h(key)+`, w.pos FROM `+p.name+` h INDEXED BY `+dayIndex(p.name, ix.suffix)+` CROSS JOIN `+work+` w INDEXED BY `+dayIndex(final, "client_time")+
 				` ON w.account_id = h.account_id AND w.client_id = h.client_id AND w.received_us = h.received_us AND w.id = h.id`+where, order, key)
 		if err != nil {
@@ -595,75 +669,148 @@ func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition) (err error
 	if afterReorderCopy != nil {
 		afterReorderCopy(p.name)
 	}
-	return s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		// The rows stored since the fold, their index entries by the
-		// triggers (made first, on the copy; renaming it keeps them).
-		for _, q := range []string{clusteredTriggers(work, final),
-			`INSERT OR IGNORE INTO ` + work + ` (` + copyCols + `) SELECT ` + copyCols + ` FROM ` + p.name + ` NOT INDEXED WHERE id > ` + fmt.Sprint(mark) +
-				` ORDER BY account_id, client_id, received_us, id`} {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return err
-			}
+	var through int64
+	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		if err := holdReorderLease(ctx, tx, token); err != nil {
+			return err
 		}
 		var now int64
-		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_deleted'`).Scan(&now); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, counter).Scan(&now); err != nil {
 			return err
 		}
 		if now != deleted {
 			return errReorderRace
 		}
-		// The day's tables are set aside, to be emptied a piece at a time
-		// (retireDays): dropping a table of millions of rows would hold
-		// the write lock for seconds.
-		old := dayName("o", p.lo)
-		for _, q := range []string{`DROP TRIGGER ` + p.name + `_client_delete`, `ALTER TABLE ` + p.name + ` RENAME TO ` + old,
-			`ALTER TABLE ` + clientTable(p.name) + ` RENAME TO ` + clientTable(old), `ALTER TABLE ` + work + ` RENAME TO ` + final} {
+		// The records stored since step 1 get their latest values (the day
+		// in client order has nothing unfolded), then their rows, and
+		// their index entries by the triggers (made first, on the copy:
+		// renaming it keeps them). The day's tables are set aside, to be
+		// emptied a piece at a time (retireDays): dropping a table of
+		// millions of rows would hold the write lock for seconds.
+		var err error
+		if through, err = foldAll(ctx, tx); err != nil {
+			return err
+		}
+		for _, q := range []string{clusteredTriggers(work, final),
+			`INSERT OR IGNORE INTO ` + work + ` (` + copyCols + `) SELECT ` + copyCols + ` FROM ` + p.name + ` NOT INDEXED WHERE id > ` + fmt.Sprint(mark) +
+				` ORDER BY account_id, client_id, received_us, id`,
+			`DROP TRIGGER ` + p.name + `_client_delete`, `DELETE FROM meta WHERE key = '` + counter + `'`,
+			`ALTER TABLE ` + p.name + ` RENAME TO ` + old, `ALTER TABLE ` + clientTable(p.name) + ` RENAME TO ` + clientTable(old),
+			`ALTER TABLE ` + work + ` RENAME TO ` + final} {
 			if _, err := tx.ExecContext(ctx, q); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+	if err == nil {
+		s.tail.folded(through)
+	}
+	return err
+}
+
+// foldAll folds every unfolded row of every day, as the database lists
+// them (not this process's list: another may have made a day since), and
+// returns the id folded up to.
+func foldAll(ctx context.Context, tx *sql.Tx) (int64, error) {
+	parts, err := readSQLiteDays(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
+	_, through, err := foldIn(ctx, tx, math.MaxInt64, parts)
+	return through, err
+}
+
+// setCopyAside renames what a reorder that gave up made of a day (its copy
+// and the index tables) as tables set aside, for retireDays to empty a
+// piece at a time: dropping them at once would hold the write lock about
+// as long as dropping the day. The copy's client index is dropped first:
+// its name is the one a later reorder gives its own. Nothing is touched if
+// the day is in client order (the tables are the day's) or if the lease
+// is not token's.
+func (s *Store) setCopyAside(ctx context.Context, p dayPartition, token int64) error {
+	ctx = context.WithoutCancel(ctx)
+	return s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		if err := holdReorderLease(ctx, tx, token); err != nil {
+			return err
+		}
+		return setAside(ctx, tx, p)
+	})
+}
+
+// setAside is setCopyAside in a transaction.
+func setAside(ctx context.Context, tx *sql.Tx, p dayPartition) error {
+	final, work, old := dayName("c", p.lo), dayName("r", p.lo), dayName("o", p.lo)
+	var done bool
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = ?)`, final).Scan(&done); err != nil || done {
+		return err
+	}
+	names, err := queryNames(ctx, tx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?)`,
+		work, dayIndex(final, "account_time"), dayIndex(final, "class_time"), dayIndex(final, "device_time"))
+	if err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `DROP INDEX IF EXISTS `+dayIndex(final, "client_time")); err != nil {
+		return err
+	}
+	for _, name := range names {
+		// history_rX → history_oX_copy, history_cX_account_time →
+		// history_oX_account_time...
+		to := old + "_copy"
+		if name != work {
+			to = old + strings.TrimPrefix(name, final)
+		}
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE `+name+` RENAME TO `+to); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // retireChunk is how many rows a transaction of retireDays deletes.
 var retireChunk = 20000
 
-// retireDays empties and drops the tables of days that were reordered
-// (history_oYYYYMMDD and its client index), retireChunk rows a
-// transaction, so that the history writer waits for at most one of them.
-// Tables a process left when it died are retired by the next pass.
-func (s *Store) retireDays(ctx context.Context) error {
-	names, err := queryNames(ctx, s.db, `SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'history_o[0-9]*' AND name NOT GLOB '*_client'`)
+// retireDays empties and drops the tables set aside (history_oYYYYMMDD…:
+// a reordered day's old tables, a copy given up), retireChunk rows a
+// transaction by their key, so that the history writer waits for at most
+// one of them. Tables a process left when it died are retired by the next
+// pass. It runs under the reorder lease of token.
+func (s *Store) retireDays(ctx context.Context, token int64) error {
+	names, err := queryNames(ctx, s.db, `SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'history_o[0-9]*'`)
 	if err != nil {
 		return err
 	}
 	for _, name := range names {
-		for _, q := range []string{
-			`DELETE FROM ` + name + ` WHERE rowid IN (SELECT rowid FROM ` + name + ` ORDER BY rowid LIMIT ?)`,
-			`DELETE FROM ` + clientTable(name) + ` WHERE (account_id, client_id, received_us, id) IN (
-				SELECT account_id, client_id, received_us, id FROM ` + clientTable(name) + ` LIMIT ?)`,
-		} {
-			for {
-				var n int64
-				err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-					res, err := tx.ExecContext(ctx, q, retireChunk)
-					if err != nil {
-						return err
-					}
-					n, err = res.RowsAffected()
+		key, err := queryNames(ctx, s.db, `SELECT name FROM pragma_table_info(?) WHERE pk > 0 ORDER BY pk`, name)
+		if err != nil {
+			return err
+		}
+		if len(key) == 0 {
+			key = []string{"rowid"}
+		}
+		cols := strings.Join(key, ", ")
+		for {
+			var n int64
+			err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+				if err := holdReorderLease(ctx, tx, token); err != nil {
 					return err
-				})
+				}
+				res, err := tx.ExecContext(ctx, `DELETE FROM `+name+` WHERE (`+cols+`) IN (SELECT `+cols+` FROM `+name+` LIMIT ?)`, retireChunk)
 				if err != nil {
-					return fmt.Errorf("retire %s: %w", name, err)
+					return err
 				}
-				s.AfterCommit(ctx)
-				if n < int64(retireChunk) {
-					break
-				}
+				n, err = res.RowsAffected()
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("retire %s: %w", name, err)
+			}
+			s.AfterCommit(ctx)
+			if n < int64(retireChunk) {
+				break
 			}
 		}
-		if err := s.execUpkeep(ctx, `DROP TABLE `+clientTable(name), `DROP TABLE `+name); err != nil {
+		if err := s.execUpkeep(ctx, `DROP TABLE `+name); err != nil {
 			return fmt.Errorf("retire %s: %w", name, err)
 		}
 	}
@@ -675,7 +822,7 @@ func (s *Store) retireDays(ctx context.Context) error {
 // query) into table's columns cols, in the order of the expressions
 // order, which are table's key (keyCols in table), reorderChunk rows a
 // transaction, each continuing after the last row of the one before.
-func (s *Store) copyInOrder(ctx context.Context, table, cols, query string, order []string, keyCols string) error {
+func (s *Store) copyInOrder(ctx context.Context, token int64, table, cols, query string, order []string, keyCols string) error {
 	last := make([]any, len(order))
 	ptrs := make([]any, len(order))
 	for i := range last {
@@ -698,6 +845,9 @@ func (s *Store) copyInOrder(ctx context.Context, table, cols, query string, orde
 		}
 		var n int64
 		err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+			if err := holdReorderLease(ctx, tx, token); err != nil {
+				return err
+			}
 			res, err := tx.ExecContext(ctx, `INSERT INTO `+table+` (`+cols+`) `+q+` ORDER BY `+orderBy+` LIMIT `+fmt.Sprint(reorderChunk), args...)
 			if err != nil {
 				return err

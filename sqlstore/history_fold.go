@@ -144,7 +144,7 @@ func (t *foldTail) load(ctx context.Context, db *sql.DB, parts []dayPartition) e
 	t.seed = maphash.MakeSeed()
 	for _, p := range parts {
 		if p.clustered {
-			continue // folded when it was made, and its late records on insert
+			continue // nothing unfolded: see upsertLatestSQLite and reorderSQLiteDay
 		}
 		if err := t.loadTable(ctx, db, p.name); err != nil {
 			return err

@@ -197,7 +197,10 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 		return err
 	}
 	fold := s.tail.len()+len(recs) >= s.foldRows
-	var through int64 // the id folded up to, 0 when nothing was
+	var (
+		through int64 // the id folded up to, 0 when nothing was
+		foldErr error
+	)
 	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
 		var last int64
 		if err := tx.StmtContext(ctx, s.appendStmts.ids).QueryRowContext(ctx, len(recs)).Scan(&last); err != nil {
@@ -251,7 +254,7 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 		}
 		upTo, days := s.tail.next(recs, max(foldMaxClients, 2*len(recs)))
 		var err error
-		if _, through, err = foldIn(ctx, tx, upTo, s.foldParts(days)); err != nil {
+		if _, through, foldErr = foldIn(ctx, tx, upTo, s.foldParts(days)); foldErr != nil {
 			through = 0
 			if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
 				return err
@@ -266,6 +269,11 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 	s.tail.add(recs)
 	if through > 0 {
 		s.tail.folded(through)
+	}
+	if noSuchTable(foldErr) {
+		// A day was reordered (its table renamed) since this process read
+		// the days: the next commit folds with them read again.
+		s.rereadSQLiteDays(ctx)
 	}
 	return nil
 }

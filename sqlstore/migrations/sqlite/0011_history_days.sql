@@ -24,6 +24,7 @@ UPDATE meta SET value = MIN(value, (SELECT value FROM meta WHERE key = 'history_
 
 -- Days that ended are rewritten in client order by one process at a time:
 -- history_reorder is when its lease ends (Unix seconds; 0: free), and
--- history_deleted counts the rows deleted from day tables, so that a
--- rewrite sees a row deleted while it copied the day.
-INSERT INTO meta (key, value) VALUES ('history_reorder', 0), ('history_deleted', 0);
+-- history_reorder_owner the token of the process that holds it. (Each day
+-- table counts the rows deleted from it in history_deleted_<table>, so
+-- that a rewrite sees a row deleted while it copied the day.)
+INSERT INTO meta (key, value) VALUES ('history_reorder', 0), ('history_reorder_owner', 0);
