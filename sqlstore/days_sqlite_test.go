@@ -431,7 +431,7 @@ func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 
 	// A second pass leaves the rewritten day, and empties and drops the
 	// old tables of a day that a process which died left set aside.
-	noErr(t, exec(s.db, strings.ReplaceAll(sqliteDayDDL("history_o20261120"), "IF NOT EXISTS ", "")))
+	noErr(t, exec(s.db, sqliteDayDDL("history_o20261120")))
 	for i := range 25 {
 		noErr(t, exec(s.db, `INSERT INTO history_o20261120 (`+historyColumns+`) VALUES ('a', 'c', 't', 'state', 1, 1, 0, x'', '', 0, NULL, '', ?)`, i))
 		noErr(t, exec(s.db, `INSERT INTO history_o20261120_client VALUES ('a', 'c', ?, ?)`, i, i))

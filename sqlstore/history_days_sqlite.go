@@ -56,26 +56,28 @@ func dayIndex(table, index string) string {
 	return table + "_" + strings.TrimPrefix(index, "history_")
 }
 
-// sqliteDayDDL creates the tables of a day (IF NOT EXISTS: a retention
-// pass of another process may have made them first). The columns are
-// those of history (migrations 0002 and 0008).
+// sqliteDayDDL creates the tables of a day (createSQLiteDays reads the
+// days again in its transaction first, so none of them is there: an index
+// whose name is taken, by the old tables of a day reordered that are not
+// yet retired, is an error, not an index left out). The columns are those
+// of history (migrations 0002 and 0008).
 func sqliteDayDDL(table string) string {
 	return strings.NewReplacer("T_", table).Replace(`
-CREATE TABLE IF NOT EXISTS T_ (
+CREATE TABLE T_ (
 	id              INTEGER PRIMARY KEY,` + historyColumnDefs + `
 );
-CREATE INDEX IF NOT EXISTS T__account_time ON T_ (account_id, received_us);
-CREATE INDEX IF NOT EXISTS T__class_time ON T_ (account_id, class, received_us);
-CREATE INDEX IF NOT EXISTS T__device_time ON T_ (account_id, station_controller_device_id, received_us)
+CREATE INDEX T__account_time ON T_ (account_id, received_us);
+CREATE INDEX T__class_time ON T_ (account_id, class, received_us);
+CREATE INDEX T__device_time ON T_ (account_id, station_controller_device_id, received_us)
 	WHERE station_controller_device_id <> '';
-CREATE TABLE IF NOT EXISTS T__client (
+CREATE TABLE T__client (
 	account_id  TEXT NOT NULL,
 	client_id   TEXT NOT NULL,
 	received_us INTEGER NOT NULL,
 	id          INTEGER NOT NULL,
 	PRIMARY KEY (account_id, client_id, received_us, id)
 ) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS T__client_delete AFTER DELETE ON T_ BEGIN
+CREATE TRIGGER T__client_delete AFTER DELETE ON T_ BEGIN
 	DELETE FROM T__client
 		WHERE account_id = old.account_id AND client_id = old.client_id AND received_us = old.received_us AND id = old.id;
 	UPDATE meta SET value = value + 1 WHERE key = 'history_deleted_T_';
