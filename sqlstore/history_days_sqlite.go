@@ -320,7 +320,11 @@ func (s *Store) createSQLiteDays(ctx context.Context, days []int64) error {
 // noSuchTable reports whether err is SQLite's for a table that is not
 // there: a day another process dropped after this one read the days.
 func noSuchTable(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no such table: history_")
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no such table: history_") || strings.Contains(msg, "no such table: main.history_")
 }
 
 // dropSQLiteDays is DropHistoryDays on SQLite: each day that ends at or
