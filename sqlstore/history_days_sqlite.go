@@ -469,8 +469,8 @@ func (s *Store) HistoryTable(ctx context.Context, at time.Time) (string, error) 
 
 // reorderChunk is how many records one transaction of a SQLite reorder
 // copies (a variable for tests): the history writer waits for at most one
-// such transaction, some tens of milliseconds.
-var reorderChunk = 5000
+// such transaction, tens to hundreds of milliseconds (yieldWrites).
+var reorderChunk = 2000
 
 // reorderLease is how long a SQLite reorder keeps other processes from
 // reordering (meta history_reorder holds when its lease ends, Unix
@@ -774,7 +774,22 @@ func setAside(ctx context.Context, tx *sql.Tx, p dayPartition) error {
 }
 
 // retireChunk is how many rows a transaction of retireDays deletes.
-var retireChunk = 20000
+var retireChunk = 5000
+
+// yieldWrites pauses as long as a transaction of upkeep took (at most a
+// second), so that the history writer, which takes its turn between them,
+// has at least half of the write lock's time however slow the upkeep's
+// transactions are (a chunk reads a day's rows in another order, from
+// disk, in up to half a second): the writer falls behind a steady 20,000
+// records/s for seconds otherwise.
+func yieldWrites(ctx context.Context, took time.Duration) {
+	t := time.NewTimer(min(took, time.Second))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
 
 // retireDays empties and drops the tables set aside (history_oYYYYMMDD…:
 // a reordered day's old tables, a copy given up), retireChunk rows a
@@ -797,6 +812,7 @@ func (s *Store) retireDays(ctx context.Context, token int64) error {
 		cols := strings.Join(key, ", ")
 		for {
 			var n int64
+			start := time.Now()
 			err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
 				if err := holdReorderLease(ctx, tx, token); err != nil {
 					return err
@@ -815,6 +831,7 @@ func (s *Store) retireDays(ctx context.Context, token int64) error {
 			if n < int64(retireChunk) {
 				break
 			}
+			yieldWrites(ctx, time.Since(start))
 		}
 		if err := s.execUpkeep(ctx, `DROP TABLE `+name); err != nil {
 			return fmt.Errorf("retire %s: %w", name, err)
@@ -850,6 +867,7 @@ func (s *Store) copyInOrder(ctx context.Context, token int64, table, cols, query
 			args = textAsText(last)
 		}
 		var n int64
+		start := time.Now()
 		err := s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
 			if err := holdReorderLease(ctx, tx, token); err != nil {
 				return err
@@ -870,6 +888,7 @@ func (s *Store) copyInOrder(ctx context.Context, token int64, table, cols, query
 		if n < int64(reorderChunk) {
 			return nil
 		}
+		yieldWrites(ctx, time.Since(start))
 	}
 }
 
