@@ -14,8 +14,16 @@
 
 INSERT INTO meta (key, value) VALUES ('history_last_id', (SELECT COALESCE(MAX(id), 0) FROM history));
 
+-- The newest record's time, account by account on the (account, time)
+-- index: history has no index on the time alone, and reading the table
+-- took 40 s on a store of ten million records.
 INSERT INTO meta (key, value) VALUES ('history_days_from', COALESCE(
-	(SELECT (MAX(received_us) / 86400000000 + 1) * 86400000000 FROM history),
+	(WITH RECURSIVE accounts (id) AS (
+		SELECT MIN(account_id) FROM history
+		UNION ALL
+		SELECT (SELECT MIN(account_id) FROM history WHERE account_id > accounts.id) FROM accounts WHERE accounts.id IS NOT NULL)
+	SELECT (MAX((SELECT MAX(received_us) FROM history WHERE account_id = accounts.id)) / 86400000000 + 1) * 86400000000
+	FROM accounts WHERE accounts.id IS NOT NULL),
 	-9223372036854775808));
 
 -- Every id up to the counter is folded or after the mark: a store whose
