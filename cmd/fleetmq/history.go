@@ -195,10 +195,10 @@ func historyCmds() map[string]*adminCmd {
 				n, err := r.Pass(ctx)
 				fmt.Fprintf(out, "deleted %d records\n", n)
 				if d := r.DaysDropped(); d > 0 {
-					fmt.Fprintf(out, "dropped %d whole days of history\n", d)
+					fmt.Fprintf(out, "days of history dropped whole: %d\n", d)
 				}
 				if d := r.DaysReordered(); d > 0 {
-					fmt.Fprintf(out, "reordered %d days of history by client\n", d)
+					fmt.Fprintf(out, "days of history reordered by client: %d\n", d)
 				}
 				return err
 			},
