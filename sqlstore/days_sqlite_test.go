@@ -573,3 +573,78 @@ func TestSQLiteReorderLease(t *testing.T) {
 		t.Fatalf("after a give-up and its pass: %v left", left)
 	}
 }
+
+// TestSQLiteDaysOtherProcessDrops: after another process dropped a day
+// this store wrote (a retention pass of the CLI), this store's folds go
+// on; after it dropped the table from before the days, a late record of
+// that table's time is stored in a day made for it.
+func TestSQLiteDaysOtherProcessDrops(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	s, other := twoSQLiteStores(t)
+	s.foldRows = 4
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/old", now.Add(-20*24*time.Hour))}))
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/now", now)}))
+	_, err := s.FoldHistory(ctx)
+	noErr(t, err)
+	if n, err := other.DropHistoryDays(ctx, now.Add(-7*24*time.Hour), map[string]time.Time{foldAccA: now.Add(-7 * 24 * time.Hour)}); n != 1 || err != nil {
+		t.Fatalf("the other process's drop: %d, %v", n, err)
+	}
+	for i := range 100 {
+		at := now.Add(time.Duration(i+1) * time.Millisecond)
+		noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/a", at), reorderRec("state/b", at)}))
+	}
+	if _, err := s.FoldHistory(ctx); s.tail.len() > 10 || err != nil {
+		t.Fatalf("after another process dropped a day this store wrote: %d rows unfolded, FoldHistory: %v", s.tail.len(), err)
+	}
+}
+
+// TestSQLiteLateRecordAfterLegacyDropped: a record of the time of the
+// table from before the days, which another process dropped (its only
+// account's records expired), goes into a day of its own.
+func TestSQLiteLateRecordAfterLegacyDropped(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	db, err := sql.Open(sqliteDriver, "file:"+path+"?_journal_mode=WAL&_foreign_keys=on")
+	noErr(t, err)
+	migrateUpTo(t, db, sqliteDialect, 10)
+	t0 := time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC)
+	_, err = db.Exec(`INSERT INTO history (`+historyColumns+`) VALUES (?, 'dev-1', ?, 'state', 1, 1, 0, x'00', '', 0, NULL, '', ?)`,
+		foldAccB, foldAccB+"/dev-1/state/0", t0.UnixMicro())
+	noErr(t, err)
+	noErr(t, db.Close())
+	s, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer s.Close()
+	other, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer other.Close()
+	now := t0.Add(26 * 24 * time.Hour)
+	_, err = other.DropHistoryDays(ctx, now.Add(-7*24*time.Hour), // A keeps 30 days, B 7
+		map[string]time.Time{foldAccA: now.Add(-30 * 24 * time.Hour), foldAccB: now.Add(-7 * 24 * time.Hour)})
+	noErr(t, err)
+	late := reorderRec("state/late", t0.Add(time.Second)) // a time A keeps
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{late}))
+	if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "dev-1"}, 0); len(got) != 1 || got[0] != late.Position() {
+		t.Fatalf("the late record after history was dropped: %v", got)
+	}
+}
+
+// TestSQLiteLatestWithManyDays: the latest values read every day's
+// unfolded rows, with more days than SQLite takes terms in one compound
+// SELECT (500).
+func TestSQLiteLatestWithManyDays(t *testing.T) {
+	ctx, s := context.Background(), openFoldStore(t)
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	var days []int64
+	for d := range 520 {
+		days = append(days, dayStart(now.UnixMicro())-int64(d)*dayMicros)
+	}
+	noErr(t, s.createSQLiteDays(ctx, days))
+	old := reorderRec("state/old", now.Add(-519*24*time.Hour))
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{old, reorderRec("state/now", now)}))
+	latest, err := s.LatestHistory(ctx, foldAccA, "dev-1")
+	if err != nil || len(latest) != 2 {
+		t.Fatalf("latest with %d day tables: %d records, %v; want 2", len(s.days.list()), len(latest), err)
+	}
+}

@@ -117,18 +117,54 @@ func (s *Store) latestSQLite(ctx context.Context, q queryer, accountID, clientID
 		return nil, err
 	}
 	tables := s.days.list()
-	query := `SELECT received_us, id FROM (SELECT topic, received_us, id, ROW_NUMBER() OVER (PARTITION BY topic ORDER BY received_us DESC, id DESC) AS n FROM (
-		SELECT record_id AS id, topic, received_us FROM history_latest WHERE account_id = ?1 AND client_id = ?2`
+	// The candidates: the stored latest entries, and the unfolded rows of
+	// each day in arrival order (a day in client order has none), in
+	// statements of at most 400 terms (SQLite allows 500), newest per
+	// topic kept.
+	type entry struct{ at, id int64 }
+	newest := map[string]entry{}
+	var arms []string
 	for _, t := range tables {
-		if !t.clustered { // a day in client order has nothing unfolded
-			query += ` UNION ALL SELECT id, topic, received_us FROM ` + t.name + ` NOT INDEXED WHERE ` + unfoldedRows + ` AND account_id = ?1 AND client_id = ?2`
+		if !t.clustered {
+			arms = append(arms, `SELECT id, topic, received_us FROM `+t.name+` NOT INDEXED WHERE `+unfoldedRows+` AND account_id = ?1 AND client_id = ?2`)
 		}
 	}
-	query += `)) WHERE n = 1`
-	at, ids, err := latestEntries(ctx, q, query, accountID, clientID)
-	if err != nil {
-		return nil, err
+	for first := true; first || len(arms) > 0; first = false {
+		n := min(len(arms), 400)
+		query := `SELECT topic, received_us, id FROM (`
+		if first {
+			query += `SELECT record_id AS id, topic, received_us FROM history_latest WHERE account_id = ?1 AND client_id = ?2`
+			if n > 0 {
+				query += ` UNION ALL `
+			}
+		}
+		query += strings.Join(arms[:n], " UNION ALL ") + `)`
+		arms = arms[n:]
+		rows, err := q.QueryContext(ctx, query, accountID, clientID)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var topic string
+			var e entry
+			if err := rows.Scan(&topic, &e.at, &e.id); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if old, ok := newest[topic]; !ok || e.at > old.at || e.at == old.at && e.id > old.id {
+				newest[topic] = e
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
 	}
+	var at, ids []int64
+	for _, e := range newest {
+		at, ids = append(at, e.at), append(ids, e.id)
+	}
+	var err error
 	var out []*fleetmq.Record
 	for _, t := range tables {
 		// By id; in a day in client order, by its key.

@@ -73,8 +73,10 @@ var managedTable = regexp.MustCompile(`^history_(d\d{8}|c\d{8}|before_days)$`)
 type historyDays struct {
 	mu    sync.Mutex
 	parts []dayPartition // by lo
-	// SQLite: the schema's version when parts were read (freshDays).
+	// SQLite: the schema's version when parts were read (freshDays), and
+	// the lock that rereads take turns on.
 	version int64
+	reread  sync.Mutex
 }
 
 // covers reports whether a known partition holds the time us.

@@ -252,6 +252,10 @@ func (d *historyDays) overlapping(from, to *int64, descending bool) []dayPartiti
 // rereadSQLiteDays sets the days this process knows from the database,
 // and closes the writer's statements of tables that are gone.
 func (s *Store) rereadSQLiteDays(ctx context.Context) error {
+	// One at a time: a reread that read the days before another made one
+	// must not put its list back after the other's.
+	s.days.reread.Lock()
+	defer s.days.reread.Unlock()
 	// The schema's version first: a change after it is seen by the next
 	// freshDays.
 	var version int64
@@ -262,9 +266,8 @@ func (s *Store) rereadSQLiteDays(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.days.set(parts)
 	s.days.mu.Lock()
-	s.days.version = version
+	s.days.parts, s.days.version = parts, version
 	s.days.mu.Unlock()
 	s.appendStmts.forget(parts)
 	return nil
@@ -324,7 +327,7 @@ func noSuchTable(err error) bool {
 		return false
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "no such table: history_") || strings.Contains(msg, "no such table: main.history_")
+	return strings.Contains(msg, "no such table: history") || strings.Contains(msg, "no such table: main.history")
 }
 
 // dropSQLiteDays is DropHistoryDays on SQLite: each day that ends at or
@@ -347,6 +350,11 @@ func (s *Store) dropSQLiteDays(ctx context.Context, before time.Time, expired ma
 		// history covers no time: it was empty when the days began
 		// (migration 0011), and nothing has been written to it since.
 		errs = append(errs, s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+			var rows bool
+			if err := tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM `+legacyHistory+`)`).Scan(&rows); err != nil || rows {
+				// A process of the schema before the days wrote to it.
+				return err
+			}
 			_, err := tx.ExecContext(ctx, `DROP TABLE history_client; DROP TABLE `+legacyHistory)
 			return err
 		}))

@@ -38,20 +38,22 @@ const (
 
 // unfoldedRows is the condition on history rows (unqualified columns) that
 // keeps those not yet folded: the ids after the fold's mark, a range SQLite
-// scans from there (NOT INDEXED on history, so that it never prefers an
-// index's order to that), a few thousand rows at most.
+// scans from there (NOT INDEXED on a day's table, so that it never prefers
+// an index's order to that), a few thousand rows at most.
 const unfoldedRows = `id > (SELECT value FROM meta WHERE key = 'history_folded')`
 
 // foldTail is what a SQLite store knows of its unfolded rows: their ids
 // and a hash of each one's client, to choose how far the next fold goes.
 // The store's history commits keep it. It is only a guide: a fold reads
 // the rows from the table, between the mark in meta and the id chosen, so
-// a list that is off (rows retention deleted, their ids reused) costs a
-// fold's size, never a record.
+// a list that is off (rows retention deleted) costs a fold's size, never
+// a record.
 type foldTail struct {
 	mu   sync.Mutex
 	seed maphash.Seed
 	rows []tailRow
+	// through is the id the last fold of this process went up to.
+	through int64
 }
 
 type tailRow struct {
@@ -135,6 +137,14 @@ func (t *foldTail) folded(through int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.rows = slices.DeleteFunc(t.rows, func(r tailRow) bool { return r.id <= through })
+	t.through = max(t.through, through)
+}
+
+// foldedThrough is the id the last fold of this process went up to.
+func (t *foldTail) foldedThrough() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.through
 }
 
 // load lists the unfolded rows of the given tables (when the store opens).
@@ -173,11 +183,13 @@ func (t *foldTail) loadTable(ctx context.Context, db *sql.DB, table string) erro
 }
 
 // foldParts are the tables a fold reads: those that hold the given days
-// (the fold list's), and every table this process has written since it
-// opened the store, so that rows the list missed (a commit reported as
-// failed that went in) are folded all the same.
+// (the fold list's), and every table this process has given ids after its
+// last fold's (written by a commit, whether or not it was reported), so
+// that rows the list missed (a commit reported as failed that went in)
+// are folded all the same. A table that another process dropped since is
+// passed over by the fold.
 func (s *Store) foldParts(days []int64) []dayPartition {
-	written := s.appendStmts.tables()
+	written := s.appendStmts.writtenAfter(s.tail.foldedThrough())
 	var parts []dayPartition
 	for _, p := range s.days.list() {
 		if p.clustered {
@@ -237,6 +249,9 @@ func foldIn(ctx context.Context, tx *sql.Tx, through int64, parts []dayPartition
 		}
 		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO `+clientTable(p.name)+` (account_id, client_id, received_us, id)
 			SELECT account_id, client_id, received_us, id FROM `+p.name+` NOT INDEXED WHERE id > ? AND id <= ? ORDER BY 1, 2, 3, 4`, mark, through)
+		if noSuchTable(err) {
+			continue // dropped by another process (or reordered): nothing of it to fold
+		}
 		if err != nil {
 			return 0, 0, err
 		}

@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/fleetmq/fleetmq"
 )
@@ -33,12 +35,15 @@ type appendStmts struct {
 	mu     sync.Mutex
 	ids    *sql.Stmt
 	insert map[string]map[int]*sql.Stmt // by table, then row count
+	// The largest id given to a row of each table (its commit reported or
+	// not).
+	lastID map[string]int64
 }
 
 // prepareAppend prepares the history writer's first statement on the
 // ingest pool, before the first transaction holds its only connection.
 func (s *Store) prepareAppend(ctx context.Context) error {
-	st := &appendStmts{insert: map[string]map[int]*sql.Stmt{}}
+	st := &appendStmts{insert: map[string]map[int]*sql.Stmt{}, lastID: map[string]int64{}}
 	s.appendStmts = st // closed with the store, however far this goes
 	var err error
 	st.ids, err = s.ingest.PrepareContext(ctx, nextIDs)
@@ -68,14 +73,22 @@ func (st *appendStmts) forTable(ctx context.Context, db *sql.DB, table string) (
 	return m, nil
 }
 
-// tables returns the tables with prepared INSERTs: those the writer has
-// written since the store opened, but for any dropped since.
-func (st *appendStmts) tables() []string {
+// wrote notes the largest id given to a row of table.
+func (st *appendStmts) wrote(table string, id int64) {
+	st.mu.Lock()
+	st.lastID[table] = max(st.lastID[table], id)
+	st.mu.Unlock()
+}
+
+// writtenAfter returns the tables given an id after through.
+func (st *appendStmts) writtenAfter(through int64) []string {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	out := make([]string, 0, len(st.insert))
-	for table := range st.insert {
-		out = append(out, table)
+	var out []string
+	for table, id := range st.lastID {
+		if id > through {
+			out = append(out, table)
+		}
 	}
 	return out
 }
@@ -95,6 +108,11 @@ func (st *appendStmts) forget(parts []dayPartition) {
 			s.Close()
 		}
 		delete(st.insert, table)
+	}
+	for table := range st.lastID {
+		if !slices.ContainsFunc(parts, func(p dayPartition) bool { return p.name == table }) {
+			delete(st.lastID, table)
+		}
 	}
 }
 
@@ -152,7 +170,7 @@ type dayRows struct {
 // batchDays groups a batch's records by the partition that holds their
 // time (a batch spans one day, two around midnight), creating the days
 // that none does and preparing their INSERTs.
-func (s *Store) batchDays(ctx context.Context, recs []*fleetmq.Record) ([]*dayRows, error) {
+func (s *Store) batchDays(ctx context.Context, recs []*fleetmq.Record, created bool) ([]*dayRows, error) {
 	var groups []*dayRows
 	var missing []int64
 	for _, r := range recs {
@@ -172,10 +190,13 @@ func (s *Store) batchDays(ctx context.Context, recs []*fleetmq.Record) ([]*dayRo
 		groups[i].recs = append(groups[i].recs, r)
 	}
 	if len(missing) > 0 {
+		if created {
+			return nil, fmt.Errorf("history days: no table holds the day of %v after it was made", time.UnixMicro(missing[0]).UTC())
+		}
 		if err := s.createSQLiteDays(ctx, missing); err != nil {
 			return nil, err
 		}
-		return s.batchDays(ctx, recs) // every day is known now
+		return s.batchDays(ctx, recs, true) // every day is known now
 	}
 	for _, g := range groups {
 		var err error
@@ -192,7 +213,7 @@ func (s *Store) batchDays(ctx context.Context, recs []*fleetmq.Record) ([]*dayRo
 // indexes and history_latest, a bounded step, so the step shares the
 // commit's sync.
 func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error {
-	groups, err := s.batchDays(ctx, recs)
+	groups, err := s.batchDays(ctx, recs, false)
 	if err != nil {
 		return err
 	}
@@ -234,6 +255,7 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 				if _, err := tx.StmtContext(ctx, g.insert[len(chunk)]).ExecContext(ctx, args...); err != nil {
 					return err
 				}
+				s.appendStmts.wrote(g.part.name, chunk[len(chunk)-1].ID)
 			}
 			if g.part.clustered {
 				// A late record of a day in client order: it is in its
