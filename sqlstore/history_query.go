@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -292,6 +293,14 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 			return err
 		}
 		tables = s.days.overlapping(p.from, p.to, !q.Ascending)
+		if after != nil {
+			// The days wholly before a keyset position (after it, newest
+			// first) hold nothing the page asks for.
+			at := after.Received.UnixMicro()
+			tables = slices.DeleteFunc(tables, func(t dayPartition) bool {
+				return q.Ascending && t.hi <= at || !q.Ascending && t.lo > at
+			})
+		}
 	}
 	for len(tables) > 0 {
 		n := size
