@@ -109,7 +109,7 @@ type HistoryStore interface {
 }
 
 // HistoryDays is implemented by a history store that keeps its records in
-// one partition per UTC day (sqlstore on PostgreSQL). Retention then drops
+// one partition per UTC day (sqlstore, on both engines). Retention then drops
 // a day whole once no account that still keeps it has records in it,
 // which costs about the same whatever the day holds, and deletes rows only
 // of the days it cannot drop.

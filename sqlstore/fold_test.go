@@ -481,8 +481,8 @@ func TestFoldsKeepUp(t *testing.T) {
 
 // TestNewRowsAfterDeletedNewest: when retention has deleted a SQLite
 // store's newest rows (an idle store whose every record expired), the
-// next records, which SQLite numbers from the largest id left, are still
-// unfolded and found, then folded.
+// next records (their ids from the counter, after the deleted ones') are
+// still unfolded and found, then folded.
 func TestNewRowsAfterDeletedNewest(t *testing.T) {
 	ctx, s := context.Background(), openFoldStore(t)
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)

@@ -38,7 +38,8 @@ import (
 // retention passes create today's and tomorrow's ahead. Ids come from the
 // counter history_last_id in meta, unique and increasing across days. One
 // process writes a data directory's history (serve holds the directory's
-// lock), so its fold list (foldTail) knows every unfolded row's day.
+// lock): a fold reads the days its fold list (foldTail) names and the
+// tables it gave ids since its last fold (foldParts).
 
 // legacyHistory is the table of history from before the days.
 const legacyHistory = "history"
