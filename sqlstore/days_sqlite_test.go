@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math"
@@ -262,10 +261,7 @@ func TestSQLiteDropDays(t *testing.T) {
 // anything in it.
 func TestSQLiteMigrationToDays(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "fleetmq.db")
-	db, err := sql.Open(sqliteDriver, "file:"+path+"?_journal_mode=WAL&_foreign_keys=on")
-	noErr(t, err)
-	migrateUpTo(t, db, sqliteDialect, 10)
+	path, db := oldSQLiteStore(t, 10)
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
 	ref := writeOldHistory(t, db, t0, 100, false)
 	noErr(t, db.Close())
@@ -604,12 +600,9 @@ func TestSQLiteDaysOtherProcessDrops(t *testing.T) {
 // account's records expired), goes into a day of its own.
 func TestSQLiteLateRecordAfterLegacyDropped(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "fleetmq.db")
-	db, err := sql.Open(sqliteDriver, "file:"+path+"?_journal_mode=WAL&_foreign_keys=on")
-	noErr(t, err)
-	migrateUpTo(t, db, sqliteDialect, 10)
+	path, db := oldSQLiteStore(t, 10)
 	t0 := time.Date(2026, 11, 1, 6, 0, 0, 0, time.UTC)
-	_, err = db.Exec(`INSERT INTO history (`+historyColumns+`) VALUES (?, 'dev-1', ?, 'state', 1, 1, 0, x'00', '', 0, NULL, '', ?)`,
+	_, err := db.Exec(`INSERT INTO history (`+historyColumns+`) VALUES (?, 'dev-1', ?, 'state', 1, 1, 0, x'00', '', 0, NULL, '', ?)`,
 		foldAccB, foldAccB+"/dev-1/state/0", t0.UnixMicro())
 	noErr(t, err)
 	noErr(t, db.Close())

@@ -330,12 +330,7 @@ func TestCommitsFold(t *testing.T) {
 // answers, and nothing left to fold.
 func TestMigrationFoldsExistingHistory(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "fleetmq.db")
-	db, err := sql.Open(sqliteDriver, "file:"+path+"?_journal_mode=WAL&_foreign_keys=on")
-	if err != nil {
-		t.Fatal(err)
-	}
-	migrateUpTo(t, db, sqliteDialect, 8)
+	path, db := oldSQLiteStore(t, 8)
 	// History as the previous writer left it.
 	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
 	ref := writeOldHistory(t, db, t0, 300, true)
@@ -577,6 +572,18 @@ func openFoldStore(t *testing.T) *Store {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// oldSQLiteStore makes a SQLite file of the schema up to version, as a
+// fleetmq of that schema left it, and returns its path and a connection
+// to it (the test closes it before opening a Store).
+func oldSQLiteStore(t *testing.T, version int) (string, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	db, err := sql.Open(sqliteDriver, "file:"+path+"?_journal_mode=WAL&_foreign_keys=on")
+	noErr(t, err)
+	migrateUpTo(t, db, sqliteDialect, version)
+	return path, db
 }
 
 // migrateUpTo applies the dialect's migrations up to version last to db,

@@ -75,14 +75,11 @@ func (s *Store) LatestHistory(ctx context.Context, accountID, clientID string) (
 // latestHistory is LatestHistory on q (a pool, or a transaction in tests).
 func (s *Store) latestHistory(ctx context.Context, q queryer, accountID, clientID string) ([]*fleetmq.Record, error) {
 	if s.dialect == sqliteDialect {
-		recs, err := s.latestSQLite(ctx, q, accountID, clientID)
-		if noSuchTable(err) {
-			// A day dropped or reordered since this process read the days.
-			if err := s.rereadSQLiteDays(ctx); err != nil {
-				return nil, err
-			}
+		var recs []*fleetmq.Record
+		err := s.onFreshDays(ctx, func() (err error) {
 			recs, err = s.latestSQLite(ctx, q, accountID, clientID)
-		}
+			return err
+		})
 		return recs, err
 	}
 	at, ids, err := latestEntries(ctx, q, `SELECT received_us, record_id FROM history_latest WHERE account_id = $1 AND client_id = $2`, accountID, clientID)

@@ -81,9 +81,8 @@ type historyDays struct {
 
 // covers reports whether a known partition holds the time us.
 func (d *historyDays) covers(us int64) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return covered(d.parts, us)
+	_, ok := d.partition(us)
+	return ok
 }
 
 func (d *historyDays) set(parts []dayPartition) {

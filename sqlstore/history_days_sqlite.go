@@ -427,10 +427,6 @@ func keptInSQLite(ctx context.Context, q rowQueryer, p dayPartition, expired map
 // CountHistory returns how many records of an account history holds.
 func (s *Store) CountHistory(ctx context.Context, accountID string) (n int64, err error) {
 	defer wrap(&err, "count history")
-	return s.countHistory(ctx, accountID, false)
-}
-
-func (s *Store) countHistory(ctx context.Context, accountID string, retried bool) (n int64, err error) {
 	if s.dialect == postgresDialect {
 		err = s.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM history WHERE account_id = $1`, accountID).Scan(&n)
 		return n, err
@@ -438,23 +434,32 @@ func (s *Store) countHistory(ctx context.Context, accountID string, retried bool
 	if err := s.freshDays(ctx); err != nil {
 		return 0, err
 	}
-	for _, p := range s.days.list() {
-		var c int64
-		err := s.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+p.name+` WHERE account_id = ?`, accountID).Scan(&c)
-		if noSuchTable(err) && !retried {
-			// A day dropped or reordered since this process read the days:
-			// count again, once.
-			if err := s.rereadSQLiteDays(ctx); err != nil {
-				return 0, err
+	err = s.onFreshDays(ctx, func() error {
+		n = 0
+		for _, p := range s.days.list() {
+			var c int64
+			if err := s.reads.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+p.name+` WHERE account_id = ?`, accountID).Scan(&c); err != nil {
+				return err
 			}
-			return s.countHistory(ctx, accountID, true)
+			n += c
 		}
-		if err != nil {
-			return 0, err
-		}
-		n += c
+		return nil
+	})
+	return n, err
+}
+
+// onFreshDays runs f, and once more after reading the days again if it
+// met a day's table that is not there (another process dropped or
+// reordered the day since this one read the days).
+func (s *Store) onFreshDays(ctx context.Context, f func() error) error {
+	err := f()
+	if !noSuchTable(err) {
+		return err
 	}
-	return n, nil
+	if err := s.rereadSQLiteDays(ctx); err != nil {
+		return err
+	}
+	return f()
 }
 
 // HistoryTable returns the table that holds the records received at at,

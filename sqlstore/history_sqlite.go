@@ -150,14 +150,7 @@ func statementRows(n int) int {
 // dropped since this one read the days (a late record of it) is made
 // again, and the batch written once more.
 func (s *Store) appendHistorySQLite(ctx context.Context, recs []*fleetmq.Record) error {
-	err := s.appendSQLite(ctx, recs)
-	if noSuchTable(err) {
-		if err := s.rereadSQLiteDays(ctx); err != nil {
-			return err
-		}
-		err = s.appendSQLite(ctx, recs)
-	}
-	return err
+	return s.onFreshDays(ctx, func() error { return s.appendSQLite(ctx, recs) })
 }
 
 // dayRows is the rows of a batch that go into one table, and its INSERTs.
