@@ -211,3 +211,53 @@ func TestAStreamsBatchingDelayIsNotAQuietAccounts(t *testing.T) {
 	<-g.kept
 	eventually(t, "the quiet account's acknowledgement", func() bool { return quiet.n.Load() == 1 })
 }
+
+// TestALingeringBatchGoesOnceFull: while the writer waits for company
+// (MaxDelay), a stream's records join the batch without waking it one by
+// one, and the batch goes as soon as it is full, not when the wait ends;
+// the records that came during a wait are all in the commit that ends it.
+func TestALingeringBatchGoesOnceFull(t *testing.T) {
+	g := newGate()
+	defer g.open()
+	const maxBatch = 10
+	w := newWriter(t, g, ingest.Options{MaxDelay: time.Minute, MaxBatch: maxBatch})
+	w.Accept(rec(acctA, 1), nil) // quiet: committed at once
+	g.next(t)
+	w.Accept(rec(acctA, 1), nil) // A streams: the writer waits for company
+	for range maxBatch - 1 {
+		select {
+		case n := <-g.entered:
+			t.Fatalf("a commit of %d records began before the batch was full", n)
+		default:
+		}
+		w.Accept(rec(acctA, 1), nil)
+	}
+	select {
+	case n := <-g.entered:
+		if n != maxBatch {
+			t.Fatalf("the commit holds %d records, want a full batch of %d", n, maxBatch)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("a full batch waited for the end of the batching delay")
+	}
+	g.pass <- struct{}{}
+	<-g.kept
+
+	// Records that come during a short wait are committed when it ends.
+	w2 := newWriter(t, g, ingest.Options{MaxDelay: time.Second, MaxBatch: 2048})
+	w2.Accept(rec(acctB, 1), nil)
+	g.next(t)
+	for range 5 {
+		w2.Accept(rec(acctB, 1), nil)
+	}
+	select {
+	case n := <-g.entered:
+		if n != 5 {
+			t.Fatalf("the commit after the wait holds %d records, want the 5 that came during it", n)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("no commit when the batching delay ended")
+	}
+	g.pass <- struct{}{}
+	<-g.kept
+}

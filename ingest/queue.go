@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -42,8 +43,15 @@ type queue struct {
 	// account's share is still full, waits again at the end.
 	waiting []chan struct{}
 	// notify tells the writer that records were queued (capacity 1: one
-	// signal stands for any number of records).
+	// signal stands for any number of records). A push signals only when a
+	// writer needs it: one is idle (waiting in Writer.first), or none is
+	// lingering, or a lingering writer's batch can be filled (wants), or
+	// the record is a quiet account's, which ends a linger. A stream's
+	// records arriving during a linger wake no one: they are taken when
+	// it ends, one wake-up per commit instead of one per record.
 	notify chan struct{}
+	idle   int   // writers waiting for records in first
+	wants  []int // per lingering writer, how many records would fill its batch
 }
 
 // quietReserve is how many records an account may queue even when the
@@ -111,12 +119,20 @@ func (q *queue) push(it item, wake chan struct{}) bool {
 	l.last = it.at
 	l.items = append(l.items, it)
 	q.n++
+	signal := it.quiet || q.idle > 0 || len(q.wants) == 0 || q.n >= slices.Min(q.wants)
 	q.mu.Unlock()
+	if signal {
+		q.signal()
+	}
+	return true
+}
+
+// signal tells a writer waiting on notify that records were queued.
+func (q *queue) signal() {
 	select {
 	case q.notify <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // take moves up to max records into b, up to turn of an account at a
@@ -129,6 +145,51 @@ func (q *queue) push(it item, wake chan struct{}) bool {
 func (q *queue) take(b *batch, max int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	return q.takeLocked(b, max)
+}
+
+// takeOrIdle is take, and when it takes nothing the writer counts as idle
+// (pushes signal it) until it calls busy.
+func (q *queue) takeOrIdle(b *batch, max int) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	took := q.takeLocked(b, max)
+	if took == 0 {
+		q.idle++
+	}
+	return took
+}
+
+// busy ends the idle spell takeOrIdle began.
+func (q *queue) busy() {
+	q.mu.Lock()
+	q.idle--
+	q.mu.Unlock()
+}
+
+// linger tells pushes that a writer lingers over a batch that want more
+// records would fill: they signal it only when the queue holds that many
+// or a quiet account's record comes. It calls takeLingered when its wait
+// ends.
+func (q *queue) linger(want int) {
+	q.mu.Lock()
+	q.wants = append(q.wants, want)
+	q.mu.Unlock()
+}
+
+// takeLingered ends the linger of the writer that wanted want and takes
+// up to want records into b.
+func (q *queue) takeLingered(b *batch, want int) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if i := slices.Index(q.wants, want); i >= 0 {
+		q.wants = slices.Delete(q.wants, i, i+1)
+	}
+	return q.takeLocked(b, want)
+}
+
+// takeLocked is take with q.mu held.
+func (q *queue) takeLocked(b *batch, max int) int {
 	// One pass is one round of turns; only an account alone with records
 	// to give takes more turns, up to max.
 	took, lanes := q.pass(b, max)
@@ -233,10 +294,7 @@ func (q *queue) release(b *batch) {
 	clear(b.lanes)
 	b.lanes = b.lanes[:0]
 	if more {
-		select {
-		case q.notify <- struct{}{}:
-		default:
-		}
+		q.signal()
 	}
 }
 

@@ -400,10 +400,11 @@ func (b *batch) reset() {
 // been taken.
 func (w *Writer) first(b *batch, draining *bool) bool {
 	for {
-		if w.q.take(b, w.opts.MaxBatch) > 0 {
+		if w.q.takeOrIdle(b, w.opts.MaxBatch) > 0 {
 			return true
 		}
 		if *draining {
+			w.q.busy()
 			if w.active.Load() > 0 {
 				// An Accept that raced with Close may still be about to queue.
 				runtime.Gosched()
@@ -428,21 +429,30 @@ func (w *Writer) first(b *batch, draining *bool) bool {
 		case <-w.closing:
 			*draining = true
 		}
+		w.q.busy()
 	}
 }
 
 // linger waits up to MaxDelay for more records to fill the batch, and no
-// longer than until a quiet account's record joins it.
+// longer than until a quiet account's record is queued. The records that
+// come meanwhile wait in the queue (pushes do not wake the writer for
+// them, see queue.notify) and are taken when the wait ends.
 func (w *Writer) linger(b *batch, t *time.Timer) {
 	t.Reset(w.opts.MaxDelay)
 	defer t.Stop()
 	for len(b.recs) < w.opts.MaxBatch && !b.quiet {
+		want := w.opts.MaxBatch - len(b.recs)
+		w.q.linger(want)
+		over := false
 		select {
 		case <-w.q.notify:
-			w.q.take(b, w.opts.MaxBatch-len(b.recs))
 		case <-t.C:
-			return
+			over = true
 		case <-w.closing:
+			over = true
+		}
+		w.q.takeLingered(b, want)
+		if over {
 			return
 		}
 	}
