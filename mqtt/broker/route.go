@@ -64,13 +64,16 @@ func (s *Server) route(m *Message, from *conn) {
 // after: enqueue takes session locks, and a SUBSCRIBE or UNSUBSCRIBE holds
 // its session's lock while it updates the index (lock order session.mu,
 // then the index), so delivering inside Match could deadlock with it.
-func (s *Server) deliverLocal(m *Message, from *conn) {
+func (s *Server) deliverLocal(m *Message, from *conn, sc scope) {
 	// ms is on the stack until it fills; then big holds the matches. No
 	// heap object is ever given ms: inline stays on the stack.
 	var inline [routeInline]routeMatch
 	ms := inline[:0]
 	var big *routeScratch
 	s.subs.Match(m.Topic, func(_ string, sub subscription, group string) {
+		if !sc.admits(group, sub.filter) {
+			return
+		}
 		if group == "" && sub.noLocal && m.Origin != "" && m.Origin == sub.sess.key {
 			// Not forwarded to its publisher through this subscription
 			// [MQTT-3.8.3-3]: it adds nothing to the copy (QoS, identifier,

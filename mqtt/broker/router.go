@@ -50,14 +50,51 @@ type Local struct {
 
 // Deliver hands m to every matching subscription of the server's own
 // sessions.
-func (l Local) Deliver(m *Message) { l.s.deliverLocal(m, l.from) }
+func (l Local) Deliver(m *Message) { l.s.deliverLocal(m, l.from, scope{}) }
+
+// DeliverUnshared is Deliver without the shared subscriptions: a router
+// that hands each shared subscription's messages to one member across
+// several nodes (Server.DeliverShared on the node it picks) calls it
+// instead of Deliver.
+func (l Local) DeliverUnshared(m *Message) { l.s.deliverLocal(m, l.from, scope{unshared: true}) }
 
 // DeliverLocal delivers m to the matching subscriptions of this server's
 // sessions only: it neither retains m nor hands it to the Router. A
 // cluster router calls it for a message another node accepted; m.Created
 // and m.Expiry must be set as that node set them (Message Expiry counts
 // from there).
-func (s *Server) DeliverLocal(m *Message) { s.deliverLocal(m, nil) }
+func (s *Server) DeliverLocal(m *Message) { s.deliverLocal(m, nil, scope{}) }
+
+// DeliverLocalUnshared is DeliverLocal without the shared subscriptions.
+func (s *Server) DeliverLocalUnshared(m *Message) { s.deliverLocal(m, nil, scope{unshared: true}) }
+
+// DeliverShared delivers m to one member of this server's shared
+// subscription share, named as Router.Subscribed names it
+// ("$share/{group}/{filter}"), when m's topic matches it; nothing else
+// gets m. A cluster router calls it on the node its queue group picked.
+func (s *Server) DeliverShared(m *Message, share string) { s.deliverLocal(m, nil, scope{share: share}) }
+
+// scope narrows a delivery: the zero scope is every matching
+// subscription.
+type scope struct {
+	unshared bool   // non-shared subscriptions only
+	share    string // only this shared subscription ("$share/{group}/{filter}")
+}
+
+// admits reports whether a match of the subscription with filter, in
+// group ("" when not shared), is in the scope. It allocates nothing.
+func (sc scope) admits(group, filter string) bool {
+	switch {
+	case sc.share != "":
+		const p = "$share/"
+		return group != "" && len(sc.share) == len(p)+len(group)+1+len(filter) &&
+			sc.share[len(p):len(p)+len(group)] == group && sc.share[len(p)+len(group)] == '/' &&
+			sc.share[len(p)+len(group)+1:] == filter
+	case sc.unshared:
+		return group == ""
+	}
+	return true
+}
 
 // LocalRouter is the Router of a single node: every message goes to the
 // server's own sessions, and interest concerns no one else.

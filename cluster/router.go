@@ -1,0 +1,347 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
+)
+
+// Router is the broker.Router of one node of a cluster.
+//
+// A message accepted here is delivered to this node's non-shared
+// subscriptions at once (on the publisher's goroutine, as on one node),
+// then handed to the sender goroutine, which publishes it on NATS on its
+// topic's subject (Subject) with an envelope: this node's name, a
+// sequence number, and the publisher's session key (for No Local). NATS
+// sends it only to the nodes holding interest in the subject.
+//
+// The interest: for each filter its sessions subscribe to, the node holds
+// NATS subscriptions on the filter's subjects (FilterSubjects), made and
+// ended by the interest goroutine as the counts of Subscribed and
+// Unsubscribed calls go above zero and back. What they bring is read by
+// one receiver goroutine, in the order it arrives, and delivered to this
+// node's non-shared subscriptions (Server.DeliverLocalUnshared). A message
+// matching several of the node's filters arrives once per NATS
+// subscription; the receiver keeps the last sequence number seen from
+// each node and delivers each message once.
+//
+// A shared subscription "$share/{group}/{filter}" is a NATS queue
+// subscription on the filter's subjects, in a queue group of that name,
+// on a connection of its own that also hears this node's messages: NATS
+// gives each message to one node of the group, which delivers it to one
+// of its members (Server.DeliverShared). Every node, the publisher's
+// included, leaves shared subscriptions out of its direct delivery.
+//
+// Bounds: at most SendQueue messages wait for the sender (a publisher
+// whose message finds it full waits, as for a full subscriber queue), and
+// at most ReceiveQueue messages from other nodes wait for the receiver
+// (more are dropped by NATS and counted: a node that cannot keep up loses
+// live copies, never stored history).
+type Router struct {
+	node   string
+	log    *slog.Logger
+	pub    *nats.Conn // publishes, holds the plain interest; hears not its own messages
+	shared *nats.Conn // holds the queue subscriptions; hears every node's messages
+	server atomic.Pointer[broker.Server]
+
+	out  chan *broker.Message
+	in   chan *nats.Msg
+	seq  uint64 // the sender's
+	last map[string]uint64
+
+	mu       sync.Mutex
+	ops      []interestOp
+	opsReady chan struct{}
+	counts   map[string]int
+	subs     map[string][]*nats.Subscription
+
+	done     chan struct{}
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+
+	stats RouterStats
+}
+
+// RouterStats counts a router's traffic.
+type RouterStats struct {
+	Sent, SendErrors     atomic.Int64 // messages published to the other nodes; refused by NATS
+	Received, Duplicates atomic.Int64 // messages from other nodes; copies of one already delivered
+	SharedReceived       atomic.Int64 // messages for shared subscriptions, from any node
+	Malformed            atomic.Int64 // messages that did not decode
+	Interest             atomic.Int64 // filters of interest
+}
+
+type interestOp struct {
+	filter string
+	delta  int
+}
+
+// Queue bounds.
+const (
+	SendQueue    = 8192
+	ReceiveQueue = 65536
+)
+
+// NewRouter connects a router to the NATS. Attach must give it the
+// server before the server routes a message.
+func NewRouter(n *NATS, node string, log *slog.Logger) (*Router, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Router{node: node, log: log, out: make(chan *broker.Message, SendQueue), in: make(chan *nats.Msg, ReceiveQueue),
+		last: map[string]uint64{}, opsReady: make(chan struct{}, 1), counts: map[string]int{},
+		subs: map[string][]*nats.Subscription{}, done: make(chan struct{})}
+	var err error
+	if r.pub, err = n.Connect("router", nats.NoEcho()); err != nil {
+		return nil, err
+	}
+	if r.shared, err = n.Connect("shared subscriptions"); err != nil {
+		r.pub.Close()
+		return nil, err
+	}
+	r.wg.Add(3)
+	go r.send()
+	go r.receive()
+	go r.interest()
+	return r, nil
+}
+
+// Attach gives the router the server it delivers to.
+func (r *Router) Attach(s *broker.Server) { r.server.Store(s) }
+
+// Stats returns the router's counters.
+func (r *Router) Stats() *RouterStats { return &r.stats }
+
+// Route delivers m here and queues it for the other nodes.
+func (r *Router) Route(m *broker.Message, local broker.Local) {
+	local.DeliverUnshared(m)
+	select {
+	case r.out <- m:
+	case <-r.done:
+	}
+}
+
+// Subscribed counts a filter's interest.
+func (r *Router) Subscribed(filter string) { r.op(filter, 1) }
+
+// Unsubscribed ends one count of a filter's interest.
+func (r *Router) Unsubscribed(filter string) { r.op(filter, -1) }
+
+func (r *Router) op(filter string, delta int) {
+	r.mu.Lock()
+	r.ops = append(r.ops, interestOp{filter, delta})
+	r.mu.Unlock()
+	select {
+	case r.opsReady <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the router's goroutines and closes its connections; what
+// waits to be sent is dropped.
+func (r *Router) Close() {
+	r.stopOnce.Do(func() {
+		close(r.done)
+		r.wg.Wait()
+		r.pub.Close()
+		r.shared.Close()
+	})
+}
+
+// envelope: version 1, the node's name, the sequence number, the
+// publisher's session key, then the message (broker.AppendMessage).
+const envelopeVersion = 1
+
+func (r *Router) send() {
+	defer r.wg.Done()
+	var buf []byte
+	for {
+		var m *broker.Message
+		select {
+		case m = <-r.out:
+		case <-r.done:
+			return
+		}
+		r.seq++
+		buf = append(buf[:0], envelopeVersion)
+		buf = appendString(buf, r.node)
+		buf = binary.AppendUvarint(buf, r.seq)
+		buf = appendString(buf, m.Origin)
+		buf = broker.AppendMessage(buf, m)
+		if err := r.pub.Publish(Subject(m.Topic), buf); err != nil {
+			r.stats.SendErrors.Add(1)
+			if r.stats.SendErrors.Load()&(r.stats.SendErrors.Load()-1) == 0 { // 1st, 2nd, 4th, 8th...
+				r.log.Warn("cluster: a message could not be sent to the other nodes", "topic", m.Topic, "error", err)
+			}
+			continue
+		}
+		r.stats.Sent.Add(1)
+	}
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+var errEnvelope = errors.New("cluster: malformed message envelope")
+
+// decode reads an envelope.
+func decode(b []byte) (node string, seq uint64, m *broker.Message, err error) {
+	if len(b) == 0 || b[0] != envelopeVersion {
+		return "", 0, nil, errEnvelope
+	}
+	b = b[1:]
+	str := func() string {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || n > uint64(len(b)-k) {
+			err = errEnvelope
+			return ""
+		}
+		s := string(b[k : k+int(n)])
+		b = b[k+int(n):]
+		return s
+	}
+	node = str()
+	if err != nil {
+		return
+	}
+	seq, k := binary.Uvarint(b)
+	if k <= 0 {
+		return "", 0, nil, errEnvelope
+	}
+	b = b[k:]
+	origin := str()
+	if err != nil {
+		return
+	}
+	if m, err = broker.DecodeMessage(b); err != nil {
+		return "", 0, nil, err
+	}
+	m.Origin = origin
+	return node, seq, m, nil
+}
+
+func (r *Router) receive() {
+	defer r.wg.Done()
+	for {
+		select {
+		case msg := <-r.in:
+			r.deliver(msg)
+		case <-r.done:
+			return
+		}
+	}
+}
+
+func (r *Router) deliver(msg *nats.Msg) {
+	node, seq, m, err := decode(msg.Data)
+	if err != nil {
+		r.stats.Malformed.Add(1)
+		return
+	}
+	if node == r.node {
+		return // NoEcho keeps these away; never deliver one twice here
+	}
+	if seq <= r.last[node] {
+		r.stats.Duplicates.Add(1)
+		return
+	}
+	r.last[node] = seq
+	r.stats.Received.Add(1)
+	if s := r.server.Load(); s != nil {
+		s.DeliverLocalUnshared(m)
+	}
+}
+
+// interest makes and ends the NATS subscriptions as filters gain and lose
+// their interest.
+func (r *Router) interest() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.opsReady:
+		case <-r.done:
+			return
+		}
+		r.mu.Lock()
+		ops := r.ops
+		r.ops = nil
+		r.mu.Unlock()
+		for _, op := range ops {
+			before := r.counts[op.filter]
+			n := before + op.delta
+			if n <= 0 {
+				delete(r.counts, op.filter)
+			} else {
+				r.counts[op.filter] = n
+			}
+			switch {
+			case before <= 0 && n > 0:
+				r.subscribe(op.filter)
+			case before > 0 && n <= 0:
+				for _, s := range r.subs[op.filter] {
+					s.Unsubscribe()
+				}
+				delete(r.subs, op.filter)
+				r.stats.Interest.Add(-1)
+			}
+		}
+	}
+}
+
+func (r *Router) subscribe(filter string) {
+	group, inner, shared, err := topic.ParseShare(filter)
+	if err != nil {
+		r.log.Error("cluster: a filter of interest is not valid", "filter", filter, "error", err)
+		return
+	}
+	var subs []*nats.Subscription
+	for _, subj := range FilterSubjects(inner) {
+		var s *nats.Subscription
+		if shared {
+			share := filter
+			s, err = r.shared.QueueSubscribe(subj, queueName(group, inner), func(msg *nats.Msg) { r.deliverShared(msg, share) })
+			if err == nil {
+				err = s.SetPendingLimits(ReceiveQueue, -1)
+			}
+		} else {
+			s, err = r.pub.ChanSubscribe(subj, r.in)
+		}
+		if err != nil {
+			r.log.Error("cluster: interest in a filter could not be registered: this node will not hear other nodes' messages for it",
+				"filter", filter, "error", err)
+			continue
+		}
+		subs = append(subs, s)
+	}
+	r.subs[filter] = subs
+	r.stats.Interest.Add(1)
+}
+
+// queueName is the NATS queue group of a shared subscription. NATS queue
+// names take no white space, so the filter's subject stands for it.
+func queueName(group, filter string) string {
+	return "share." + strings.NewReplacer(" ", "%20", "\t", "%09", "\r", "%0D", "\n", "%0A").Replace(group) +
+		"." + FilterSubjects(filter)[0]
+}
+
+func (r *Router) deliverShared(msg *nats.Msg, share string) {
+	_, _, m, err := decode(msg.Data)
+	if err != nil {
+		r.stats.Malformed.Add(1)
+		return
+	}
+	r.stats.SharedReceived.Add(1)
+	if s := r.server.Load(); s != nil {
+		s.DeliverShared(m, share)
+	}
+}

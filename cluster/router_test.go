@@ -1,0 +1,311 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/fleetmq/fleetmq/internal/contract"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// TestRouterContract: on one node (its embedded NATS alone) the cluster
+// router meets the contract of every router.
+func TestRouterContract(t *testing.T) {
+	contract.Router(t, func(t *testing.T) broker.Router {
+		n := startNATS(t, "solo")
+		r, err := NewRouter(n, "solo", quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r
+	})
+}
+
+func startNATS(t *testing.T, name string, routes ...string) *NATS {
+	t.Helper()
+	n, err := StartNATS(NATSOptions{Name: name, ClusterListen: "127.0.0.1:0", Routes: routes, MaxPayload: 2 << 20, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+// node is one broker server of a test cluster.
+type node struct {
+	name   string
+	nats   *NATS
+	router *Router
+	srv    *broker.Server
+	addr   string
+}
+
+// startCluster starts n nodes in this process: embedded NATS servers
+// routed to the first, a broker server with a cluster router on each.
+func startCluster(t *testing.T, n int) []*node {
+	t.Helper()
+	var nodes []*node
+	for i := range n {
+		name := fmt.Sprintf("node%d", i+1)
+		var routes []string
+		if i > 0 {
+			routes = []string{nodes[0].nats.ClusterAddr()}
+		}
+		nn := &node{name: name, nats: startNATS(t, name, routes...)}
+		r, err := NewRouter(nn.nats, name, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		srv, err := broker.New(broker.Options{Router: r, Node: name, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Attach(srv)
+		t.Cleanup(func() { srv.Close(context.Background()) })
+		ln, err := srv.ListenTCP("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nn.router, nn.srv, nn.addr = r, srv, ln.Addr().String()
+		nodes = append(nodes, nn)
+	}
+	testkit.Eventually(t, 10*time.Second, "the NATS routes between the nodes", func() bool {
+		for _, nn := range nodes {
+			if nn.nats.Routes() < n-1 {
+				return false
+			}
+		}
+		return true
+	})
+	return nodes
+}
+
+// reaches publishes probes from pub until sub receives one: the
+// subscription's interest has reached the publisher's node. The probes
+// are on topic, which the test's other messages do not use.
+func reaches(t *testing.T, pub *mqtttest.V3, topic string, sub chan mqtt3.Message) {
+	t.Helper()
+	testkit.Eventually(t, 10*time.Second, "the subscription's interest to reach the publisher's node", func() bool {
+		pub.Pub(t, topic, 0, false, "probe")
+		select {
+		case <-sub:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
+	for len(sub) > 0 { // late probes
+		<-sub
+	}
+}
+
+// TestAcrossNodes: a message published on one node reaches the matching
+// subscribers on every node at the QoS it should, each once and in the
+// order sent, also when a node's filters overlap; a node whose sessions
+// subscribe to nothing matching receives nothing.
+func TestAcrossNodes(t *testing.T) {
+	nodes := startCluster(t, 3)
+	a, b := nodes[0], nodes[1]
+	sub := mqtttest.DialV3(t, b.addr, "sub-b")
+	all := sub.Subscription(t, "acct/+/state/#", 2)
+	overlap := sub.Subscription(t, "acct/dev1/state/x", 1) // the same session, a second matching filter
+	local := mqtttest.DialV3(t, a.addr, "sub-a")
+	here := local.Subscription(t, "acct/#", 1)
+	pub := mqtttest.DialV3(t, a.addr, "dev1")
+	reaches(t, pub, "acct/dev1/state/probe", all)
+	for len(here) > 0 {
+		<-here
+	}
+	for len(overlap) > 0 {
+		<-overlap
+	}
+
+	const n = 50
+	for i := range n {
+		pub.Pub(t, "acct/dev1/state/x", byte(i%3), false, fmt.Sprint(i))
+	}
+	pub.Pub(t, "acct/dev1/event/other", 1, false, "not for b") // matches only node a's subscriber
+	// paho hands a message matching two of a session's subscriptions to
+	// each handler; the broker sends it once, at the higher QoS.
+	for i := range n {
+		m := mqtttest.NextV3(t, all)
+		want := min(byte(i%3), 2)
+		if string(m.Payload()) != fmt.Sprint(i) || m.Qos() != want {
+			t.Fatalf("node b, message %d: got %q at QoS %d, want %q at QoS %d (lost, repeated or reordered)", i, m.Payload(), m.Qos(), fmt.Sprint(i), want)
+		}
+		if o := mqtttest.NextV3(t, overlap); string(o.Payload()) != fmt.Sprint(i) {
+			t.Fatalf("node b, overlapping filter, message %d: got %q", i, o.Payload())
+		}
+	}
+	for i := range n {
+		if m := mqtttest.NextV3(t, here); string(m.Payload()) != fmt.Sprint(i) || m.Qos() != min(byte(i%3), 1) {
+			t.Fatalf("node a, message %d: got %q at QoS %d", i, m.Payload(), m.Qos())
+		}
+	}
+	if m := mqtttest.NextV3(t, here); string(m.Payload()) != "not for b" {
+		t.Fatalf("node a: got %q, want the event", m.Payload())
+	}
+	pub.Pub(t, "acct/dev1/state/x", 1, false, "end")
+	if m := mqtttest.NextV3(t, all); string(m.Payload()) != "end" {
+		t.Fatalf("node b after the batch: got %q, want end (a message came twice)", m.Payload())
+	}
+	if d := b.router.Stats().Duplicates.Load(); d == 0 {
+		t.Errorf("node b counted no duplicate copies, though two of its filters match every message")
+	}
+	if got := nodes[2].router.Stats().Received.Load(); got != 0 {
+		t.Errorf("node c, with no subscriber, received %d messages; want 0 (interest decides)", got)
+	}
+}
+
+// TestSharedAcrossNodes: a shared subscription whose members are on
+// different nodes gets each message once in all, wherever it was
+// published, while a plain subscriber gets every one.
+func TestSharedAcrossNodes(t *testing.T) {
+	nodes := startCluster(t, 3)
+	var members []chan mqtt3.Message
+	for i, nn := range nodes[:2] {
+		c := mqtttest.DialV3(t, nn.addr, fmt.Sprintf("member-%d", i))
+		members = append(members, c.Subscription(t, "$share/workers/jobs/#", 1))
+	}
+	watcher := mqtttest.DialV3(t, nodes[2].addr, "watcher")
+	everything := watcher.Subscription(t, "jobs/#", 1)
+	pubs := []*mqtttest.V3{mqtttest.DialV3(t, nodes[0].addr, "pub-0"), mqtttest.DialV3(t, nodes[2].addr, "pub-2")}
+	reaches(t, pubs[0], "jobs/probe", everything)
+	// Both members' queue subscriptions reach both publishers' nodes.
+	testkit.Eventually(t, 10*time.Second, "both members to get messages from both publishers' nodes", func() bool {
+		for _, p := range pubs {
+			p.Pub(t, "jobs/probe", 1, false, "probe")
+		}
+		return nodes[0].router.Stats().SharedReceived.Load() > 0 && nodes[1].router.Stats().SharedReceived.Load() > 0
+	})
+	drain := func() {
+		deadline := time.After(300 * time.Millisecond) // probes still on their way
+		for {
+			select {
+			case <-members[0]:
+			case <-members[1]:
+			case <-everything:
+			case <-deadline:
+				return
+			}
+		}
+	}
+	drain()
+
+	const n = 200
+	for i := range n {
+		pubs[i%2].Pub(t, "jobs/"+fmt.Sprint(i%5), 1, false, fmt.Sprint(i))
+	}
+	seen := map[string]int{}
+	for range n {
+		seen[string(mqtttest.NextV3(t, everything).Payload())]++
+	}
+	got := map[string]int{}
+	perMember := make([]int, 2)
+	testkit.Eventually(t, 10*time.Second, "every message to reach one member", func() bool {
+		for i, ch := range members {
+			for len(ch) > 0 {
+				got[string((<-ch).Payload())]++
+				perMember[i]++
+			}
+		}
+		return len(got) == n
+	})
+	for i := range n {
+		if got[fmt.Sprint(i)] != 1 || seen[fmt.Sprint(i)] != 1 {
+			t.Fatalf("message %d: %d copies to the group, %d to the plain subscriber; want 1 and 1", i, got[fmt.Sprint(i)], seen[fmt.Sprint(i)])
+		}
+	}
+	if perMember[0] == 0 || perMember[1] == 0 {
+		t.Errorf("members got %v: the group's messages should be spread over both nodes", perMember)
+	}
+	pubs[0].Pub(t, "jobs/end", 1, false, "end")
+	testkit.Eventually(t, 10*time.Second, "the barrier to reach a member", func() bool {
+		for _, ch := range members {
+			for len(ch) > 0 {
+				if p := string((<-ch).Payload()); p != "end" {
+					t.Fatalf("after every message was counted, a member got %q again", p)
+				}
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestV5AcrossNodes: MQTT 5 properties and No Local hold across nodes.
+func TestV5AcrossNodes(t *testing.T) {
+	nodes := startCluster(t, 2)
+	got := make(chan *paho.Publish, 100)
+	sub := mqtttest.DialV5(t, nodes[1].addr, mqtttest.Clean("v5-sub"), func(c *paho.ClientConfig) {
+		c.OnPublishReceived = append(c.OnPublishReceived, func(p paho.PublishReceived) (bool, error) { got <- p.Packet; return true, nil })
+	})
+	sub.MustSubscribe(t, paho.SubscribeOptions{Topic: "v5/#", QoS: 1})
+	// The same client id's session cannot be on two nodes; No Local is
+	// about the publisher's own session: a client subscribed with No
+	// Local on node b whose messages published on node b come back.
+	self := mqtttest.DialV5(t, nodes[1].addr, mqtttest.Clean("v5-self"), func(c *paho.ClientConfig) {
+		c.OnPublishReceived = append(c.OnPublishReceived, func(p paho.PublishReceived) (bool, error) { got <- p.Packet; return true, nil })
+	})
+	self.MustSubscribe(t, paho.SubscribeOptions{Topic: "v5/self", QoS: 1, NoLocal: true})
+	pub := mqtttest.DialV5(t, nodes[0].addr, mqtttest.Clean("v5-pub"))
+	expiry := uint32(3600)
+	testkit.Eventually(t, 10*time.Second, "interest to reach node a", func() bool {
+		if _, err := pub.TryPublish(&paho.Publish{Topic: "v5/probe", QoS: 0, Payload: []byte("probe")}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-got:
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	})
+	for len(got) > 0 {
+		<-got
+	}
+	if _, err := pub.TryPublish(&paho.Publish{Topic: "v5/props", QoS: 1, Payload: []byte("p"), Properties: &paho.PublishProperties{
+		ContentType: "application/json", ResponseTopic: "v5/reply", CorrelationData: []byte{1, 2, 3},
+		MessageExpiry: &expiry, User: paho.UserProperties{{Key: "k", Value: "v"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case p := <-got:
+		pp := p.Properties
+		if string(p.Payload) != "p" || pp == nil || pp.ContentType != "application/json" || pp.ResponseTopic != "v5/reply" ||
+			string(pp.CorrelationData) != "\x01\x02\x03" || pp.MessageExpiry == nil || *pp.MessageExpiry > expiry || *pp.MessageExpiry < expiry-60 ||
+			len(pp.User) != 1 || pp.User[0].Key != "k" || pp.User[0].Value != "v" {
+			t.Fatalf("across nodes the message became %q with %+v", p.Payload, pp)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the MQTT 5 message did not cross")
+	}
+	if _, err := self.TryPublish(&paho.Publish{Topic: "v5/self", QoS: 1, Payload: []byte("mine")}); err != nil {
+		t.Fatal(err)
+	}
+	// v5-sub gets it (v5/#); v5-self, subscribed with No Local, does not.
+	p := <-got
+	if string(p.Payload) != "mine" {
+		t.Fatalf("got %q", p.Payload)
+	}
+	if _, err := pub.TryPublish(&paho.Publish{Topic: "v5/self", QoS: 1, Payload: []byte("from a")}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // both get node a's message
+		if p := <-got; string(p.Payload) != "from a" {
+			t.Fatalf("got %q, want node a's message (No Local let the session's own message through?)", p.Payload)
+		}
+	}
+}
