@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.golang/paho"
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fleetmq/fleetmq/internal/contract"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
