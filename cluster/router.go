@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"log/slog"
@@ -96,7 +97,10 @@ func NewRouter(n *NATS, node string, log *slog.Logger) (*Router, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	r := &Router{node: node, log: log, out: make(chan *broker.Message, SendQueue), in: make(chan *nats.Msg, ReceiveQueue),
+	// The envelope names this start of the node: a node started again
+	// numbers its messages from 1 again, which the other nodes' receivers
+	// would take for copies of what they delivered.
+	r := &Router{node: node + "/" + strings.ToLower(rand.Text()[:8]), log: log, out: make(chan *broker.Message, SendQueue), in: make(chan *nats.Msg, ReceiveQueue),
 		last: map[string]uint64{}, opsReady: make(chan struct{}, 1), counts: map[string]int{},
 		subs: map[string][]*nats.Subscription{}, done: make(chan struct{})}
 	var err error

@@ -62,9 +62,10 @@ func TestMain(m *testing.M) {
 
 // serveProcess is a "fleetmq serve" child process.
 type serveProcess struct {
-	cmd  *exec.Cmd
-	addr string // MQTT TCP address
-	done chan struct{}
+	cmd   *exec.Cmd
+	addr  string // MQTT TCP address
+	route string // a cluster node's embedded NATS route listener, HOST:PORT
+	done  chan struct{}
 }
 
 // startServe runs "fleetmq serve" on dir in a child process and waits for
@@ -85,13 +86,17 @@ func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	}
 	p := &serveProcess{cmd: cmd, done: make(chan struct{})}
 	t.Cleanup(func() { p.kill(t) })
-	addrc := make(chan string, 1)
+	addrc := make(chan [2]string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if _, after, ok := strings.Cut(sc.Text(), "mqtt://"); ok {
+				var route string
+				if _, r, ok := strings.Cut(after, "nats-route://"); ok {
+					route = strings.Fields(r)[0]
+				}
 				select {
-				case addrc <- strings.Fields(after)[0]:
+				case addrc <- [2]string{strings.Fields(after)[0], route}:
 				default:
 				}
 			}
@@ -99,7 +104,8 @@ func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	}()
 	go func() { cmd.Wait(); close(p.done) }()
 	select {
-	case p.addr = <-addrc:
+	case a := <-addrc:
+		p.addr, p.route = a[0], a[1]
 	case <-p.done:
 		t.Fatal("fleetmq serve exited before listening")
 	case <-time.After(waitFor):

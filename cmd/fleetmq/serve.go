@@ -85,6 +85,7 @@ func serveFlags(fs *flag.FlagSet, cfg *app.Config, lf *logFlags) {
 	fs.DurationVar(&cfg.ConnectTimeout, "connect-timeout", broker.DefaultConnectTimeout, "how long a new MQTT connection may take to send CONNECT (TLS handshake included) [FLEETMQ_CONNECT_TIMEOUT]")
 	fs.DurationVar(&cfg.WriteTimeout, "write-timeout", broker.DefaultWriteTimeout, "how long a write to an MQTT client may wait before the client is disconnected as not reading [FLEETMQ_WRITE_TIMEOUT]")
 	fs.DurationVar(&cfg.IdleParkAfter, "idle-park-after", broker.DefaultIdleParkAfter, "how long a plain TCP MQTT client may send nothing before it waits without a goroutine of its own (Linux; negative: never) [FLEETMQ_IDLE_PARK_AFTER]")
+	cfg.Cluster.Flags(fs)
 	lf.register(fs)
 }
 

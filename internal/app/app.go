@@ -99,6 +99,8 @@ type Config struct {
 	// MQTTPublicAddr is the broker's address as devices reach it, shown in
 	// the portal's mosquitto examples; empty: the request's host and 1883.
 	MQTTPublicAddr string
+	// Cluster makes the process one node of a cluster.
+	Cluster ClusterConfig
 	// Version is the fleetmq release, shown in fleetmq_build_info.
 	Version string
 	Now     func() time.Time
@@ -116,6 +118,7 @@ type App struct {
 	Policy  *platform.Policy
 	Broker  *broker.Server
 	Ingest  *ingest.Writer
+	cluster *clusterNode // nil on a single node
 	// Retention deletes expired history in the background.
 	Retention *history.Retention
 	// Auth and Limiter guard the subscriber REST API.
@@ -176,6 +179,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		if a.Ingest != nil {
 			a.Ingest.Close(context.Background())
 		}
+		a.cluster.close()
 		store.Close()
 		lock.Release()
 		return nil, err
@@ -223,6 +227,12 @@ func (a *App) start(ctx context.Context) error {
 		httpConns += HTTPLimits{}.withDefaults().MaxConns
 	}
 	cfg.Listeners.Limit(&opts, httpConns)
+	if cfg.Cluster.On() {
+		if a.cluster, err = startCluster(cfg.Cluster, &opts, cfg.Logger); err != nil {
+			return err
+		}
+		cfg.Logger.Info("cluster node", "node", a.cluster.id, "nats", cfg.Cluster.NATSURL, "routes_listen", a.cluster.nats.ClusterAddr())
+	}
 	if cfg.Listeners.MaxConns == 0 && opts.MaxConns > 0 {
 		cfg.Logger.Info("mqtt: connections per listener bounded by the file limit", "max_conns", opts.MaxConns,
 			"file_limit", fileLimit(), "http_conns", httpConns, "reserve", fdReserve)
@@ -230,6 +240,9 @@ func (a *App) start(ctx context.Context) error {
 	a.Broker, err = broker.New(opts)
 	if err != nil {
 		return err
+	}
+	if a.cluster != nil {
+		a.cluster.router.Attach(a.Broker)
 	}
 	a.Policy.SetBroker(a.Broker) // the live view reads retained state from it
 	a.URLs, err = cfg.Listeners.Open(a.Broker)
@@ -275,6 +288,9 @@ func (a *App) start(ctx context.Context) error {
 		a.HTTPAddr = a.http.Addr
 		RegisterHTTP(a.Metrics, a.http)
 		a.URLs = append(a.URLs, "http://"+a.HTTPAddr)
+	}
+	if a.cluster != nil && a.cluster.nats.ClusterAddr() != "" {
+		a.URLs = append(a.URLs, "nats-route://"+a.cluster.nats.ClusterAddr())
 	}
 	if err := a.startNode(ctx, snap.Version); err != nil {
 		return err
@@ -354,6 +370,7 @@ func (a *App) close(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, a.Broker.Close(ctx))
+	a.cluster.close()
 	errs = append(errs, a.Ingest.Close(ctx))
 	a.cancel()
 	stopped := make(chan struct{})

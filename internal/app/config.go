@@ -74,6 +74,9 @@ func (c Config) Validate() error {
 	if c.Pprof && c.MetricsListen == "" {
 		return errors.New("-pprof (FLEETMQ_PPROF) needs -metrics-listen (FLEETMQ_METRICS_LISTEN): profiles are served only on the private metrics listener")
 	}
+	if err := c.Cluster.Validate(c.Database); err != nil {
+		return err
+	}
 	return c.Ingest.Validate()
 }
 

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/pgtest"
+)
+
+// startCluster runs n "fleetmq serve" processes on one PostgreSQL
+// database, each with NATS embedded, the others routed to the first.
+func startCluster(t *testing.T, dsn string, n int) []*serveProcess {
+	t.Helper()
+	var nodes []*serveProcess
+	for i := range n {
+		args := []string{"-database", dsn, "-node-id", fmt.Sprintf("n%d", i+1), "-cluster-listen", "127.0.0.1:0"}
+		if i > 0 {
+			args = append(args, "-cluster-routes", nodes[0].route)
+		}
+		p := startServe(t, t.TempDir(), args...)
+		if p.route == "" {
+			t.Fatalf("node %d printed no nats-route:// address", i+1)
+		}
+		nodes = append(nodes, p)
+	}
+	return nodes
+}
+
+// crossed publishes probes on topic from pub until one reaches ch: the
+// subscription's interest has reached the publisher's node.
+func crossed(t *testing.T, pub *mqtttest.V3, topic string, ch chan mqtt3.Message) {
+	t.Helper()
+	eventually(t, "a subscription on another node to hear "+topic, func() bool {
+		pub.Pub(t, topic, 0, false, "probe")
+		select {
+		case <-ch:
+			return true
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	})
+	deadline := time.After(200 * time.Millisecond) // probes still on their way
+	for {
+		select {
+		case <-ch:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// TestClusterDelivery: three serve processes on one PostgreSQL form a
+// cluster. A device's messages published on one node reach its account's
+// subscribers on the other two at every QoS (capped by what the
+// subscription granted), over MQTT 3.1.1 and 5, each once and in order;
+// another account's subscribers on the same nodes get none of them, and
+// its own device's messages cross as well.
+func TestClusterDelivery(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	A := createAccount(t, dir, "Acme", "owner@acme.example", "-database", dsn, "-plan", "starter")
+	B := createAccount(t, dir, "Beta", "owner@beta.example", "-database", dsn, "-plan", "starter")
+	mustCLI(t, dir, "account", "addon", A.ID, "qos2", "on", "-database", dsn)
+	mustCLI(t, dir, "client", "add", A.ID, "dev1", "-max-qos", "2", "-database", dsn)
+	mustCLI(t, dir, "client", "add", B.ID, "dev1", "-database", dsn)
+	pubA := createCredential(t, dir, A.ID, "-kind", "publisher", "-database", dsn)
+	subA := createCredential(t, dir, A.ID, "-kind", "subscriber", "-database", dsn)
+	pubB := createCredential(t, dir, B.ID, "-kind", "publisher", "-database", dsn)
+	subB := createCredential(t, dir, B.ID, "-kind", "subscriber", "-database", dsn)
+
+	nodes := startCluster(t, dsn, 3)
+
+	// A's subscribers: 3.1.1 on node 2, MQTT 5 on node 3; B's on both.
+	a2 := connectV3(t, nodes[1].addr, "sub-a-2", subA.Username, subA.Password)
+	got2 := a2.Subscription(t, A.ID+"/#", 2)
+	a3 := connectV5(t, nodes[2].addr, "sub-a-3", subA.Username, subA.Password, true)
+	a3.MustSubscribe(t, paho.SubscribeOptions{Topic: A.ID + "/+/state/#", QoS: 1})
+	b2 := connectV3(t, nodes[1].addr, "sub-b-2", subB.Username, subB.Password)
+	gotB2 := b2.Subscription(t, B.ID+"/#", 1)
+	b3 := connectV3(t, nodes[2].addr, "sub-b-3", subB.Username, subB.Password)
+	gotB3 := b3.Subscription(t, B.ID+"/#", 1)
+
+	devA := connectV3(t, nodes[0].addr, "dev1", pubA.Username, pubA.Password)
+	devB := connectV3(t, nodes[0].addr, "dev1", pubB.Username, pubB.Password) // the same client id in another account
+	crossed(t, devA, A.ID+"/dev1/event/probe", got2)
+	crossed(t, devB, B.ID+"/dev1/event/probe", gotB2)
+	crossed(t, devB, B.ID+"/dev1/event/probe", gotB3)
+	eventually(t, "A's MQTT 5 subscriber on node 3 to hear node 1", func() bool {
+		devA.Pub(t, A.ID+"/dev1/state/probe", 0, false, "probe")
+		select {
+		case m := <-a3.Msgs:
+			return m.Topic == A.ID+"/dev1/state/probe"
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	})
+	// Probes still on their way.
+	for drained := false; !drained; {
+		select {
+		case <-a3.Msgs:
+		case <-got2:
+		case <-gotB2:
+		case <-gotB3:
+		case <-time.After(300 * time.Millisecond):
+			drained = true
+		}
+	}
+
+	const n = 30
+	for i := range n {
+		devA.Pub(t, fmt.Sprintf("%s/dev1/state/n", A.ID), byte(i%3), false, fmt.Sprint(i))
+		devB.Pub(t, fmt.Sprintf("%s/dev1/state/n", B.ID), byte(i%2), false, "b"+fmt.Sprint(i))
+	}
+	for i := range n {
+		m := mqtttest.NextV3(t, got2)
+		if m.Topic() != A.ID+"/dev1/state/n" || string(m.Payload()) != fmt.Sprint(i) || m.Qos() != byte(i%3) {
+			t.Fatalf("A's 3.1.1 subscriber on node 2, message %d: got %q on %s at QoS %d, want %q at QoS %d",
+				i, m.Payload(), m.Topic(), m.Qos(), fmt.Sprint(i), i%3)
+		}
+		v5 := a3.Next(t)
+		if v5.Topic != A.ID+"/dev1/state/n" || string(v5.Payload) != fmt.Sprint(i) || v5.QoS != min(byte(i%3), 1) {
+			t.Fatalf("A's MQTT 5 subscriber on node 3, message %d: got %q on %s at QoS %d, want %q at QoS %d",
+				i, v5.Payload, v5.Topic, v5.QoS, fmt.Sprint(i), min(i%3, 1))
+		}
+		for _, ch := range []chan mqtt3.Message{gotB2, gotB3} {
+			if m := mqtttest.NextV3(t, ch); string(m.Payload()) != "b"+fmt.Sprint(i) || !strings.HasPrefix(m.Topic(), B.ID+"/") {
+				t.Fatalf("B's subscriber, message %d: got %q on %s, want B's own b%d", i, m.Payload(), m.Topic(), i)
+			}
+		}
+	}
+	// Nothing more: no copy twice, nothing of the other account.
+	devA.Pub(t, A.ID+"/dev1/state/end", 1, false, "end")
+	devB.Pub(t, B.ID+"/dev1/state/end", 1, false, "end")
+	for what, ch := range map[string]chan mqtt3.Message{"A's subscriber on node 2": got2, "B's on node 2": gotB2, "B's on node 3": gotB3} {
+		if m := mqtttest.NextV3(t, ch); string(m.Payload()) != "end" {
+			t.Fatalf("%s: after every message, got %q on %s; want the end marker", what, m.Payload(), m.Topic())
+		}
+	}
+	if v5 := a3.Next(t); string(v5.Payload) != "end" {
+		t.Fatalf("A's MQTT 5 subscriber: after every message, got %q on %s", v5.Payload, v5.Topic)
+	}
+}

@@ -1,0 +1,119 @@
+package app
+
+import (
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/fleetmq/fleetmq/cluster"
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+)
+
+// ClusterConfig makes serve one node of a cluster: several fleetmq
+// processes on one PostgreSQL database and one NATS cluster (see
+// docs/cluster.md). It is on when NATSURL or Listen is set.
+type ClusterConfig struct {
+	// NodeID names the node (in logs, metrics and NATS); default a random
+	// name per start.
+	NodeID string
+	// NATSURL is an existing NATS cluster's servers; empty: a NATS server
+	// embedded in this process, listening for the other nodes' routes on
+	// Listen and routed to Routes.
+	NATSURL string
+	Listen  string
+	Routes  string // comma-separated HOST:PORT of other nodes' Listen
+	// TLSCert, TLSKey and TLSCA secure the embedded server's routes: each
+	// node presents its certificate and requires one signed by TLSCA.
+	TLSCert, TLSKey, TLSCA string
+}
+
+// On reports whether the process is a node of a cluster.
+func (c ClusterConfig) On() bool { return c.NATSURL != "" || c.Listen != "" }
+
+// Flags registers the cluster's flags.
+func (c *ClusterConfig) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in a cluster (default: random at each start) [FLEETMQ_NODE_ID]")
+	fs.StringVar(&c.NATSURL, "nats-url", "", "run as a cluster node on this existing NATS cluster, e.g. nats://nats1:4222,nats://nats2:4222 (needs -database) [FLEETMQ_NATS_URL]")
+	fs.StringVar(&c.Listen, "cluster-listen", "", "run as a cluster node with NATS embedded, listening for the other nodes' routes on HOST:PORT, e.g. 10.0.0.1:6222 (needs -database) [FLEETMQ_CLUSTER_LISTEN]")
+	fs.StringVar(&c.Routes, "cluster-routes", "", "other nodes' -cluster-listen addresses, comma-separated; one reachable node is enough [FLEETMQ_CLUSTER_ROUTES]")
+	fs.StringVar(&c.TLSCert, "cluster-tls-cert", "", "certificate (PEM) this node presents on the routes between nodes [FLEETMQ_CLUSTER_TLS_CERT]")
+	fs.StringVar(&c.TLSKey, "cluster-tls-key", "", "private key (PEM) of -cluster-tls-cert [FLEETMQ_CLUSTER_TLS_KEY]")
+	fs.StringVar(&c.TLSCA, "cluster-tls-ca", "", "certificate authorities (PEM) a node's route certificate must be signed by [FLEETMQ_CLUSTER_TLS_CA]")
+}
+
+// Validate checks the cluster's settings against the store's.
+func (c ClusterConfig) Validate(database string) error {
+	if !c.On() {
+		if c.Routes != "" || c.TLSCert != "" || c.TLSKey != "" || c.TLSCA != "" {
+			return errors.New("-cluster-routes and -cluster-tls-* need -cluster-listen (FLEETMQ_CLUSTER_LISTEN)")
+		}
+		return nil
+	}
+	if !strings.HasPrefix(database, "postgres://") && !strings.HasPrefix(database, "postgresql://") {
+		return errors.New("a cluster node needs PostgreSQL: set -database postgres://... (FLEETMQ_DATABASE); SQLite is the store of one process")
+	}
+	if c.NATSURL != "" && c.Listen != "" {
+		return errors.New("-nats-url and -cluster-listen: one or the other (an existing NATS, or NATS embedded in each node)")
+	}
+	if c.NATSURL != "" && (c.Routes != "" || c.TLSCert != "") {
+		return errors.New("-cluster-routes and -cluster-tls-* are for the embedded NATS (-cluster-listen), not for -nats-url")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") || (c.TLSCert != "" && c.TLSCA == "") {
+		return errors.New("-cluster-tls-cert, -cluster-tls-key and -cluster-tls-ca go together")
+	}
+	return nil
+}
+
+// clusterNode is what a cluster node runs beside the platform.
+type clusterNode struct {
+	id     string
+	nats   *cluster.NATS
+	router *cluster.Router
+}
+
+// startCluster starts the embedded NATS (or connects to the operator's)
+// and the router, and sets them in the broker's options.
+func startCluster(c ClusterConfig, opts *broker.Options, log *slog.Logger) (*clusterNode, error) {
+	n := &clusterNode{id: c.NodeID}
+	if n.id == "" {
+		n.id = "node-" + strings.ToLower(rand.Text()[:8])
+	}
+	no := cluster.NATSOptions{URL: c.NATSURL, Name: n.id, ClusterListen: c.Listen, Logger: log,
+		MaxPayload: int32(max(opts.MaxPacketSize, broker.DefaultMaxPacketSize)) + 64<<10}
+	for r := range strings.SplitSeq(c.Routes, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			no.Routes = append(no.Routes, r)
+		}
+	}
+	if c.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: c.TLSCert, KeyFile: c.TLSKey, CaFile: c.TLSCA, Verify: true})
+		if err != nil {
+			return nil, fmt.Errorf("cluster TLS: %w", err)
+		}
+		no.RouteTLS = tc
+	}
+	var err error
+	if n.nats, err = cluster.StartNATS(no); err != nil {
+		return nil, err
+	}
+	if n.router, err = cluster.NewRouter(n.nats, n.id, log); err != nil {
+		n.nats.Close()
+		return nil, fmt.Errorf("connect to NATS: %w", err)
+	}
+	opts.Router, opts.Node = n.router, n.id
+	return n, nil
+}
+
+// close stops the router, then the embedded NATS.
+func (n *clusterNode) close() {
+	if n == nil {
+		return
+	}
+	n.router.Close()
+	n.nats.Close()
+}
