@@ -8,6 +8,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/internal/contract"
 	"github.com/fleetmq/fleetmq/internal/pgtest"
+	"github.com/fleetmq/fleetmq/platform"
 	"github.com/fleetmq/fleetmq/web/restauth"
 )
 
@@ -45,6 +46,26 @@ func TestUsageContract(t *testing.T) {
 				s := open(t, fresh)
 				t.Cleanup(func() { s.Close() })
 				return s
+			}
+		})
+	})
+}
+
+// TestQoS2PoolsContract runs the shared QoS 2 pools' contract on each
+// backend, each node with a store of its own on one fresh database per
+// case.
+func TestQoS2PoolsContract(t *testing.T) {
+	forEachDSN(t, func(t *testing.T, dsn string) {
+		postgres := strings.HasPrefix(dsn, "postgres")
+		contract.QoS2Pools(t, func(t *testing.T) func(string) platform.QoS2Pools {
+			fresh := filepath.Join(t.TempDir(), "fleetmq.db")
+			if postgres {
+				fresh = pgtest.DSN(t)
+			}
+			return func(string) platform.QoS2Pools {
+				s := open(t, fresh)
+				t.Cleanup(func() { s.Close() })
+				return s.QoS2Pools()
 			}
 		})
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/pgtest"
+	"github.com/fleetmq/fleetmq/platform"
 )
 
 // startCluster runs n "fleetmq serve" processes on one PostgreSQL
@@ -145,4 +146,65 @@ func TestClusterDelivery(t *testing.T) {
 	if v5 := a3.Next(t); string(v5.Payload) != "end" {
 		t.Fatalf("A's MQTT 5 subscriber: after every message, got %q on %s", v5.Payload, v5.Topic)
 	}
+}
+
+// TestClusterQoS2Pool: an account's devices publish QoS 2 on all three
+// nodes at once; the daily QoS 2 pool, kept in PostgreSQL and taken in
+// blocks by each node, is never exceeded: at most the pool's size of
+// messages goes out at QoS 2, the rest is demoted to QoS 1, and nearly
+// the whole pool is used (a node may keep units of its last block).
+func TestClusterQoS2Pool(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	const pool = 60
+	mustCLI(t, dir, "plan", "set", "tiny", "-max-clients", "10", "-qos2-pool", fmt.Sprint(pool), "-retention-days", "7", "-database", dsn)
+	A := createAccount(t, dir, "Acme", "owner@acme.example", "-database", dsn, "-plan", "tiny")
+	mustCLI(t, dir, "account", "addon", A.ID, "qos2", "on", "-database", dsn)
+	pubA := createCredential(t, dir, A.ID, "-kind", "publisher", "-database", dsn)
+	subA := createCredential(t, dir, A.ID, "-kind", "subscriber", "-database", dsn)
+	nodes := startCluster(t, dsn, 3)
+	var devs []*mqtttest.V3
+	for i, nd := range nodes {
+		id := fmt.Sprintf("dev%d", i)
+		mustCLI(t, dir, "client", "add", A.ID, id, "-max-qos", "2", "-database", dsn)
+		devs = append(devs, connectV3(t, nd.addr, id, pubA.Username, pubA.Password))
+	}
+	sub := connectV3(t, nodes[0].addr, "sub", subA.Username, subA.Password)
+	got := sub.Subscription(t, A.ID+"/+/event/#", 2)
+	// The subscriber hears every node (QoS 0 probes use no pool).
+	for i := range devs {
+		crossed(t, devs[i], fmt.Sprintf("%s/dev%d/event/probe", A.ID, i), got)
+	}
+
+	const each = 40 // 120 QoS 2 messages for a pool of 60
+	done := make(chan struct{})
+	for i, d := range devs {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for k := range each {
+				tok := d.Publish(fmt.Sprintf("%s/dev%d/event/n", A.ID, i), 2, false, fmt.Sprint(k))
+				if !tok.WaitTimeout(waitFor) || tok.Error() != nil {
+					t.Errorf("dev%d: publish %d: %v", i, k, tok.Error())
+					return
+				}
+			}
+		}()
+	}
+	for range devs {
+		<-done
+	}
+	atQoS := [3]int{}
+	for range len(devs) * each {
+		atQoS[mqtttest.NextV3(t, got).Qos()]++
+	}
+	if atQoS[2] > pool {
+		t.Fatalf("%d messages went out at QoS 2 with a daily pool of %d", atQoS[2], pool)
+	}
+	if slack := 3 * platform.DefaultBlock * 3 / 2; atQoS[2] < pool-slack {
+		t.Fatalf("only %d of the pool's %d went out at QoS 2 (a node may keep %d at most)", atQoS[2], pool, slack)
+	}
+	if atQoS[1] != len(devs)*each-atQoS[2] {
+		t.Fatalf("QoS mix %v: the rest should be demoted to QoS 1", atQoS)
+	}
+	t.Logf("QoS 2: %d, demoted to QoS 1: %d (pool %d)", atQoS[2], atQoS[1], pool)
 }

@@ -201,8 +201,13 @@ func (a *App) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.Policy = platform.NewPolicy(platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now, Sink: a.Ingest, Logger: cfg.Logger,
-		Applied: a.applied, ClientUsageEvery: cfg.ClientUsageInterval}, snap)
+	popts := platform.Options{TopicPrefix: cfg.TopicPrefix, Now: cfg.Now, Sink: a.Ingest, Logger: cfg.Logger,
+		Applied: a.applied, ClientUsageEvery: cfg.ClientUsageInterval}
+	if cfg.Cluster.On() {
+		// The nodes take from pools kept in the database.
+		popts.QoS2Pools = &platform.BlockPools{Shared: a.Store.QoS2Pools()}
+	}
+	a.Policy = platform.NewPolicy(popts, snap)
 	if err := a.restorePools(ctx, snap); err != nil {
 		return err
 	}
