@@ -73,6 +73,7 @@ var docsSkipped = map[docRef]string{
 	{"docs/operator.md", "## Running the platform", 1}:             "builds and starts the server, which the docs harness does",
 	{"docs/operator.md", "### Running the tests on PostgreSQL", 1}: "starts a PostgreSQL cluster and runs the test suite itself",
 	{"docs/operator.md", "## What a crash can lose", 1}:            "a test command itself (TestCrashSafety, 20 runs)",
+	{"docs/cluster.md", "## Three nodes on one machine", 1}:        "starts three servers on fixed ports beside a PostgreSQL: TestClusterDelivery runs serve with these flags (free ports, a throwaway PostgreSQL)",
 
 	{"docs/benchmarks.md", "## fleetmq against Mosquitto (load harness)", 1}:                            "a benchmark: minutes of full load on the machine",
 	{"docs/benchmarks.md", "### CPU per message at a fixed 4,000 msg/s", 1}:                             "a benchmark: minutes of full load on the machine",
