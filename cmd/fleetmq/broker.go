@@ -28,6 +28,7 @@ type brokerConfig struct {
 	ConnectTimeout time.Duration
 	WriteTimeout   time.Duration
 	IdleParkAfter  time.Duration
+	Cluster        app.ClusterConfig
 	Log            logFlags
 }
 
@@ -42,6 +43,7 @@ func (c *brokerConfig) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ConnectTimeout, "connect-timeout", broker.DefaultConnectTimeout, "how long a new connection may take to send CONNECT (TLS handshake included) [FLEETMQ_CONNECT_TIMEOUT]")
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", broker.DefaultWriteTimeout, "how long a write to a client may wait before the client is disconnected as not reading [FLEETMQ_WRITE_TIMEOUT]")
 	fs.DurationVar(&c.IdleParkAfter, "idle-park-after", broker.DefaultIdleParkAfter, "how long a plain TCP client may send nothing before it waits without a goroutine of its own (Linux; negative: never) [FLEETMQ_IDLE_PARK_AFTER]")
+	c.Cluster.Flags(fs)
 	c.Log.register(fs)
 }
 
@@ -54,6 +56,9 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if err := cfg.Listeners.Validate(); err != nil {
+		return err
+	}
+	if err := cfg.Cluster.ValidateFlags(); err != nil {
 		return err
 	}
 	log, err := cfg.Log.logger(stderr)
@@ -84,9 +89,21 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		httpConns = app.DefaultHTTPMaxConns
 	}
 	cfg.Listeners.Limit(&opts, httpConns)
+	var node *app.ClusterNode
+	if cfg.Cluster.On() {
+		// Bare brokers routed together: messages cross between them (no
+		// store: nothing else is shared).
+		if node, err = app.StartCluster(cfg.Cluster, &opts, log); err != nil {
+			return err
+		}
+		defer node.Close()
+	}
 	srv, err := broker.New(opts)
 	if err != nil {
 		return err
+	}
+	if node != nil {
+		node.Attach(srv)
 	}
 	// Open every listener before announcing, so a busy port fails at once.
 	fail := func(err error) error {
@@ -106,6 +123,9 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		defer hs.Close()
 		listening = append(listening, "http://"+hs.Addr+"/metrics")
+	}
+	if node != nil && node.RouteAddr() != "" {
+		listening = append(listening, "nats-route://"+node.RouteAddr())
 	}
 	log.Info("fleetmq broker listening (open policy: anonymous clients, any topic)", "listeners", strings.Join(listening, " "))
 	fmt.Fprintf(stdout, "fleetmq broker listening on %s\n", strings.Join(listening, " "))

@@ -118,7 +118,7 @@ type App struct {
 	Policy  *platform.Policy
 	Broker  *broker.Server
 	Ingest  *ingest.Writer
-	cluster *clusterNode // nil on a single node
+	cluster *ClusterNode // nil on a single node
 	// Retention deletes expired history in the background.
 	Retention *history.Retention
 	// Auth and Limiter guard the subscriber REST API.
@@ -179,7 +179,7 @@ func Start(ctx context.Context, cfg Config) (*App, error) {
 		if a.Ingest != nil {
 			a.Ingest.Close(context.Background())
 		}
-		a.cluster.close()
+		a.cluster.Close()
 		store.Close()
 		lock.Release()
 		return nil, err
@@ -233,10 +233,10 @@ func (a *App) start(ctx context.Context) error {
 	}
 	cfg.Listeners.Limit(&opts, httpConns)
 	if cfg.Cluster.On() {
-		if a.cluster, err = startCluster(cfg.Cluster, &opts, cfg.Logger); err != nil {
+		if a.cluster, err = StartCluster(cfg.Cluster, &opts, cfg.Logger); err != nil {
 			return err
 		}
-		cfg.Logger.Info("cluster node", "node", a.cluster.id, "nats", cfg.Cluster.NATSURL, "routes_listen", a.cluster.nats.ClusterAddr())
+		cfg.Logger.Info("cluster node", "node", a.cluster.ID(), "nats", cfg.Cluster.NATSURL, "routes_listen", a.cluster.RouteAddr())
 	}
 	if cfg.Listeners.MaxConns == 0 && opts.MaxConns > 0 {
 		cfg.Logger.Info("mqtt: connections per listener bounded by the file limit", "max_conns", opts.MaxConns,
@@ -247,7 +247,7 @@ func (a *App) start(ctx context.Context) error {
 		return err
 	}
 	if a.cluster != nil {
-		a.cluster.router.Attach(a.Broker)
+		a.cluster.Attach(a.Broker)
 	}
 	a.Policy.SetBroker(a.Broker) // the live view reads retained state from it
 	a.URLs, err = cfg.Listeners.Open(a.Broker)
@@ -294,8 +294,8 @@ func (a *App) start(ctx context.Context) error {
 		RegisterHTTP(a.Metrics, a.http)
 		a.URLs = append(a.URLs, "http://"+a.HTTPAddr)
 	}
-	if a.cluster != nil && a.cluster.nats.ClusterAddr() != "" {
-		a.URLs = append(a.URLs, "nats-route://"+a.cluster.nats.ClusterAddr())
+	if a.cluster != nil && a.cluster.RouteAddr() != "" {
+		a.URLs = append(a.URLs, "nats-route://"+a.cluster.RouteAddr())
 	}
 	if err := a.startNode(ctx, snap.Version); err != nil {
 		return err
@@ -375,7 +375,7 @@ func (a *App) close(ctx context.Context) error {
 		}
 	}
 	errs = append(errs, a.Broker.Close(ctx))
-	a.cluster.close()
+	a.cluster.Close()
 	errs = append(errs, a.Ingest.Close(ctx))
 	a.cancel()
 	stopped := make(chan struct{})

@@ -46,16 +46,25 @@ func (c *ClusterConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCA, "cluster-tls-ca", "", "certificate authorities (PEM) a node's route certificate must be signed by [FLEETMQ_CLUSTER_TLS_CA]")
 }
 
-// Validate checks the cluster's settings against the store's.
+// Validate checks the cluster's settings against the store's: a node of
+// serve's cluster needs PostgreSQL.
 func (c ClusterConfig) Validate(database string) error {
+	if err := c.ValidateFlags(); err != nil || !c.On() {
+		return err
+	}
+	if !strings.HasPrefix(database, "postgres://") && !strings.HasPrefix(database, "postgresql://") {
+		return errors.New("a cluster node needs PostgreSQL: set -database postgres://... (FLEETMQ_DATABASE); SQLite is the store of one process")
+	}
+	return nil
+}
+
+// ValidateFlags checks that the cluster's flags go together.
+func (c ClusterConfig) ValidateFlags() error {
 	if !c.On() {
 		if c.Routes != "" || c.TLSCert != "" || c.TLSKey != "" || c.TLSCA != "" {
 			return errors.New("-cluster-routes and -cluster-tls-* need -cluster-listen (FLEETMQ_CLUSTER_LISTEN)")
 		}
 		return nil
-	}
-	if !strings.HasPrefix(database, "postgres://") && !strings.HasPrefix(database, "postgresql://") {
-		return errors.New("a cluster node needs PostgreSQL: set -database postgres://... (FLEETMQ_DATABASE); SQLite is the store of one process")
 	}
 	if c.NATSURL != "" && c.Listen != "" {
 		return errors.New("-nats-url and -cluster-listen: one or the other (an existing NATS, or NATS embedded in each node)")
@@ -69,17 +78,18 @@ func (c ClusterConfig) Validate(database string) error {
 	return nil
 }
 
-// clusterNode is what a cluster node runs beside the platform.
-type clusterNode struct {
+// ClusterNode is what a cluster node runs beside its broker.
+type ClusterNode struct {
 	id     string
 	nats   *cluster.NATS
 	router *cluster.Router
 }
 
-// startCluster starts the embedded NATS (or connects to the operator's)
-// and the router, and sets them in the broker's options.
-func startCluster(c ClusterConfig, opts *broker.Options, log *slog.Logger) (*clusterNode, error) {
-	n := &clusterNode{id: c.NodeID}
+// StartCluster starts the embedded NATS (or connects to the operator's)
+// and the router, and sets them in the broker's options. The broker made
+// with them must be given to Attach before it takes connections.
+func StartCluster(c ClusterConfig, opts *broker.Options, log *slog.Logger) (*ClusterNode, error) {
+	n := &ClusterNode{id: c.NodeID}
 	if n.id == "" {
 		n.id = "node-" + strings.ToLower(rand.Text()[:8])
 	}
@@ -109,8 +119,17 @@ func startCluster(c ClusterConfig, opts *broker.Options, log *slog.Logger) (*clu
 	return n, nil
 }
 
-// close stops the router, then the embedded NATS.
-func (n *clusterNode) close() {
+// Attach gives the router the broker it delivers other nodes' messages to.
+func (n *ClusterNode) Attach(s *broker.Server) { n.router.Attach(s) }
+
+// ID is the node's name.
+func (n *ClusterNode) ID() string { return n.id }
+
+// RouteAddr is the embedded NATS's route listener ("" with -nats-url).
+func (n *ClusterNode) RouteAddr() string { return n.nats.ClusterAddr() }
+
+// Close stops the router, then the embedded NATS.
+func (n *ClusterNode) Close() {
 	if n == nil {
 		return
 	}

@@ -111,17 +111,17 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	telemetryEvery := fs.Duration("telemetry-every", 10*time.Second, "fleet: each device's QoS 0 JSON telemetry period")
 	fleetDuration := fs.Duration("fleet-duration", 30*time.Second, "fleet: the measured window of steady publishing")
 	out := fs.String("out", "", "also write every result as JSON lines to this file")
-	servers := fs.String("brokers", "fleetmq,mosquitto,platform", "the servers to run, comma-separated: fleetmq (the bare broker), mosquitto, platform (fleetmq serve)")
+	servers := fs.String("brokers", "fleetmq,mosquitto,platform", "the servers to run, comma-separated: fleetmq (the bare broker), mosquitto, platform (fleetmq serve), cluster (two bare brokers routed together with NATS embedded: publishers on one, subscribers on the other; not run by default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	run := map[string]bool{}
 	for _, name := range strings.Split(*servers, ",") {
 		switch name = strings.TrimSpace(name); name {
-		case "fleetmq", "mosquitto", "platform":
+		case "fleetmq", "mosquitto", "platform", "cluster":
 			run[name] = true
 		default:
-			return fmt.Errorf("-brokers: unknown server %q (fleetmq, mosquitto or platform)", name)
+			return fmt.Errorf("-brokers: unknown server %q (fleetmq, mosquitto, platform or cluster)", name)
 		}
 	}
 	if *fleetmq == "" {
@@ -182,11 +182,21 @@ log_dest none
 	// rules (per-session queue bound max_publisher_clients x 3 = 3000).
 	brokers["platform"] = []string{*fleetmq, "serve", "-data", platDir, "-listen", platAddr, "-http-listen", "", "-log-level", "error"}
 	addrs := map[string]string{"fleetmq": fleetAddr, "mosquitto": mosqAddr, "platform": platAddr}
+	// "cluster" is two bare brokers with NATS embedded, the second routed
+	// to the first: the publishers connect to the first, the subscribers
+	// to the second, so every message crosses; CPU is both processes'.
+	clusterAddr, clusterSubAddr := "127.0.0.1:"+strconv.Itoa(*port+3), "127.0.0.1:"+strconv.Itoa(*port+4)
+	clusterRoute := "127.0.0.1:" + strconv.Itoa(*port+5)
+	brokers["cluster"] = []string{*fleetmq, "broker", "--listen", clusterAddr, "--max-inflight", "20", "--max-queued", "10000000",
+		"--log-level", "error", "--node-id", "bench-a", "--cluster-listen", clusterRoute}
+	clusterB := []string{*fleetmq, "broker", "--listen", clusterSubAddr, "--max-inflight", "20", "--max-queued", "10000000",
+		"--log-level", "error", "--node-id", "bench-b", "--cluster-listen", "127.0.0.1:" + strconv.Itoa(*port+6), "--cluster-routes", clusterRoute}
+	addrs["cluster"] = clusterAddr
 
 	results := map[string]map[string][]*Result{} // scenario -> broker -> rounds
 	for round := 1; round <= *rounds; round++ {
 		// Rotate the order each round, so no broker always runs first.
-		order := []string{"fleetmq", "mosquitto", "platform"}
+		order := []string{"fleetmq", "mosquitto", "platform", "cluster"}
 		for i := 1; i < round; i++ {
 			order = append(order[1:], order[0])
 		}
@@ -195,7 +205,7 @@ log_dest none
 				continue
 			}
 			for _, sc := range scenarios {
-				if (*only != "" && sc.name != *only) || (*only == "" && sc.fleet) {
+				if (*only != "" && sc.name != *only) || (*only == "" && sc.fleet) || (name == "cluster" && (sc.fleet || sc.idle)) {
 					continue
 				}
 				if ctx.Err() != nil {
@@ -207,6 +217,13 @@ log_dest none
 					return err
 				}
 				pid := b.cmd.Process.Pid
+				var other *brokerProc
+				if name == "cluster" {
+					if other, err = startBroker(ctx, "cluster node b", clusterSubAddr, clusterB, stderr); err != nil {
+						b.stop()
+						return err
+					}
+				}
 				var r *Result
 				var storedBefore int64
 				if name == "platform" && !sc.idle {
@@ -236,9 +253,15 @@ log_dest none
 					if name == "platform" {
 						plat.pubsub(&pc)
 					}
+					if other != nil {
+						pc.SubAddr, pc.OtherPIDs = clusterSubAddr, []int{other.cmd.Process.Pid}
+					}
 					r, err = RunPubSub(ctx, pc)
 				}
 				b.stop()
+				if other != nil {
+					other.stop()
+				}
 				if err != nil {
 					return fmt.Errorf("%s %s round %d: %w", name, sc.name, round, err)
 				}
@@ -292,6 +315,7 @@ func writeTable(w io.Writer, results map[string]map[string][]*Result) {
 	tw.Flush()
 	writeFleetTable(w, results)
 	writeIngestTable(w, results)
+	writeClusterTable(w, results)
 }
 
 // writeFleetTable prints the fleet load's figures per broker (medians).
@@ -368,6 +392,34 @@ func writeIngestTable(w io.Writer, results map[string]map[string][]*Result) {
 		fmt.Fprintf(tw, "| %s\t| %.0f\t| %.2f\t| %s\t|\n", sc.name,
 			median(rs, func(r *Result) float64 { return r.AckedPerSec }),
 			median(rs, func(r *Result) float64 { return r.BrokerCPUSeconds / float64(max(r.Sent, 1)) * 1e6 }), all)
+	}
+	tw.Flush()
+}
+
+// writeClusterTable prints, for the loads run on the two-node cluster, its
+// CPU per delivered message (both nodes) against the bare broker's, where
+// every message is delivered on the node that took it.
+func writeClusterTable(w io.Writer, results map[string]map[string][]*Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header := false
+	perMsg := func(r *Result) float64 { return r.CPUPerMsgUs }
+	for _, sc := range scenarios {
+		rs := results[sc.name]["cluster"]
+		if len(rs) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w)
+			fmt.Fprintln(tw, "| scenario\t| two-node cluster CPU µs/msg, both nodes (median)\t| bare broker CPU µs/msg (median)\t| cluster / broker\t| lost, duplicated\t|")
+			fmt.Fprintln(tw, "|---\t|---\t|---\t|---\t|---\t|")
+			header = true
+		}
+		var lost, dups int64
+		for _, r := range rs {
+			lost, dups = lost+r.Lost, dups+r.Duplicates
+		}
+		c, b := median(rs, perMsg), median(results[sc.name]["fleetmq"], perMsg)
+		fmt.Fprintf(tw, "| %s\t| %.2f\t| %s\t| %s\t| %d, %d\t|\n", sc.name, c, figureOr(b), ratio(c, b), lost, dups)
 	}
 	tw.Flush()
 }

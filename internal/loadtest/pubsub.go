@@ -30,6 +30,11 @@ type PubSubConfig struct {
 	Window      int           // unacknowledged QoS 1/2 publishes per publisher (capped by Receive Maximum)
 	Drain       time.Duration // how long to wait for stragglers without progress
 	BrokerPID   int           // 0: no CPU/memory figures
+	// SubAddr is the subscribers' broker when it is not Addr (another node
+	// of a cluster); OtherPIDs are that cluster's other server processes,
+	// whose CPU and memory count with BrokerPID's.
+	SubAddr   string
+	OtherPIDs []int
 	// Client is the publishers' MQTT client: ClientLean (default, the
 	// repository's own, which batches writes when unthrottled) or
 	// ClientPaho3 (paho.mqtt.golang speaking MQTT 3.1.1, one packet per
@@ -309,6 +314,16 @@ func (p *publisher) run(ctx context.Context, cfg *PubSubConfig, rate float64) er
 	}
 }
 
+// serversCPU is the CPU seconds of the server processes measured.
+func (cfg *PubSubConfig) serversCPU() float64 {
+	total, _ := procCPU(cfg.BrokerPID)
+	for _, pid := range cfg.OtherPIDs {
+		c, _ := procCPU(pid)
+		total += c
+	}
+	return total
+}
+
 // RunPubSub runs one load and reports what was delivered.
 func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	if err := cfg.fill(); err != nil {
@@ -372,7 +387,7 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 		go func() { defer readers.Done(); errs <- ignoreClosed(p.acks()) }()
 	}
 
-	cpu0, _ := procCPU(cfg.BrokerPID)
+	cpu0 := cfg.serversCPU()
 	start := time.Now()
 	runCtx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	var writers sync.WaitGroup
@@ -425,8 +440,12 @@ func RunPubSub(ctx context.Context, cfg PubSubConfig) (*Result, error) {
 	if lastDelivery.After(pubEnd) {
 		end = lastDelivery
 	}
-	cpu1, _ := procCPU(cfg.BrokerPID)
+	cpu1 := cfg.serversCPU()
 	rss, _ := procRSS(cfg.BrokerPID)
+	for _, pid := range cfg.OtherPIDs {
+		r, _ := procRSS(pid)
+		rss += r
+	}
 	for _, p := range pubs {
 		p.close()
 	}

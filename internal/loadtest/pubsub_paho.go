@@ -175,7 +175,11 @@ type subDial struct {
 }
 
 func (c *PubSubConfig) subDial(i int, timeout time.Duration) subDial {
-	return subDial{addr: c.Addr, clientID: expand(c.SubClientID, i), username: c.SubUsername, password: c.SubPassword,
+	addr := c.Addr
+	if c.SubAddr != "" {
+		addr = c.SubAddr
+	}
+	return subDial{addr: addr, clientID: expand(c.SubClientID, i), username: c.SubUsername, password: c.SubPassword,
 		filter: c.SubFilter, qos: c.QoS, timeout: timeout}
 }
 
