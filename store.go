@@ -157,3 +157,27 @@ type UsageStore interface {
 	// days from..to.
 	ClientUsage(ctx context.Context, accountID, from, to string) ([]ClientUsage, error)
 }
+
+// RetainedRow is a retained message as a cluster keeps it in the store:
+// its topic, when it was created and expires (Unix microseconds, 0: never)
+// and the message's encoding (broker.AppendMessage), nil for a topic
+// cleared at Created.
+type RetainedRow struct {
+	Topic           string
+	Created, Expiry int64
+	Message         []byte
+}
+
+// RetainedStore keeps a cluster's retained messages, so that a node
+// starting reads what the others retained.
+type RetainedStore interface {
+	// PutRetained stores each row in one transaction: a topic keeps the
+	// row with the latest Created; a row without a Message removes the
+	// topic's message if it is not newer.
+	PutRetained(ctx context.Context, rows []RetainedRow) error
+	// LoadRetained calls fn with every stored row not expired at now.
+	LoadRetained(ctx context.Context, now int64, fn func(RetainedRow) error) error
+	// SweepRetained removes the rows expired at now and those created
+	// before created (0: none by age), and says how many.
+	SweepRetained(ctx context.Context, now, created int64) (int64, error)
+}

@@ -93,7 +93,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.Cluster.On() {
 		// Bare brokers routed together: messages cross between them (no
 		// store: nothing else is shared).
-		if node, err = app.StartCluster(cfg.Cluster, &opts, log); err != nil {
+		if node, err = app.StartCluster(ctx, cfg.Cluster, &opts, nil, time.Now(), log); err != nil {
 			return err
 		}
 		defer node.Close()

@@ -208,3 +208,47 @@ func TestClusterQoS2Pool(t *testing.T) {
 	}
 	t.Logf("QoS 2: %d, demoted to QoS 1: %d (pool %d)", atQoS[2], atQoS[1], pool)
 }
+
+// TestClusterRetained: a state retained through one node is delivered to
+// a subscriber that subscribes on another, and on a node started after it
+// was retained (loaded from PostgreSQL); a clear through the first node
+// reaches them all.
+func TestClusterRetained(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	A := createAccount(t, dir, "Acme", "owner@acme.example", "-database", dsn, "-plan", "starter")
+	mustCLI(t, dir, "client", "add", A.ID, "dev1", "-database", dsn)
+	pubA := createCredential(t, dir, A.ID, "-kind", "publisher", "-database", dsn)
+	subA := createCredential(t, dir, A.ID, "-kind", "subscriber", "-database", dsn)
+	nodes := startCluster(t, dsn, 2)
+	dev := connectV3(t, nodes[0].addr, "dev1", pubA.Username, pubA.Password)
+	topic := A.ID + "/dev1/state/door"
+	dev.Pub(t, topic, 1, true, "open")
+
+	retainedOn := func(addr, id string) (string, bool) {
+		s := connectV3(t, addr, id, subA.Username, subA.Password)
+		defer s.Disconnect(0)
+		ch := s.Subscription(t, topic, 1)
+		select {
+		case m := <-ch:
+			return string(m.Payload()), m.Retained()
+		case <-time.After(300 * time.Millisecond):
+			return "", false
+		}
+	}
+	eventually(t, "node 2 to hold the state retained through node 1", func() bool {
+		p, retained := retainedOn(nodes[1].addr, "sub-2")
+		return p == "open" && retained
+	})
+	late := startServe(t, t.TempDir(), "-database", dsn, "-node-id", "late", "-cluster-listen", "127.0.0.1:0", "-cluster-routes", nodes[0].route)
+	if p, retained := retainedOn(late.addr, "sub-late"); p != "open" || !retained {
+		t.Fatalf("a node started after the state was retained delivers %q (retained %v), want the retained open", p, retained)
+	}
+	dev.Pub(t, topic, 1, true, "") // clear
+	for _, addr := range []string{nodes[1].addr, late.addr} {
+		eventually(t, "the clear to reach "+addr, func() bool {
+			p, _ := retainedOn(addr, "sub-after-clear")
+			return p == ""
+		})
+	}
+}

@@ -233,7 +233,7 @@ func (a *App) start(ctx context.Context) error {
 	}
 	cfg.Listeners.Limit(&opts, httpConns)
 	if cfg.Cluster.On() {
-		if a.cluster, err = StartCluster(cfg.Cluster, &opts, cfg.Logger); err != nil {
+		if a.cluster, err = StartCluster(ctx, cfg.Cluster, &opts, a.Store, cfg.Now(), cfg.Logger); err != nil {
 			return err
 		}
 		cfg.Logger.Info("cluster node", "node", a.cluster.ID(), "nats", cfg.Cluster.NATSURL, "routes_listen", a.cluster.RouteAddr())

@@ -1,15 +1,18 @@
 package app
 
 import (
+	"context"
 	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/cluster"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
@@ -80,15 +83,19 @@ func (c ClusterConfig) ValidateFlags() error {
 
 // ClusterNode is what a cluster node runs beside its broker.
 type ClusterNode struct {
-	id     string
-	nats   *cluster.NATS
-	router *cluster.Router
+	id       string
+	nats     *cluster.NATS
+	router   *cluster.Router
+	retained *cluster.Retained
 }
 
 // StartCluster starts the embedded NATS (or connects to the operator's)
 // and the router, and sets them in the broker's options. The broker made
 // with them must be given to Attach before it takes connections.
-func StartCluster(c ClusterConfig, opts *broker.Options, log *slog.Logger) (*ClusterNode, error) {
+//
+// store keeps the cluster's retained messages (nil: bare brokers, which
+// exchange them only while they run).
+func StartCluster(ctx context.Context, c ClusterConfig, opts *broker.Options, store fleetmq.RetainedStore, now time.Time, log *slog.Logger) (*ClusterNode, error) {
 	n := &ClusterNode{id: c.NodeID}
 	if n.id == "" {
 		n.id = "node-" + strings.ToLower(rand.Text()[:8])
@@ -115,7 +122,12 @@ func StartCluster(c ClusterConfig, opts *broker.Options, log *slog.Logger) (*Clu
 		n.nats.Close()
 		return nil, fmt.Errorf("connect to NATS: %w", err)
 	}
-	opts.Router, opts.Node = n.router, n.id
+	if n.retained, err = cluster.NewRetained(ctx, n.nats, n.id, store, now, log); err != nil {
+		n.router.Close()
+		n.nats.Close()
+		return nil, fmt.Errorf("load the cluster's retained messages: %w", err)
+	}
+	opts.Router, opts.Node, opts.Retained = n.router, n.id, n.retained
 	return n, nil
 }
 
@@ -134,5 +146,6 @@ func (n *ClusterNode) Close() {
 		return
 	}
 	n.router.Close()
+	n.retained.Close()
 	n.nats.Close()
 }

@@ -1,0 +1,9 @@
+-- A cluster's retained messages (fleetmq.RetainedStore): one row per
+-- topic, the newest by created (Unix microseconds); message is the
+-- broker's encoding of it. expiry 0: never.
+CREATE TABLE retained_messages (
+	topic TEXT PRIMARY KEY,
+	created BIGINT NOT NULL,
+	expiry BIGINT NOT NULL,
+	message BLOB NOT NULL
+);
