@@ -90,7 +90,9 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 			TLSTimeout:     5,
 			ConnectRetries: -1, // a route to a node that is down is tried again for good
 		},
-		Routes: server.RoutesFromStr(strings.Join(routes, ",")),
+	}
+	if len(routes) > 0 {
+		sopts.Routes = server.RoutesFromStr(strings.Join(routes, ","))
 	}
 	if port == 0 {
 		sopts.Cluster.Port = server.RANDOM_PORT

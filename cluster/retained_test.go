@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetmq/fleetmq/internal/contract"
+	"github.com/fleetmq/fleetmq/internal/pgtest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/sqlstore"
@@ -94,4 +96,43 @@ func TestRetainedAcrossNodes(t *testing.T) {
 	if got := a.Received.Load(); got == 0 {
 		t.Errorf("node a counted no retained message from node b")
 	}
+}
+
+// TestOwnersContract: session claims in the database with notices on
+// NATS meet the contract of session ownership, each node with a store
+// handle and a NATS server of its own.
+func TestOwnersContract(t *testing.T) {
+	pgtest.ForEachDSN(t, func(t *testing.T, backend string) {
+		owners(t, strings.HasPrefix(backend, "postgres"))
+	})
+}
+
+func owners(t *testing.T, postgres bool) {
+	contract.SessionOwners(t, func(t *testing.T) func(string) broker.SessionOwners {
+		path := filepath.Join(t.TempDir(), "fleetmq.db")
+		if postgres {
+			path = pgtest.DSN(t)
+		}
+		first := startNATS(t, "o1")
+		second := startNATS(t, "o2", first.ClusterAddr())
+		testkit.Eventually(t, 10*time.Second, "the route", func() bool { return first.Routes() > 0 })
+		i := 0
+		return func(node string) broker.SessionOwners {
+			st, err := sqlstore.Open(context.Background(), path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			n := first
+			if i++; i%2 == 0 {
+				n = second
+			}
+			o, err := NewOwners(n, node, st, quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(o.Close)
+			return o
+		}
+	})
 }

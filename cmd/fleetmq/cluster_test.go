@@ -252,3 +252,43 @@ func TestClusterRetained(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterTakeover: a device connected to one node that connects again
+// through another takes its session over: the first node closes the old
+// connection (MQTT 5: DISCONNECT 0x8E Session taken over) within a
+// second, and the device publishes on through the new one.
+func TestClusterTakeover(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	A := createAccount(t, dir, "Acme", "owner@acme.example", "-database", dsn, "-plan", "starter")
+	mustCLI(t, dir, "client", "add", A.ID, "dev1", "-database", dsn)
+	pubA := createCredential(t, dir, A.ID, "-kind", "publisher", "-database", dsn)
+	subA := createCredential(t, dir, A.ID, "-kind", "subscriber", "-database", dsn)
+	nodes := startCluster(t, dsn, 2)
+	sub := connectV3(t, nodes[0].addr, "sub", subA.Username, subA.Password)
+	got := sub.Subscription(t, A.ID+"/#", 1)
+
+	old := connectV5(t, nodes[0].addr, "dev1", pubA.Username, pubA.Password, true)
+	start := time.Now()
+	fresh := connectV5(t, nodes[1].addr, "dev1", pubA.Username, pubA.Password, true)
+	select {
+	case d := <-old.Disc:
+		if d.ReasonCode != 0x8E {
+			t.Fatalf("the old connection was closed with reason 0x%02X, want 0x8E Session taken over", d.ReasonCode)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("the takeover across nodes took %v, want under a second", took)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the old connection on node 1 was not closed after the client connected to node 2")
+	}
+	eventually(t, "the device's messages through node 2 to reach node 1's subscriber", func() bool {
+		fresh.Pub(t, A.ID+"/dev1/event/after", 1, "moved")
+		select {
+		case m := <-got:
+			return string(m.Payload()) == "moved"
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	})
+}

@@ -87,15 +87,25 @@ type ClusterNode struct {
 	nats     *cluster.NATS
 	router   *cluster.Router
 	retained *cluster.Retained
+	owners   *cluster.Owners // nil for bare brokers
+}
+
+// ClusterStore is what a cluster keeps in the database beside the
+// platform's data: retained messages and the sessions' claims
+// (sqlstore.Store is one).
+type ClusterStore interface {
+	fleetmq.RetainedStore
+	cluster.OwnerStore
 }
 
 // StartCluster starts the embedded NATS (or connects to the operator's)
 // and the router, and sets them in the broker's options. The broker made
 // with them must be given to Attach before it takes connections.
 //
-// store keeps the cluster's retained messages (nil: bare brokers, which
-// exchange them only while they run).
-func StartCluster(ctx context.Context, c ClusterConfig, opts *broker.Options, store fleetmq.RetainedStore, now time.Time, log *slog.Logger) (*ClusterNode, error) {
+// store keeps the cluster's retained messages and session claims (nil:
+// bare brokers, which exchange retained messages only while they run and
+// keep their sessions each to itself).
+func StartCluster(ctx context.Context, c ClusterConfig, opts *broker.Options, store ClusterStore, now time.Time, log *slog.Logger) (*ClusterNode, error) {
 	n := &ClusterNode{id: c.NodeID}
 	if n.id == "" {
 		n.id = "node-" + strings.ToLower(rand.Text()[:8])
@@ -122,12 +132,23 @@ func StartCluster(ctx context.Context, c ClusterConfig, opts *broker.Options, st
 		n.nats.Close()
 		return nil, fmt.Errorf("connect to NATS: %w", err)
 	}
-	if n.retained, err = cluster.NewRetained(ctx, n.nats, n.id, store, now, log); err != nil {
+	var rs fleetmq.RetainedStore
+	if store != nil {
+		rs = store
+	}
+	if n.retained, err = cluster.NewRetained(ctx, n.nats, n.id, rs, now, log); err != nil {
 		n.router.Close()
 		n.nats.Close()
 		return nil, fmt.Errorf("load the cluster's retained messages: %w", err)
 	}
 	opts.Router, opts.Node, opts.Retained = n.router, n.id, n.retained
+	if store != nil {
+		if n.owners, err = cluster.NewOwners(n.nats, n.id, store, log); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("connect to NATS: %w", err)
+		}
+		opts.Owners = n.owners
+	}
 	return n, nil
 }
 
@@ -147,5 +168,8 @@ func (n *ClusterNode) Close() {
 	}
 	n.router.Close()
 	n.retained.Close()
+	if n.owners != nil {
+		n.owners.Close()
+	}
 	n.nats.Close()
 }

@@ -42,10 +42,15 @@ func SessionOwners(t *testing.T, newShared func(t *testing.T) func(node string) 
 		if ok, err := a.Release(c2); err != nil || ok {
 			t.Fatalf("a second Release = %v, %v; want false", ok, err)
 		}
-		// Keys are independent.
+		// Keys are independent, and any bytes (a session key holds NUL).
 		ck := claim(t, a, "k", "a")
 		claim(t, a, "other", "a")
 		wantOwner(t, a, "k", ck)
+		nul := claim(t, a, "ns\x00client", "a")
+		wantOwner(t, a, "ns\x00client", nul)
+		if _, ok, err := a.Owner("ns\x00other"); err != nil || ok {
+			t.Fatalf("Owner of another key with NUL: ok %v, err %v; want none", ok, err)
+		}
 	})
 
 	t.Run("takeover tells the old node", func(t *testing.T) {

@@ -299,6 +299,12 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 		if ss.expiredAt(now) {
 			continue
 		}
+		if c, ok, err := s.owners.Owner(ss.key); err == nil && ok && c.Node != s.opts.Node {
+			// Another node of the cluster serves the session now (its
+			// client connected there while this one was down): it is
+			// not taken back.
+			continue
+		}
 		ss.ident.Store(id)
 		if c, err := s.owners.Claim(ss.key, s.opts.Node); err != nil {
 			s.log.Warn("claim a restored session", "session", ss.key, "error", err)

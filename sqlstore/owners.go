@@ -1,0 +1,81 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// The claims of a cluster's MQTT sessions (broker.SessionOwners keeps
+// them here; the notice to the node that lost one goes through NATS, see
+// cluster.Owners). A claim is one transaction that holds the key's row
+// (PostgreSQL: SELECT … FOR UPDATE; SQLite writes one transaction at a
+// time): it reads the claim it replaces and writes the new one with the
+// next epoch.
+
+// ownersTimeout bounds one claim, release or lookup: a CONNECT waits for
+// its claim.
+const ownersTimeout = 5 * time.Second
+
+// Keys are stored as bytes: a session key holds NUL, which PostgreSQL's
+// text does not take.
+
+// ClaimSession makes node the owner of the session key and returns the
+// new claim's epoch and the claim it replaced (oldNode "" when none).
+func (s *Store) ClaimSession(key, node string) (epoch int64, oldNode string, oldEpoch int64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
+	defer cancel()
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO session_owners (key, node, epoch) VALUES (?, '', 0) ON CONFLICT (key) DO NOTHING`), []byte(key)); err != nil {
+			return err
+		}
+		q := `SELECT node, epoch FROM session_owners WHERE key = ?`
+		if s.dialect == postgresDialect {
+			q += ` FOR UPDATE`
+		}
+		if err := tx.QueryRowContext(ctx, s.rebind(q), []byte(key)).Scan(&oldNode, &oldEpoch); err != nil {
+			return err
+		}
+		next := `nextval('session_epochs')`
+		if s.dialect != postgresDialect {
+			if err := tx.QueryRowContext(ctx, `UPDATE session_epochs SET last = last + 1 WHERE id = 1 RETURNING last`).Scan(&epoch); err != nil {
+				return err
+			}
+			next = "?"
+		}
+		args := []any{node, []byte(key)}
+		if s.dialect != postgresDialect {
+			args = []any{node, epoch, []byte(key)}
+		}
+		return tx.QueryRowContext(ctx, s.rebind(`UPDATE session_owners SET node = ?, epoch = `+next+` WHERE key = ? RETURNING epoch`), args...).Scan(&epoch)
+	})
+	return epoch, oldNode, oldEpoch, err
+}
+
+// ReleaseSession ends the claim (key, epoch) if it still holds the key.
+func (s *Store) ReleaseSession(key string, epoch int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
+	defer cancel()
+	var n int64
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM session_owners WHERE key = ? AND epoch = ? AND node <> ''`), []byte(key), epoch)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n == 1, err
+}
+
+// SessionOwner returns the claim holding key, node "" when none.
+func (s *Store) SessionOwner(key string) (node string, epoch int64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
+	defer cancel()
+	err = s.db.QueryRowContext(ctx, s.rebind(`SELECT node, epoch FROM session_owners WHERE key = ? AND node <> ''`), []byte(key)).Scan(&node, &epoch)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, nil
+	}
+	return node, epoch, err
+}
