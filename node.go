@@ -10,7 +10,7 @@ import (
 // said so. Operator commands read the nodes to wait until a change they
 // stored is in force everywhere before they return.
 type Node struct {
-	ID      string // random, new at every start
+	ID      string // a cluster node's name, else random, new at every start
 	Host    string
 	PID     int
 	Started time.Time

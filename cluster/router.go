@@ -121,6 +121,9 @@ func NewRouter(n *NATS, node string, log *slog.Logger) (*Router, error) {
 // Attach gives the router the server it delivers to.
 func (r *Router) Attach(s *broker.Server) { r.server.Store(s) }
 
+// Connected reports whether the router's NATS connections are up.
+func (r *Router) Connected() bool { return r.pub.IsConnected() && r.shared.IsConnected() }
+
 // Stats returns the router's counters.
 func (r *Router) Stats() *RouterStats { return &r.stats }
 

@@ -79,3 +79,22 @@ func (s *Store) SessionOwner(key string) (node string, epoch int64, err error) {
 	}
 	return node, epoch, err
 }
+
+// SessionsPerNode counts the MQTT sessions each node of a cluster holds.
+func (s *Store) SessionsPerNode(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT node, COUNT(*) FROM session_owners WHERE node <> '' GROUP BY node`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var node string
+		var n int64
+		if err := rows.Scan(&node, &n); err != nil {
+			return nil, err
+		}
+		out[node] = n
+	}
+	return out, rows.Err()
+}

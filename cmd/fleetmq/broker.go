@@ -117,6 +117,9 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.HTTPListen != "" {
 		reg := metrics.NewRegistry(version)
 		app.RegisterBroker(reg, srv)
+		if node != nil {
+			app.RegisterCluster(reg, node)
+		}
 		hs, err := app.StartHTTP(cfg.HTTPListen, app.HealthMux(metrics.Handler(reg, log), func() error { return nil }), app.HTTPLimits{}, log)
 		if err != nil {
 			return fail(app.ListenError("-http-listen", cfg.HTTPListen, err))

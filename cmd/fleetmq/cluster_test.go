@@ -146,6 +146,15 @@ func TestClusterDelivery(t *testing.T) {
 	if v5 := a3.Next(t); string(v5.Payload) != "end" {
 		t.Fatalf("A's MQTT 5 subscriber: after every message, got %q on %s", v5.Payload, v5.Topic)
 	}
+
+	// The operator's view: three live nodes, two sessions on each.
+	out := mustCLI(t, dir, "node", "list", "-database", dsn)
+	for _, id := range []string{"n1", "n2", "n3"} {
+		r := row(out, id)
+		if len(r) < 8 || r[len(r)-3] != "live" || r[len(r)-1] != "2" {
+			t.Fatalf("node list, %s: %q; want live with 2 sessions:\n%s", id, r, out)
+		}
+	}
 }
 
 // TestClusterQoS2Pool: an account's devices publish QoS 2 on all three

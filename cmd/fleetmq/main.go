@@ -51,6 +51,7 @@ Usage:
   fleetmq credential ...   publisher credentials and subscriber passwords: create, list, revoke
   fleetmq layout ...       vendor wire layouts: add, list, remove, dry-run
   fleetmq history ...      stored messages: query, export, latest, chart, prune
+  fleetmq node list        the running serve processes (a cluster's nodes) and their sessions
   fleetmq broker [flags]   run the bare MQTT broker (open policy: anonymous, any topic)
   fleetmq bench MODE       load harness: pubsub, idle, compare (with Mosquitto), history, soak
   fleetmq version          print the version
@@ -121,6 +122,8 @@ func runStdin(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		return runAdmin(ctx, "layout", layoutCmds(), args[1:], stdout, stderr)
 	case "history":
 		return runAdmin(ctx, "history", historyCmds(), args[1:], stdout, stderr)
+	case "node":
+		return runAdmin(ctx, "node", nodeCmds(), args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "version":

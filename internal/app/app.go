@@ -260,6 +260,9 @@ func (a *App) start(ctx context.Context) error {
 		}
 	}
 	RegisterBroker(a.Metrics, a.Broker)
+	if a.cluster != nil {
+		RegisterCluster(a.Metrics, a.cluster)
+	}
 	RegisterPlatform(a.Metrics, a.Policy)
 	a.Retention = &history.Retention{Control: a.Store, History: a.Store, Now: cfg.Now, Logger: cfg.Logger}
 	RegisterHistory(a.Metrics, a.Ingest, a.Retention)
@@ -353,6 +356,9 @@ func (a *App) ready(ctx context.Context) error {
 	defer cancel()
 	if _, err := a.Store.Version(ctx); err != nil {
 		return fmt.Errorf("store does not answer: %w", err)
+	}
+	if a.cluster != nil {
+		return a.cluster.ready(ctx, a.Store, time.Now())
 	}
 	return nil
 }

@@ -10,6 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetmq/fleetmq/internal/metrics"
+
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/fleetmq/fleetmq"
@@ -172,4 +176,69 @@ func (n *ClusterNode) Close() {
 		n.owners.Close()
 	}
 	n.nats.Close()
+}
+
+// ClusterStats is a node's view of the cluster, for metrics and readiness.
+type ClusterStats struct {
+	Sent, SendErrors, Received, Duplicates, SharedReceived, Malformed int64
+	Interest                                                          int64 // filters of interest held on NATS
+	RetainedReceived, RetainedUnstored                                int64
+	Routes                                                            int  // embedded NATS routes to other nodes, -1 with -nats-url
+	Connected                                                         bool // the node's NATS connections are up
+}
+
+// Stats reads the node's counters.
+func (n *ClusterNode) Stats() ClusterStats {
+	rs := n.router.Stats()
+	return ClusterStats{Sent: rs.Sent.Load(), SendErrors: rs.SendErrors.Load(), Received: rs.Received.Load(),
+		Duplicates: rs.Duplicates.Load(), SharedReceived: rs.SharedReceived.Load(), Malformed: rs.Malformed.Load(),
+		Interest: rs.Interest.Load(), RetainedReceived: n.retained.Received.Load(), RetainedUnstored: n.retained.Unstored.Load(),
+		Routes: n.nats.Routes(), Connected: n.router.Connected()}
+}
+
+// RegisterCluster exposes a node's cluster traffic.
+func RegisterCluster(reg prometheus.Registerer, n *ClusterNode) {
+	one := func(name, help string, kind prometheus.ValueType, f func(ClusterStats) int64) metrics.Family[ClusterStats] {
+		return metrics.Value(name, help, kind, func(s ClusterStats) float64 { return float64(f(s)) })
+	}
+	reg.MustRegister(metrics.NewSnapshot(n.Stats,
+		one("fleetmq_cluster_messages_sent_total", "Messages accepted here and published to the other nodes.", metrics.Counter, func(s ClusterStats) int64 { return s.Sent }),
+		one("fleetmq_cluster_send_errors_total", "Messages NATS refused to take to the other nodes.", metrics.Counter, func(s ClusterStats) int64 { return s.SendErrors }),
+		one("fleetmq_cluster_messages_received_total", "Messages from other nodes delivered to this node's subscribers.", metrics.Counter, func(s ClusterStats) int64 { return s.Received }),
+		one("fleetmq_cluster_duplicates_total", "Copies of a message from another node already delivered (it matched several of this node's filters).", metrics.Counter, func(s ClusterStats) int64 { return s.Duplicates }),
+		one("fleetmq_cluster_shared_received_total", "Messages this node's queue groups took for its shared subscriptions.", metrics.Counter, func(s ClusterStats) int64 { return s.SharedReceived }),
+		one("fleetmq_cluster_malformed_total", "Messages between nodes that did not decode.", metrics.Counter, func(s ClusterStats) int64 { return s.Malformed }),
+		one("fleetmq_cluster_interest_filters", "Filters of this node's sessions held as interest on NATS.", metrics.Gauge, func(s ClusterStats) int64 { return s.Interest }),
+		one("fleetmq_cluster_retained_received_total", "Retained messages set here from other nodes.", metrics.Counter, func(s ClusterStats) int64 { return s.RetainedReceived }),
+		one("fleetmq_cluster_retained_unstored_total", "Retained messages the database did not take after retries (dropped from the store; the other nodes have them).", metrics.Counter, func(s ClusterStats) int64 { return s.RetainedUnstored }),
+		one("fleetmq_cluster_routes", "NATS routes from this node's embedded server to other nodes (-1: an external NATS).", metrics.Gauge, func(s ClusterStats) int64 { return int64(s.Routes) }),
+	))
+}
+
+// ready reports why the node cannot serve its part of the cluster: its
+// NATS connections are down, or its embedded server has no route while
+// the database lists other live nodes (it is cut off from them: messages
+// would not cross).
+func (n *ClusterNode) ready(ctx context.Context, nodes fleetmq.NodeStore, now time.Time) error {
+	st := n.Stats()
+	if !st.Connected {
+		return errors.New("cluster: not connected to NATS")
+	}
+	if st.Routes != 0 {
+		return nil
+	}
+	all, err := nodes.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	others := 0
+	for _, x := range all {
+		if x.ID != n.id && x.Live(now) {
+			others++
+		}
+	}
+	if others > 0 {
+		return fmt.Errorf("cluster: no NATS route to the other %d live nodes", others)
+	}
+	return nil
 }

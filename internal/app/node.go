@@ -22,7 +22,11 @@ import (
 func (a *App) startNode(ctx context.Context, version int64) error {
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
-	a.node = fleetmq.Node{ID: strings.ToLower(rand.Text()[:12]), Host: host, PID: os.Getpid(),
+	id := strings.ToLower(rand.Text()[:12])
+	if a.cluster != nil {
+		id = a.cluster.ID() // the name its sessions are claimed with
+	}
+	a.node = fleetmq.Node{ID: id, Host: host, PID: os.Getpid(),
 		Started: now, Heartbeat: now, Applied: version}
 	a.authVersion = version
 	if err := a.Store.PutNode(ctx, &a.node); err != nil {
