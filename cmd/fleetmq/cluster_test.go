@@ -301,3 +301,31 @@ func TestClusterTakeover(t *testing.T) {
 		}
 	})
 }
+
+// TestClusterReadiness: a node whose embedded NATS has no route while the
+// database lists another live node answers /readyz with 503 and says so;
+// once the nodes are routed together, both answer 200.
+func TestClusterReadiness(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	// A port nothing listens on: the second node's route goes nowhere.
+	nowhere := startServe(t, t.TempDir(), "-database", dsn, "-node-id", "nowhere", "-cluster-listen", "127.0.0.1:0")
+	deadRoute := nowhere.route
+	nowhere.kill(t)
+	first := startServe(t, t.TempDir(), "-database", dsn, "-node-id", "r1", "-cluster-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0")
+	cut := startServe(t, t.TempDir(), "-database", dsn, "-node-id", "r2", "-cluster-listen", "127.0.0.1:0", "-cluster-routes", deadRoute,
+		"-http-listen", "127.0.0.1:0")
+	eventually(t, "the node without a route to say it is not ready", func() bool {
+		// The other live nodes: r1, and the killed one until its
+		// heartbeat is stale.
+		code, body := httpGet(t, "http://"+cut.http+"/readyz")
+		return code == 503 && strings.Contains(body, "cluster: no NATS route to the other")
+	})
+	late := startServe(t, t.TempDir(), "-database", dsn, "-node-id", "r3", "-cluster-listen", "127.0.0.1:0",
+		"-cluster-routes", first.route+","+cut.route, "-http-listen", "127.0.0.1:0")
+	for _, p := range []*serveProcess{first, cut, late} {
+		eventually(t, "every routed node to be ready", func() bool {
+			code, _ := httpGet(t, "http://"+p.http+"/readyz")
+			return code == 200
+		})
+	}
+}

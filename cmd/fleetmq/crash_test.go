@@ -65,6 +65,7 @@ type serveProcess struct {
 	cmd   *exec.Cmd
 	addr  string // MQTT TCP address
 	route string // a cluster node's embedded NATS route listener, HOST:PORT
+	http  string // the HTTP listener, HOST:PORT, when -http-listen is given
 	done  chan struct{}
 }
 
@@ -86,17 +87,20 @@ func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	}
 	p := &serveProcess{cmd: cmd, done: make(chan struct{})}
 	t.Cleanup(func() { p.kill(t) })
-	addrc := make(chan [2]string, 1)
+	addrc := make(chan [3]string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if _, after, ok := strings.Cut(sc.Text(), "mqtt://"); ok {
-				var route string
+				var route, web string
 				if _, r, ok := strings.Cut(after, "nats-route://"); ok {
 					route = strings.Fields(r)[0]
 				}
+				if _, h, ok := strings.Cut(after, "http://"); ok {
+					web = strings.Fields(h)[0]
+				}
 				select {
-				case addrc <- [2]string{strings.Fields(after)[0], route}:
+				case addrc <- [3]string{strings.Fields(after)[0], route, web}:
 				default:
 				}
 			}
@@ -105,7 +109,7 @@ func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	go func() { cmd.Wait(); close(p.done) }()
 	select {
 	case a := <-addrc:
-		p.addr, p.route = a[0], a[1]
+		p.addr, p.route, p.http = a[0], a[1], a[2]
 	case <-p.done:
 		t.Fatal("fleetmq serve exited before listening")
 	case <-time.After(waitFor):
