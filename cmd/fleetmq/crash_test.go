@@ -140,14 +140,18 @@ func (p *serveProcess) kill(t *testing.T) {
 type crashPublisher struct {
 	client mqtt3.Client
 	id     string
+	first  int // the first number it sends
 	mu     sync.Mutex
 	acked  map[int]bool
 	sent   atomic.Int64
+
+	stop chan struct{}   // a storm's controls (TestClusterNodeKill)
+	wg   *sync.WaitGroup // its publishers running
 }
 
 func (p *crashPublisher) run(topic string, window int, stop <-chan struct{}) {
 	sem := make(chan struct{}, window)
-	for seq := 0; ; seq++ {
+	for seq := p.first; ; seq++ {
 		select {
 		case <-stop:
 			return
