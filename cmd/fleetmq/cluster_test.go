@@ -346,55 +346,75 @@ func TestClusterNodeKill(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	dir := t.TempDir()
 	acc := createAccount(t, dir, "Crash", "crash@example.com", "-database", dsn, "-plan", "growth").ID
-	const publishers = 4
-	for i := range publishers {
+	for i := range stormDevices {
 		mustCLI(t, dir, "client", "add", acc, fmt.Sprintf("dev-%d", i), "-database", dsn)
 	}
 	pub := createCredential(t, dir, acc, "-kind", "publisher", "-database", dsn)
 	nodes := startCluster(t, dsn, 3)
 
-	storm := func(addr string, from int, until int) []*crashPublisher {
-		pubs := make([]*crashPublisher, publishers)
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range pubs {
-			id := fmt.Sprintf("dev-%d", i)
-			pubs[i] = &crashPublisher{client: connectV3(t, addr, id, pub.Username, pub.Password), id: id, acked: map[int]bool{}, first: from}
-			wg.Add(1)
-			go func(p *crashPublisher) {
-				defer wg.Done()
-				p.run(acc+"/"+p.id+"/telemetry/seq", 50, stop)
-			}(pubs[i])
-		}
-		eventually(t, "publishers acknowledged", func() bool {
-			n := 0
-			for _, p := range pubs {
-				n += p.ackedCount()
-			}
-			return n >= until
-		})
-		return append(pubs, &crashPublisher{stop: stop, wg: &wg})
-	}
-	end := func(pubs []*crashPublisher) []*crashPublisher {
-		ctl := pubs[len(pubs)-1]
-		close(ctl.stop)
-		ctl.wg.Wait()
-		for _, p := range pubs[:len(pubs)-1] {
-			p.client.Disconnect(0)
-		}
-		return pubs[:len(pubs)-1]
-	}
-	before := storm(nodes[1].addr, 0, 2000)
+	before := startStorm(t, nodes[1].addr, acc, pub, 0, 2000)
 	nodes[1].kill(t)
-	before = end(before)
+	before.end()
 	start := time.Now()
-	after := storm(nodes[2].addr, 1_000_000, 500) // the devices come back through node 3
+	after := startStorm(t, nodes[2].addr, acc, pub, 1_000_000, 500) // the devices come back through node 3
 	t.Logf("the devices published 500 acknowledged messages through node 3 %v after the kill", time.Since(start).Round(time.Millisecond))
-	after = end(after)
+	after.end()
+	checkStored(t, dir, dsn, acc, before, after)
+}
 
+// storm is QoS 1 publishers running (crashPublisher), one per device.
+type storm struct {
+	pubs []*crashPublisher
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+const stormDevices = 4
+
+// startStorm connects the devices dev-0... to addr and publishes numbered
+// QoS 1 messages from number from, until until of them are acknowledged
+// in all; they go on until end.
+func startStorm(t *testing.T, addr, acc string, pub credential, from, until int) *storm {
+	t.Helper()
+	s := &storm{stop: make(chan struct{})}
+	for i := range stormDevices {
+		id := fmt.Sprintf("dev-%d", i)
+		p := &crashPublisher{client: connectV3(t, addr, id, pub.Username, pub.Password), id: id, acked: map[int]bool{}, first: from}
+		s.pubs = append(s.pubs, p)
+		s.wg.Go(func() { p.run(acc+"/"+p.id+"/telemetry/seq", 50, s.stop) })
+	}
+	eventually(t, "publishers acknowledged", func() bool { return s.acked() >= until })
+	return s
+}
+
+func (s *storm) acked() int {
+	n := 0
+	for _, p := range s.pubs {
+		n += p.ackedCount()
+	}
+	return n
+}
+
+// end stops the publishers and disconnects them.
+func (s *storm) end() {
+	close(s.stop)
+	s.wg.Wait()
+	for _, p := range s.pubs {
+		p.client.Disconnect(0)
+	}
+}
+
+// checkStored fails unless every message the storms' publishers had
+// acknowledged is in the account's history exactly once.
+func checkStored(t *testing.T, dir, dsn, acc string, storms ...*storm) {
+	t.Helper()
 	acked := map[string]map[int]bool{}
 	total := 0
-	for _, p := range append(before, after...) {
+	var pubs []*crashPublisher
+	for _, s := range storms {
+		pubs = append(pubs, s.pubs...)
+	}
+	for _, p := range pubs {
 		p.mu.Lock()
 		if acked[p.id] == nil {
 			acked[p.id] = map[int]bool{}
@@ -436,4 +456,35 @@ func TestClusterNodeKill(t *testing.T) {
 		t.Fatalf("%d acknowledged messages not in history exactly once (of %d)", missing, total)
 	}
 	t.Logf("all %d acknowledged messages are in history once", total)
+}
+
+// TestClusterRollingRestart: the nodes are restarted one after the other
+// (SIGTERM, then started again on their data directories) while devices
+// publish QoS 1 through the node being restarted, then through the next:
+// no acknowledged message is lost.
+func TestClusterRollingRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetmq serve processes")
+	}
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	acc := createAccount(t, dir, "Roll", "roll@example.com", "-database", dsn, "-plan", "growth").ID
+	for i := range stormDevices {
+		mustCLI(t, dir, "client", "add", acc, fmt.Sprintf("dev-%d", i), "-database", dsn)
+	}
+	pub := createCredential(t, dir, acc, "-kind", "publisher", "-database", dsn)
+	nodes := startCluster(t, dsn, 3)
+	var storms []*storm
+	for i := range nodes {
+		s := startStorm(t, nodes[i].addr, acc, pub, i*1_000_000, 500)
+		nodes[i].stop(t) // a clean shutdown while the storm runs
+		s.end()
+		storms = append(storms, s)
+		other := nodes[(i+1)%len(nodes)]
+		nodes[i] = startServe(t, nodes[i].dir, "-database", dsn, "-node-id", fmt.Sprintf("n%d", i+1), "-cluster-listen", "127.0.0.1:0",
+			"-cluster-routes", other.route)
+	}
+	last := startStorm(t, nodes[0].addr, acc, pub, 9_000_000, 200)
+	last.end()
+	checkStored(t, dir, dsn, acc, append(storms, last)...)
 }

@@ -66,6 +66,7 @@ type serveProcess struct {
 	addr  string // MQTT TCP address
 	route string // a cluster node's embedded NATS route listener, HOST:PORT
 	http  string // the HTTP listener, HOST:PORT, when -http-listen is given
+	dir   string // its data directory
 	done  chan struct{}
 }
 
@@ -85,7 +86,7 @@ func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProcess{cmd: cmd, done: make(chan struct{})}
+	p := &serveProcess{cmd: cmd, dir: dir, done: make(chan struct{})}
 	t.Cleanup(func() { p.kill(t) })
 	addrc := make(chan [3]string, 1)
 	go func() {
@@ -118,6 +119,16 @@ func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	return p
 }
 
+// stop sends SIGTERM (a clean shutdown) and waits for the process to end.
+func (p *serveProcess) stop(t *testing.T) {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(waitFor + 10*time.Second):
+		t.Errorf("fleetmq serve (pid %d) did not end after SIGTERM", p.cmd.Process.Pid)
+	}
+}
+
 // kill sends SIGKILL (only to the process this test started) and waits for
 // it to end.
 func (p *serveProcess) kill(t *testing.T) {
@@ -144,9 +155,6 @@ type crashPublisher struct {
 	mu     sync.Mutex
 	acked  map[int]bool
 	sent   atomic.Int64
-
-	stop chan struct{}   // a storm's controls (TestClusterNodeKill)
-	wg   *sync.WaitGroup // its publishers running
 }
 
 func (p *crashPublisher) run(topic string, window int, stop <-chan struct{}) {
