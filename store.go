@@ -160,8 +160,9 @@ type UsageStore interface {
 
 // RetainedRow is a retained message as a cluster keeps it in the store:
 // its topic, when it was created and expires (Unix microseconds, 0: never)
-// and the message's encoding (broker.AppendMessage), nil for a topic
-// cleared at Created.
+// and the message's encoding (broker.AppendMessage); an empty Message is
+// a clear of the topic at Created (a tombstone: an older message arriving
+// after it does not bring the topic back).
 type RetainedRow struct {
 	Topic           string
 	Created, Expiry int64
@@ -172,12 +173,13 @@ type RetainedRow struct {
 // starting reads what the others retained.
 type RetainedStore interface {
 	// PutRetained stores each row in one transaction: a topic keeps the
-	// row with the latest Created; a row without a Message removes the
-	// topic's message if it is not newer.
+	// row with the latest Created, message or clear.
 	PutRetained(ctx context.Context, rows []RetainedRow) error
-	// LoadRetained calls fn with every stored row not expired at now.
+	// LoadRetained calls fn with every stored row (clears included) not
+	// expired at now.
 	LoadRetained(ctx context.Context, now int64, fn func(RetainedRow) error) error
-	// SweepRetained removes the rows expired at now and those created
-	// before created (0: none by age), and says how many.
-	SweepRetained(ctx context.Context, now, created int64) (int64, error)
+	// SweepRetained removes the rows expired at now, the messages created
+	// before created (0: none by age) and the clears created before
+	// clears, and says how many.
+	SweepRetained(ctx context.Context, now, created, clears int64) (int64, error)
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -44,6 +45,7 @@ type NATSOptions struct {
 type NATS struct {
 	opts   NATSOptions
 	server *server.Server // nil when the NATS is the operator's
+	token  string         // the embedded server's client token
 }
 
 // ClusterName is the name of the NATS cluster the embedded servers form.
@@ -74,11 +76,14 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 		ServerName: o.Name,
 		// The node's own connections are in-process; the client listener
 		// (any free port on loopback) is there because the server starts
-		// its routes only once it has one.
-		Host:       "127.0.0.1",
-		Port:       server.RANDOM_PORT,
-		NoSigs:     true,
-		MaxPayload: o.MaxPayload,
+		// its routes only once it has one. It takes a token made at
+		// start that only this process knows: another local process
+		// could otherwise read and write every tenant's messages.
+		Host:          "127.0.0.1",
+		Port:          server.RANDOM_PORT,
+		Authorization: rand.Text(),
+		NoSigs:        true,
+		MaxPayload:    o.MaxPayload,
 		// A subject is a topic's levels: MQTT allows topics far longer
 		// than NATS's default control line (4 KiB).
 		MaxControlLine: 80 << 10,
@@ -107,7 +112,7 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 		s.Shutdown()
 		return nil, errors.New("embedded NATS: not ready within 10 s (is the cluster listen address free?)")
 	}
-	n.server = s
+	n.server, n.token = s, sopts.Authorization
 	return n, nil
 }
 
@@ -141,7 +146,7 @@ func (n *NATS) Connect(purpose string, extra ...nats.Option) (*nats.Conn, error)
 		nats.ReconnectWait(250 * time.Millisecond),
 	}, extra...)
 	if n.server != nil {
-		opts = append(opts, nats.InProcessServer(n.server))
+		opts = append(opts, nats.InProcessServer(n.server), nats.Token(n.token))
 		return nats.Connect("", opts...)
 	}
 	return nats.Connect(n.opts.URL, opts...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync"
@@ -25,29 +26,50 @@ const retainedSubject = "fleetmq.retained"
 // broker.MemoryRetained, which Match, Sweep, Under and Len read), so a
 // subscription on any node is answered at once from there.
 //
-// A message retained here is set locally at once (Set is on the
-// publisher's path and does no I/O), then the writer goroutine sends it
-// to the other nodes on NATS, which set it in their copies, and stores it
-// in the database (fleetmq.RetainedStore, in batches), from which a node
-// starting loads what the cluster retained before it came. A topic keeps
-// the message created last, wherever it was set: the nodes and the
-// database compare creation times, so a late copy never replaces a newer
-// message.
+// A topic keeps the message created last, wherever it was set: every
+// node, and the database, compares creation times, so a late or older
+// copy never replaces a newer message, and the cluster ends with the
+// same message everywhere whatever the order the copies arrive in. A
+// clear is a message too: it leaves a tombstone (kept an hour in memory,
+// in the database until swept) so that an older copy arriving after it
+// does not bring the topic back.
 //
-// Bounds: at most SendQueue retained messages wait for the writer (Set
-// then waits, as a publisher waits for a full subscriber queue); a write
-// to the database that fails is retried with the next batch, up to
-// SendQueue rows, beyond which the oldest are dropped and counted (the
-// other nodes have them; a node starting later would not).
+// A message retained here is set locally at once (Set is on the
+// publisher's path and does no I/O), then the sender goroutine publishes
+// it on NATS to the other nodes and hands it to the store goroutine,
+// which writes it to the database (fleetmq.RetainedStore) in batches. A
+// node starting loads the database, and loads it again a few seconds
+// later and whenever its embedded NATS gains a route: what another node
+// retained before this node's interest reached it is in the database by
+// then.
+//
+// Bounds: at most SendQueue messages wait for the sender (Set then waits,
+// as a publisher waits for a full subscriber queue), and at most
+// SendQueue rows for the database: when it is slow or down, the oldest
+// rows are dropped and counted (Unstored; the running nodes have them, a
+// node starting later would not), and the sender is never held up.
 type Retained struct {
 	*broker.MemoryRetained
 	node  string
+	nats  *NATS
 	nc    *nats.Conn
 	store fleetmq.RetainedStore
 	log   *slog.Logger
 
+	locks [64]sync.Mutex // by topic: a compare-and-set of one topic at a time
+	seed  maphash.Seed
+
+	tombMu sync.Mutex
+	tombs  map[string]time.Time // cleared topics, by the clear's creation time
+
 	out      chan *broker.Message
-	done     chan struct{}
+	rowsMu   sync.Mutex
+	rows     []fleetmq.RetainedRow // waiting for the database
+	rowsKick chan struct{}
+	done     chan struct{} // Close began
+	sendDone chan struct{} // the sender has sent what was queued
+	sent     chan struct{} // closed after sendDone: the last store
+
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	sub      *nats.Subscription
@@ -55,13 +77,16 @@ type Retained struct {
 	lastSweep atomic.Int64 // Unix seconds of the last database sweep
 
 	// Received counts messages set from other nodes; Unstored counts
-	// rows the database did not take and that were dropped.
+	// rows dropped because the database did not take them in time.
 	Received, Unstored atomic.Int64
 }
 
 // sweepEvery is how often at most a node sweeps the database's retained
 // messages (every node's copy is swept at each broker sweep).
 const sweepEvery = time.Minute
+
+// tombstoneAge is how long a clear is remembered.
+const tombstoneAge = time.Hour
 
 // NewRetained loads the cluster's retained messages from the store and
 // starts exchanging them with the other nodes. Without a store (bare
@@ -72,66 +97,123 @@ func NewRetained(ctx context.Context, n *NATS, node string, store fleetmq.Retain
 		log = slog.Default()
 	}
 	r := &Retained{MemoryRetained: broker.NewMemoryRetained(), node: node + "/" + strings.ToLower(rand.Text()[:8]),
-		store: store, log: log, out: make(chan *broker.Message, SendQueue), done: make(chan struct{})}
+		nats: n, store: store, log: log, seed: maphash.MakeSeed(), tombs: map[string]time.Time{},
+		out: make(chan *broker.Message, SendQueue), rowsKick: make(chan struct{}, 1), done: make(chan struct{}),
+		sendDone: make(chan struct{}), sent: make(chan struct{})}
 	var err error
 	if r.nc, err = n.Connect("retained", nats.NoEcho()); err != nil {
 		return nil, err
 	}
 	// Listen before loading: what is set meanwhile is not missed, and the
 	// creation times sort the two out.
-	if r.sub, err = r.nc.Subscribe(retainedSubject, r.receive); err != nil {
-		r.nc.Close()
-		return nil, err
+	if r.sub, err = r.nc.Subscribe(retainedSubject, r.receive); err == nil {
+		err = r.sub.SetPendingLimits(ReceiveQueue, 64<<20)
 	}
-	if err := r.sub.SetPendingLimits(ReceiveQueue, -1); err != nil {
-		r.nc.Close()
-		return nil, err
+	if err == nil {
+		err = r.nc.FlushTimeout(10 * time.Second)
 	}
-	if err := r.nc.FlushTimeout(10 * time.Second); err != nil {
-		r.nc.Close()
-		return nil, err
+	if err == nil && store != nil {
+		err = r.load(ctx, now)
 	}
-	if store == nil {
-		r.wg.Add(1)
-		go r.write()
-		return r, nil
-	}
-	err = store.LoadRetained(ctx, now.UnixMicro(), func(row fleetmq.RetainedRow) error {
-		m, err := broker.DecodeMessage(row.Message)
-		if err != nil {
-			log.Warn("cluster: a stored retained message does not decode; skipped", "topic", row.Topic, "error", err)
-			return nil
-		}
-		r.setIfNewer(m)
-		return nil
-	})
 	if err != nil {
 		r.nc.Close()
 		return nil, err
 	}
 	r.wg.Add(1)
-	go r.write()
+	go r.send()
+	if store != nil {
+		r.wg.Add(2)
+		go r.write()
+		go r.reconcile()
+	}
 	return r, nil
 }
 
-// Set retains m here and hands it to the writer.
+// load sets every stored message newer than what this node holds.
+func (r *Retained) load(ctx context.Context, now time.Time) error {
+	return r.store.LoadRetained(ctx, now.UnixMicro(), func(row fleetmq.RetainedRow) error {
+		if len(row.Message) == 0 {
+			r.setIfNewer(&broker.Message{Topic: row.Topic, Created: time.UnixMicro(row.Created)}) // a clear
+			return nil
+		}
+		m, err := broker.DecodeMessage(row.Message)
+		if err != nil {
+			r.log.Warn("cluster: a stored retained message does not decode; skipped", "topic", row.Topic, "error", err)
+			return nil
+		}
+		r.setIfNewer(m)
+		return nil
+	})
+}
+
+// reconcile loads the database again 2 s after start, and 2 s after
+// each time the embedded NATS gains a route.
+func (r *Retained) reconcile() {
+	defer r.wg.Done()
+	routes := r.nats.Routes()
+	due := time.Now().Add(2 * time.Second)
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.done:
+			return
+		case now := <-tick.C:
+			if n := r.nats.Routes(); n > routes {
+				due = now.Add(2 * time.Second)
+				routes = n
+			} else if n < routes {
+				routes = n
+			}
+			if due.IsZero() || now.Before(due) {
+				continue
+			}
+			due = time.Time{}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := r.load(ctx, now); err != nil {
+				r.log.Warn("cluster: load the stored retained messages again", "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Set retains m here, unless a newer message of its topic is held, and
+// hands it to the sender.
 func (r *Retained) Set(m *broker.Message) {
-	r.MemoryRetained.Set(m)
+	r.setIfNewer(m)
 	select {
 	case r.out <- m:
 	case <-r.done:
 	}
 }
 
-// setIfNewer sets m unless the topic holds a message created after it.
-func (r *Retained) setIfNewer(m *broker.Message) {
+// setIfNewer sets m (or clears its topic, for an empty payload) unless the
+// topic holds a message, or a clear, created after it.
+func (r *Retained) setIfNewer(m *broker.Message) bool {
+	mu := &r.locks[maphash.String(r.seed, m.Topic)%uint64(len(r.locks))]
+	mu.Lock()
+	defer mu.Unlock()
+	r.tombMu.Lock()
+	cleared, ok := r.tombs[m.Topic]
+	if ok && cleared.After(m.Created) {
+		r.tombMu.Unlock()
+		return false
+	}
+	if len(m.Payload) == 0 {
+		r.tombs[m.Topic] = m.Created
+	} else if ok {
+		delete(r.tombs, m.Topic)
+	}
+	r.tombMu.Unlock()
 	// A topic holds no wildcard: as a filter it matches itself alone.
 	for _, cur := range r.MemoryRetained.Match(m.Topic, time.Time{}) {
 		if cur.Topic == m.Topic && cur.Created.After(m.Created) {
-			return
+			return false
 		}
 	}
 	r.MemoryRetained.Set(m)
+	return true
 }
 
 func (r *Retained) receive(msg *nats.Msg) {
@@ -151,59 +233,150 @@ func (r *Retained) receive(msg *nats.Msg) {
 	r.setIfNewer(m)
 }
 
-// write sends what was retained here to the other nodes, and stores it
-// in batches.
-func (r *Retained) write() {
+// send publishes what was retained here to the other nodes and queues it
+// for the database.
+func (r *Retained) send() {
 	defer r.wg.Done()
+	defer close(r.sendDone)
 	var buf []byte
-	var rows []fleetmq.RetainedRow
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	flush := func() {
-		if len(rows) == 0 || r.store == nil {
-			rows = rows[:0]
-			return
+	publish := func(m *broker.Message) {
+		buf = appendString(buf[:0], r.node)
+		buf = broker.AppendMessage(buf, m)
+		if err := r.nc.Publish(retainedSubject, buf); err != nil {
+			r.log.Warn("cluster: a retained message could not be sent to the other nodes", "topic", m.Topic, "error", err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := r.store.PutRetained(ctx, rows)
-		cancel()
-		if err == nil {
-			clear(rows)
-			rows = rows[:0]
-			return
-		}
-		if over := len(rows) - SendQueue; over > 0 {
-			r.Unstored.Add(int64(over))
-			rows = append(rows[:0], rows[over:]...)
-		}
-		r.log.Warn("cluster: retained messages not stored yet; retried with the next batch", "rows", len(rows), "error", err)
+		r.queueRow(retainedRow(m))
 	}
 	for {
 		select {
 		case m := <-r.out:
-			buf = appendString(buf[:0], r.node)
-			buf = broker.AppendMessage(buf, m)
-			if err := r.nc.Publish(retainedSubject, buf); err != nil {
-				r.log.Warn("cluster: a retained message could not be sent to the other nodes", "topic", m.Topic, "error", err)
-			}
-			rows = append(rows, retainedRow(m))
-			if len(rows) >= 512 {
-				flush()
-			}
-		case <-tick.C:
-			flush()
+			publish(m)
 		case <-r.done:
-			for len(r.out) > 0 { // set before Close: stored, not sent
-				m := <-r.out
-				rows = append(rows, retainedRow(m))
+			for len(r.out) > 0 { // set before Close: sent and stored too
+				publish(<-r.out)
 			}
-			flush()
+			r.nc.FlushTimeout(5 * time.Second)
 			return
 		}
 	}
 }
 
-// retainedRow is m as the store keeps it.
+// queueRow adds a row for the database, dropping the oldest beyond
+// SendQueue.
+func (r *Retained) queueRow(row fleetmq.RetainedRow) {
+	if r.store == nil {
+		return
+	}
+	r.rowsMu.Lock()
+	r.rows = append(r.rows, row)
+	if over := len(r.rows) - SendQueue; over > 0 {
+		r.Unstored.Add(int64(over))
+		r.rows = append(r.rows[:0], r.rows[over:]...)
+	}
+	n := len(r.rows)
+	r.rowsMu.Unlock()
+	if n >= 512 {
+		select {
+		case r.rowsKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// write stores the queued rows every 100 ms (at once when 512 wait),
+// backing off up to 5 s while the database fails. After Close it stores
+// what is left, once.
+func (r *Retained) write() {
+	defer r.wg.Done()
+	wait := 100 * time.Millisecond
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		last := false
+		select {
+		case <-t.C:
+		case <-r.rowsKick:
+		case <-r.sent:
+			last = true
+		}
+		r.rowsMu.Lock()
+		rows := r.rows
+		r.rows = nil
+		r.rowsMu.Unlock()
+		if len(rows) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := r.store.PutRetained(ctx, rows)
+			cancel()
+			if err != nil {
+				r.log.Warn("cluster: retained messages not stored yet; tried again", "rows", len(rows), "error", err)
+				r.rowsMu.Lock()
+				r.rows = append(rows, r.rows...)
+				if over := len(r.rows) - SendQueue; over > 0 {
+					r.Unstored.Add(int64(over))
+					r.rows = r.rows[over:]
+				}
+				r.rowsMu.Unlock()
+				wait = min(2*wait, 5*time.Second)
+			} else {
+				wait = 100 * time.Millisecond
+			}
+		}
+		if last {
+			return
+		}
+		t.Reset(wait)
+	}
+}
+
+// Sweep removes what expired, or is maxAge old, from this node's copy and
+// its tombstones, and at most every minute from the database.
+func (r *Retained) Sweep(now time.Time, maxAge time.Duration) int {
+	n := r.MemoryRetained.Sweep(now, maxAge)
+	r.tombMu.Lock()
+	for topic, at := range r.tombs {
+		if now.Sub(at) > tombstoneAge {
+			delete(r.tombs, topic)
+		}
+	}
+	r.tombMu.Unlock()
+	last := r.lastSweep.Load()
+	if r.store == nil || now.Unix()-last < int64(sweepEvery/time.Second) || !r.lastSweep.CompareAndSwap(last, now.Unix()) {
+		return n
+	}
+	var before int64
+	if maxAge > 0 {
+		before = now.Add(-maxAge).UnixMicro()
+	}
+	select {
+	case <-r.done:
+		return n
+	default:
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := r.store.SweepRetained(ctx, now.UnixMicro(), before, now.Add(-tombstoneAge).UnixMicro()); err != nil {
+			r.log.Warn("cluster: sweep the stored retained messages", "error", err)
+		}
+	}()
+	return n
+}
+
+// Close sends and stores what waits, and stops.
+func (r *Retained) Close() {
+	r.stopOnce.Do(func() {
+		close(r.done)
+		<-r.sendDone
+		close(r.sent)
+		r.wg.Wait()
+		r.nc.Close()
+	})
+}
+
+// retainedRow is m as the store keeps it: a clear is a row without a
+// message (a tombstone).
 func retainedRow(m *broker.Message) fleetmq.RetainedRow {
 	row := fleetmq.RetainedRow{Topic: m.Topic, Created: m.Created.UnixMicro()}
 	if len(m.Payload) > 0 {
@@ -213,33 +386,4 @@ func retainedRow(m *broker.Message) fleetmq.RetainedRow {
 		}
 	}
 	return row
-}
-
-// Sweep removes what expired, or is maxAge old, from this node's copy,
-// and at most every minute from the database.
-func (r *Retained) Sweep(now time.Time, maxAge time.Duration) int {
-	n := r.MemoryRetained.Sweep(now, maxAge)
-	if last := r.lastSweep.Load(); r.store != nil && now.Unix()-last >= int64(sweepEvery/time.Second) && r.lastSweep.CompareAndSwap(last, now.Unix()) {
-		var before int64
-		if maxAge > 0 {
-			before = now.Add(-maxAge).UnixMicro()
-		}
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := r.store.SweepRetained(ctx, now.UnixMicro(), before); err != nil {
-				r.log.Warn("cluster: sweep the stored retained messages", "error", err)
-			}
-		}()
-	}
-	return n
-}
-
-// Close stores what waits and stops.
-func (r *Retained) Close() {
-	r.stopOnce.Do(func() {
-		close(r.done)
-		r.wg.Wait()
-		r.nc.Close()
-	})
 }

@@ -96,6 +96,32 @@ func TestRetainedAcrossNodes(t *testing.T) {
 	if got := a.Received.Load(); got == 0 {
 		t.Errorf("node a counted no retained message from node b")
 	}
+	// A copy created before the clear, arriving after it, does not bring
+	// the topic back.
+	a.setIfNewer(&broker.Message{Topic: "acct/dev/state/door", Payload: []byte("late"), Retain: true, Created: now.Add(time.Second / 2)})
+	if p := payloadOn(a, "acct/dev/state/door"); p != "" {
+		t.Fatalf("a copy older than the clear brought the topic back: %q", p)
+	}
+	// Clocks apart: node a sets a message created later than the one node
+	// b sets afterwards; both end with a's, and so does the store.
+	a.Set(&broker.Message{Topic: "acct/dev/state/mode", Payload: []byte("from a, clock ahead"), Retain: true, Created: now.Add(5 * time.Second)})
+	testkit.Eventually(t, 10*time.Second, "node b to hold a's message", func() bool {
+		return payloadOn(b, "acct/dev/state/mode") == "from a, clock ahead"
+	})
+	b.Set(&broker.Message{Topic: "acct/dev/state/mode", Payload: []byte("from b"), Retain: true, Created: now.Add(2 * time.Second)})
+	testkit.Eventually(t, 10*time.Second, "the store and both nodes to keep the newest", func() bool {
+		c, err := NewRetained(ctx, n1, "r5", st, time.Now(), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return payloadOn(c, "acct/dev/state/mode") == "from a, clock ahead"
+	})
+	for name, r := range map[string]*Retained{"a": a, "b": b} {
+		if p := payloadOn(r, "acct/dev/state/mode"); p != "from a, clock ahead" {
+			t.Errorf("node %s holds %q, want the message created last", name, p)
+		}
+	}
 }
 
 // TestOwnersContract: session claims in the database with notices on

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -55,14 +56,17 @@ type Router struct {
 
 	out  chan *broker.Message
 	in   chan *nats.Msg
-	seq  uint64 // the sender's
-	last map[string]uint64
+	seq  uint64              // the sender's
+	buf  []byte              // the sender's
+	last map[string]lastSeen // the receiver's, by node
 
 	mu       sync.Mutex
 	ops      []interestOp
 	opsReady chan struct{}
 	counts   map[string]int
+	subsMu   sync.Mutex // guards subs for Stats; the interest goroutine changes it
 	subs     map[string][]*nats.Subscription
+	dropped  int64 // messages NATS dropped on subscriptions since ended
 
 	done     chan struct{}
 	wg       sync.WaitGroup
@@ -78,6 +82,13 @@ type RouterStats struct {
 	SharedReceived       atomic.Int64 // messages for shared subscriptions, from any node
 	Malformed            atomic.Int64 // messages that did not decode
 	Interest             atomic.Int64 // filters of interest
+	SlowEvents           atomic.Int64 // times NATS found this node behind (it then drops, see Router.Dropped)
+}
+
+// lastSeen is the latest sequence number delivered from a node, and when.
+type lastSeen struct {
+	seq uint64
+	at  time.Time
 }
 
 type interestOp struct {
@@ -101,13 +112,20 @@ func NewRouter(n *NATS, node string, log *slog.Logger) (*Router, error) {
 	// numbers its messages from 1 again, which the other nodes' receivers
 	// would take for copies of what they delivered.
 	r := &Router{node: node + "/" + strings.ToLower(rand.Text()[:8]), log: log, out: make(chan *broker.Message, SendQueue), in: make(chan *nats.Msg, ReceiveQueue),
-		last: map[string]uint64{}, opsReady: make(chan struct{}, 1), counts: map[string]int{},
+		last: map[string]lastSeen{}, opsReady: make(chan struct{}, 1), counts: map[string]int{},
 		subs: map[string][]*nats.Subscription{}, done: make(chan struct{})}
 	var err error
-	if r.pub, err = n.Connect("router", nats.NoEcho()); err != nil {
+	slow := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrSlowConsumer) {
+			if n := r.stats.SlowEvents.Add(1); n&(n-1) == 0 {
+				r.log.Warn("cluster: this node fell behind the messages of other nodes; NATS dropped some (live copies only: history has them)")
+			}
+		}
+	})
+	if r.pub, err = n.Connect("router", nats.NoEcho(), slow); err != nil {
 		return nil, err
 	}
-	if r.shared, err = n.Connect("shared subscriptions"); err != nil {
+	if r.shared, err = n.Connect("shared subscriptions", slow); err != nil {
 		r.pub.Close()
 		return nil, err
 	}
@@ -126,6 +144,22 @@ func (r *Router) Connected() bool { return r.pub.IsConnected() && r.shared.IsCon
 
 // Stats returns the router's counters.
 func (r *Router) Stats() *RouterStats { return &r.stats }
+
+// Dropped is how many messages from other nodes NATS dropped because this
+// node did not take them fast enough (ReceiveQueue waiting).
+func (r *Router) Dropped() int64 {
+	r.subsMu.Lock()
+	defer r.subsMu.Unlock()
+	n := r.dropped
+	for _, subs := range r.subs {
+		for _, s := range subs {
+			if d, err := s.Dropped(); err == nil {
+				n += int64(d)
+			}
+		}
+	}
+	return n
+}
 
 // Route delivers m here and queues it for the other nodes.
 func (r *Router) Route(m *broker.Message, local broker.Local) {
@@ -169,29 +203,38 @@ const envelopeVersion = 1
 
 func (r *Router) send() {
 	defer r.wg.Done()
-	var buf []byte
 	for {
-		var m *broker.Message
 		select {
-		case m = <-r.out:
+		case m := <-r.out:
+			r.publish(m)
 		case <-r.done:
+			// What was queued before Close still goes: the broker is
+			// closed first, so nothing is added meanwhile.
+			for len(r.out) > 0 {
+				r.publish(<-r.out)
+			}
+			r.pub.FlushTimeout(5 * time.Second)
 			return
 		}
-		r.seq++
-		buf = append(buf[:0], envelopeVersion)
-		buf = appendString(buf, r.node)
-		buf = binary.AppendUvarint(buf, r.seq)
-		buf = appendString(buf, m.Origin)
-		buf = broker.AppendMessage(buf, m)
-		if err := r.pub.Publish(Subject(m.Topic), buf); err != nil {
-			r.stats.SendErrors.Add(1)
-			if r.stats.SendErrors.Load()&(r.stats.SendErrors.Load()-1) == 0 { // 1st, 2nd, 4th, 8th...
-				r.log.Warn("cluster: a message could not be sent to the other nodes", "topic", m.Topic, "error", err)
-			}
-			continue
-		}
-		r.stats.Sent.Add(1)
 	}
+}
+
+// publish sends m to the other nodes (on the sender goroutine).
+func (r *Router) publish(m *broker.Message) {
+	r.seq++
+	buf := append(r.buf[:0], envelopeVersion)
+	buf = appendString(buf, r.node)
+	buf = binary.AppendUvarint(buf, r.seq)
+	buf = appendString(buf, m.Origin)
+	buf = broker.AppendMessage(buf, m)
+	r.buf = buf
+	if err := r.pub.Publish(Subject(m.Topic), buf); err != nil {
+		if n := r.stats.SendErrors.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, 8th...
+			r.log.Warn("cluster: a message could not be sent to the other nodes", "topic", m.Topic, "error", err)
+		}
+		return
+	}
+	r.stats.Sent.Add(1)
 }
 
 func appendString(b []byte, s string) []byte {
@@ -258,12 +301,21 @@ func (r *Router) deliver(msg *nats.Msg) {
 	if node == r.node {
 		return // NoEcho keeps these away; never deliver one twice here
 	}
-	if seq <= r.last[node] {
+	now := time.Now()
+	if seen := r.last[node]; seq <= seen.seq {
 		r.stats.Duplicates.Add(1)
 		return
 	}
-	r.last[node] = seq
-	r.stats.Received.Add(1)
+	r.last[node] = lastSeen{seq, now}
+	if r.stats.Received.Add(1)%4096 == 0 {
+		// Each start of a node is a name of its own: forget the names
+		// not heard for an hour.
+		for n, seen := range r.last {
+			if now.Sub(seen.at) > time.Hour {
+				delete(r.last, n)
+			}
+		}
+	}
 	if s := r.server.Load(); s != nil {
 		s.DeliverLocalUnshared(m)
 	}
@@ -295,10 +347,15 @@ func (r *Router) interest() {
 			case before <= 0 && n > 0:
 				r.subscribe(op.filter)
 			case before > 0 && n <= 0:
+				r.subsMu.Lock()
 				for _, s := range r.subs[op.filter] {
+					if d, err := s.Dropped(); err == nil {
+						r.dropped += int64(d)
+					}
 					s.Unsubscribe()
 				}
 				delete(r.subs, op.filter)
+				r.subsMu.Unlock()
 				r.stats.Interest.Add(-1)
 			}
 		}
@@ -318,7 +375,7 @@ func (r *Router) subscribe(filter string) {
 			share := filter
 			s, err = r.shared.QueueSubscribe(subj, queueName(group, inner), func(msg *nats.Msg) { r.deliverShared(msg, share) })
 			if err == nil {
-				err = s.SetPendingLimits(ReceiveQueue, -1)
+				err = s.SetPendingLimits(ReceiveQueue, 64<<20)
 			}
 		} else {
 			s, err = r.pub.ChanSubscribe(subj, r.in)
@@ -330,15 +387,23 @@ func (r *Router) subscribe(filter string) {
 		}
 		subs = append(subs, s)
 	}
+	r.subsMu.Lock()
 	r.subs[filter] = subs
+	r.subsMu.Unlock()
 	r.stats.Interest.Add(1)
 }
 
-// queueName is the NATS queue group of a shared subscription. NATS queue
-// names take no white space, so the filter's subject stands for it.
+// queueName is the NATS queue group of a shared subscription: its group
+// and its whole filter, escaped as tokens are (NATS groups queue
+// subscribers by name across subjects, so two shared subscriptions must
+// never share one).
 func queueName(group, filter string) string {
-	return "share." + strings.NewReplacer(" ", "%20", "\t", "%09", "\r", "%0D", "\n", "%0A").Replace(group) +
-		"." + FilterSubjects(filter)[0]
+	var b strings.Builder
+	b.WriteString("share.")
+	writeToken(&b, group)
+	b.WriteByte('.')
+	writeToken(&b, filter)
+	return b.String()
 }
 
 func (r *Router) deliverShared(msg *nats.Msg, share string) {

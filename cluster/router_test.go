@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -306,6 +307,75 @@ func TestV5AcrossNodes(t *testing.T) {
 	for range 2 { // both get node a's message
 		if p := <-got; string(p.Payload) != "from a" {
 			t.Fatalf("got %q, want node a's message (No Local let the session's own message through?)", p.Payload)
+		}
+	}
+}
+
+// TestLongTopicsCross: a topic whose subject would pass NATS's protocol
+// line limit crosses like any other (on the long-topic subject), and
+// leaves the node's NATS connections up for the messages after it.
+func TestLongTopicsCross(t *testing.T) {
+	nodes := startCluster(t, 2)
+	sub := mqtttest.DialV3(t, nodes[1].addr, "sub")
+	got := sub.Subscription(t, "acct/#", 1)
+	longFilter := "acct/" + strings.Repeat("x", 4000) + "/#" // its subject is long too
+	gotLong := sub.Subscription(t, longFilter, 1)
+	pub := mqtttest.DialV3(t, nodes[0].addr, "pub")
+	reaches(t, pub, "acct/probe", got)
+	long := "acct/" + strings.Repeat(".", 30000)
+	pub.Pub(t, long, 1, false, "long")
+	pub.Pub(t, "acct/"+strings.Repeat("x", 4000)+"/y", 1, false, "long filter")
+	for i := range 10 {
+		pub.Pub(t, "acct/n", 1, false, fmt.Sprint(i))
+	}
+	if m := mqtttest.NextV3(t, got); m.Topic() != long || string(m.Payload()) != "long" {
+		t.Fatalf("got %q on a topic of %d bytes, want the long topic's message", m.Payload(), len(m.Topic()))
+	}
+	if m := mqtttest.NextV3(t, got); string(m.Payload()) != "long filter" {
+		t.Fatalf("got %q, want the message for the long filter", m.Payload())
+	}
+	if m := mqtttest.NextV3(t, gotLong); string(m.Payload()) != "long filter" {
+		t.Fatalf("the long filter got %q", m.Payload())
+	}
+	for i := range 10 {
+		if m := mqtttest.NextV3(t, got); string(m.Payload()) != fmt.Sprint(i) {
+			t.Fatalf("after the long topics, message %d: got %q", i, m.Payload())
+		}
+	}
+	if !nodes[0].router.Connected() || nodes[0].router.Stats().SendErrors.Load() != 0 {
+		t.Fatalf("node 1's router: connected %v, %d send errors", nodes[0].router.Connected(), nodes[0].router.Stats().SendErrors.Load())
+	}
+}
+
+// TestSharedOverlappingGroups: two shared subscriptions of one group
+// whose filters overlap ("a" and "a/#") are two subscriptions: each gets
+// every matching message, as on one node.
+func TestSharedOverlappingGroups(t *testing.T) {
+	nodes := startCluster(t, 2)
+	x := mqtttest.DialV3(t, nodes[1].addr, "x").Subscription(t, "$share/g/acct/a", 1)
+	y := mqtttest.DialV3(t, nodes[1].addr, "y").Subscription(t, "$share/g/acct/a/#", 1)
+	pub := mqtttest.DialV3(t, nodes[0].addr, "pub")
+	testkit.Eventually(t, 10*time.Second, "both groups to hear node 1", func() bool {
+		pub.Pub(t, "acct/a", 1, false, "probe")
+		return len(x) > 0 && len(y) > 0
+	})
+	deadline := time.After(300 * time.Millisecond)
+	for drained := false; !drained; {
+		select {
+		case <-x:
+		case <-y:
+		case <-deadline:
+			drained = true
+		}
+	}
+	for i := range 20 {
+		pub.Pub(t, "acct/a", 1, false, fmt.Sprint(i))
+	}
+	for name, ch := range map[string]chan mqtt3.Message{"$share/g/acct/a": x, "$share/g/acct/a/#": y} {
+		for i := range 20 {
+			if m := mqtttest.NextV3(t, ch); string(m.Payload()) != fmt.Sprint(i) {
+				t.Fatalf("%s, message %d: got %q", name, i, m.Payload())
+			}
 		}
 	}
 }

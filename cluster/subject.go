@@ -7,6 +7,17 @@ import (
 // subjectPrefix starts the subject of every message the nodes exchange.
 const subjectPrefix = "fleetmq.m"
 
+// longSubject carries the messages whose topic's subject would pass
+// maxSubject, and holds the interest of the filters whose subjects would:
+// NATS refuses a protocol line longer than its max_control_line (4 KiB by
+// default) and closes the connection. A filter that long matches only
+// topics at least as long, so what it wants is on longSubject; the node's
+// subscription index sorts out what each of its sessions gets.
+const longSubject = "fleetmq.long"
+
+// maxSubject is the longest subject used as is.
+const maxSubject = 3 << 10
+
 // Subject returns the NATS subject of an MQTT topic: the prefix, then one
 // token per topic level. A NATS token cannot be empty or hold '.', '*',
 // '>' or white space, all of which an MQTT level may; those bytes (and
@@ -14,6 +25,13 @@ const subjectPrefix = "fleetmq.m"
 // lone '%', which no escaped level can be. Two topics have the same
 // subject only if they are the same topic.
 func Subject(topic string) string {
+	if s := subject(topic); len(s) <= maxSubject {
+		return s
+	}
+	return longSubject
+}
+
+func subject(topic string) string {
 	var b strings.Builder
 	b.Grow(len(subjectPrefix) + 1 + len(topic) + 8)
 	b.WriteString(subjectPrefix)
@@ -31,6 +49,16 @@ func Subject(topic string) string {
 // the subjects here do, and the node's own subscription index, which
 // decides every delivery, leaves those out.
 func FilterSubjects(filter string) []string {
+	subs := filterSubjects(filter)
+	for _, s := range subs {
+		if len(s) > maxSubject {
+			return []string{longSubject}
+		}
+	}
+	return subs
+}
+
+func filterSubjects(filter string) []string {
 	var b strings.Builder
 	b.WriteString(subjectPrefix)
 	levels := strings.Split(filter, "/")

@@ -1,6 +1,9 @@
 package platform
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // BlockPools spends the units of shared QoS 2 pools (a cluster's, in the
 // database) on the message path without waiting for the database at each
@@ -32,9 +35,16 @@ type block struct {
 	day       string
 	left      int64 // taken from the shared pool, not spent
 	dry       bool  // the shared pool gave less than asked: it is used up
+	drySize   int64 // the pool's size when it ran dry (a larger one has room again)
+	failedAt  time.Time
+	failErr   error // the last fetch's error, given to takes for failWait
 	fetching  bool
 	fetchDone *sync.Cond // signalled when a fetch ends
 }
+
+// failWait is how long a failed fetch's error answers the takes that
+// follow, so that publishers do not each wait for the database in turn.
+const failWait = time.Second
 
 // DefaultBlock is BlockPools.Block's default.
 const DefaultBlock = 16
@@ -73,12 +83,18 @@ func (b *BlockPools) Take(account, day string, n, size int64) (int64, error) {
 		for bl.fetching { // a fetch of the day before: let it end first
 			bl.fetchDone.Wait()
 		}
-		bl.day, bl.left, bl.dry = day, 0, false
+		bl.day, bl.left, bl.dry, bl.failErr = day, 0, false, nil
+	}
+	if bl.dry && size > bl.drySize {
+		bl.dry = false // the plan's pool grew since
 	}
 	for bl.left < n && !bl.dry {
 		if bl.fetching {
 			bl.fetchDone.Wait()
 			continue
+		}
+		if bl.failErr != nil && time.Since(bl.failedAt) < failWait {
+			return 0, bl.failErr
 		}
 		ask := n - bl.left + b.size()
 		bl.fetching = true
@@ -88,11 +104,15 @@ func (b *BlockPools) Take(account, day string, n, size int64) (int64, error) {
 		bl.fetching = false
 		bl.fetchDone.Broadcast()
 		if err != nil {
+			bl.failErr, bl.failedAt = err, time.Now()
 			return 0, err
 		}
+		bl.failErr = nil
 		if bl.day == day {
 			bl.left += got
-			bl.dry = got < ask
+			if bl.dry = got < ask; bl.dry {
+				bl.drySize = size
+			}
 		}
 	}
 	took := min(n, bl.left)
@@ -115,7 +135,9 @@ func (b *BlockPools) prefetch(bl *block, account, day string, size int64) {
 		return // the units of a day gone by are lost; an error took none
 	}
 	bl.left += got
-	bl.dry = got < b.size()
+	if bl.dry = got < b.size(); bl.dry {
+		bl.drySize = size
+	}
 }
 
 // Used reports the units taken of the account's shared pool of day.

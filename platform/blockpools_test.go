@@ -1,9 +1,11 @@
 package platform_test
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fleetmq/fleetmq/platform"
 )
@@ -79,3 +81,54 @@ func (c *countingPools) Take(account, day string, n, size int64) (int64, error) 
 	c.takes.Add(1)
 	return c.QoS2Pools.Take(account, day, n, size)
 }
+
+// TestBlockPoolsPlanGrows: a node whose pool ran dry takes again once the
+// account's plan gives a larger pool the same day.
+func TestBlockPoolsPlanGrows(t *testing.T) {
+	p := &platform.BlockPools{Shared: platform.NewLocalPools(), Block: 16}
+	for range 20 {
+		p.Take("acct", "2026-03-01", 1, 20)
+	}
+	if n, _ := p.Take("acct", "2026-03-01", 1, 20); n != 0 {
+		t.Fatalf("a take from a used-up pool got %d", n)
+	}
+	if n, _ := p.Take("acct", "2026-03-01", 1, 1000); n != 1 {
+		t.Fatalf("after the pool grew to 1000, a take got %d units, want 1", n)
+	}
+}
+
+// TestBlockPoolsFailingStore: while the database fails, takes fail at
+// once after the first, instead of each waiting for it in turn.
+func TestBlockPoolsFailingStore(t *testing.T) {
+	slow := &failingPools{delay: 200 * time.Millisecond}
+	p := &platform.BlockPools{Shared: slow}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			if _, err := p.Take("acct", "2026-03-01", 1, 100); err == nil {
+				t.Error("a take from a failing store succeeded")
+			}
+		})
+	}
+	wg.Wait()
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("6 takes from a failing store took %v: they waited for it one after the other", took)
+	}
+	if c := slow.calls.Load(); c != 1 {
+		t.Fatalf("the failing store was asked %d times, want once", c)
+	}
+}
+
+type failingPools struct {
+	delay time.Duration
+	calls atomic.Int64
+}
+
+func (f *failingPools) Take(string, string, int64, int64) (int64, error) {
+	f.calls.Add(1)
+	time.Sleep(f.delay)
+	return 0, errors.New("database down")
+}
+
+func (f *failingPools) Used(string, string) (int64, error) { return 0, errors.New("database down") }

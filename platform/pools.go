@@ -124,3 +124,29 @@ func (p *Policy) takeQoS2(pl *Pool, account string, now time.Time, size int64) b
 	pl.demoted++
 	return false
 }
+
+// PoolState is the account's QoS 2 pool of now's day, of size, as the
+// account's owner sees it: on several nodes (Options.QoS2Pools) the units
+// taken by all of them, read from the shared pools (this node's count
+// when they cannot be read).
+func (p *Policy) PoolState(account string, now time.Time, size int64) PoolState {
+	st := p.Pool(account).State(now, size)
+	shared := p.opts.QoS2Pools
+	if shared == nil {
+		return st
+	}
+	used, err := shared.Used(account, st.Day)
+	if err != nil || used == st.Used {
+		return st
+	}
+	st.Used = used
+	if demoted := used >= size; demoted != st.Demoted {
+		st.Demoted = demoted
+		if demoted {
+			st.Since = now // this node has not demoted yet: when another ran out is not known here
+		} else {
+			st.Since = time.Time{}
+		}
+	}
+	return st
+}

@@ -35,8 +35,16 @@ func (p *QoS2Pools) Take(account, day string, n, size int64) (int64, error) {
 	var took int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		took = 0
-		if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO qos2_pools (account_id, day, used) VALUES (?, ?, 0) ON CONFLICT (account_id, day) DO NOTHING`), account, day); err != nil {
+		res, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO qos2_pools (account_id, day, used) VALUES (?, ?, 0) ON CONFLICT (account_id, day) DO NOTHING`), account, day)
+		if err != nil {
 			return err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			// The account's first take of a day: its pools of days gone
+			// by are of no more use.
+			if _, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM qos2_pools WHERE account_id = ? AND day < ?`), account, pastDays(day)); err != nil {
+				return err
+			}
 		}
 		q := `SELECT used FROM qos2_pools WHERE account_id = ? AND day = ?`
 		if s.dialect == postgresDialect {
@@ -50,7 +58,7 @@ func (p *QoS2Pools) Take(account, day string, n, size int64) (int64, error) {
 		if took == 0 {
 			return nil
 		}
-		_, err := tx.ExecContext(ctx, s.rebind(`UPDATE qos2_pools SET used = used + ? WHERE account_id = ? AND day = ?`), took, account, day)
+		_, err = tx.ExecContext(ctx, s.rebind(`UPDATE qos2_pools SET used = used + ? WHERE account_id = ? AND day = ?`), took, account, day)
 		return err
 	})
 	if err != nil {
@@ -70,4 +78,14 @@ func (p *QoS2Pools) Used(account, day string) (int64, error) {
 		return 0, nil
 	}
 	return used, err
+}
+
+// pastDays is the day two days before day (YYYY-MM-DD): pools before it
+// are deleted (day itself when it does not parse).
+func pastDays(day string) string {
+	d, err := time.Parse(time.DateOnly, day)
+	if err != nil {
+		return day
+	}
+	return d.AddDate(0, 0, -2).Format(time.DateOnly)
 }

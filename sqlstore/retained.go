@@ -7,7 +7,9 @@ import (
 	"github.com/fleetmq/fleetmq"
 )
 
-// PutRetained stores a batch of a cluster's retained messages and clears.
+// PutRetained stores a batch of a cluster's retained messages and clears
+// (rows without a message: tombstones), the latest created of a topic
+// winning.
 func (s *Store) PutRetained(ctx context.Context, rows []fleetmq.RetainedRow) error {
 	if len(rows) == 0 {
 		return nil
@@ -20,18 +22,12 @@ func (s *Store) PutRetained(ctx context.Context, rows []fleetmq.RetainedRow) err
 			return err
 		}
 		defer put.Close()
-		clear, err := tx.PrepareContext(ctx, s.rebind(`DELETE FROM retained_messages WHERE topic = ? AND created <= ?`))
-		if err != nil {
-			return err
-		}
-		defer clear.Close()
 		for _, r := range rows {
-			if r.Message == nil {
-				_, err = clear.ExecContext(ctx, r.Topic, r.Created)
-			} else {
-				_, err = put.ExecContext(ctx, r.Topic, r.Created, r.Expiry, r.Message)
+			msg := r.Message
+			if msg == nil {
+				msg = []byte{}
 			}
-			if err != nil {
+			if _, err := put.ExecContext(ctx, r.Topic, r.Created, r.Expiry, msg); err != nil {
 				return err
 			}
 		}
@@ -58,12 +54,13 @@ func (s *Store) LoadRetained(ctx context.Context, now int64, fn func(fleetmq.Ret
 	return rows.Err()
 }
 
-// SweepRetained removes what expired at now and what was created before
-// created.
-func (s *Store) SweepRetained(ctx context.Context, now, created int64) (int64, error) {
+// SweepRetained removes what expired at now, the messages created before
+// created and the clears created before clears.
+func (s *Store) SweepRetained(ctx context.Context, now, created, clears int64) (int64, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM retained_messages WHERE (expiry <> 0 AND expiry <= ?) OR created < ?`), now, created)
+		res, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM retained_messages
+			WHERE (expiry <> 0 AND expiry <= ?) OR created < ? OR (length(message) = 0 AND created < ?)`), now, created, clears)
 		if err != nil {
 			return err
 		}

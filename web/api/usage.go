@@ -103,7 +103,7 @@ func (a *API) registerUsage() {
 					size = pl.QoS2DailyPool
 				}
 			}
-			st := a.deps.Policy.Pool(p.account.ID).State(now, size)
+			st := a.deps.Policy.PoolState(p.account.ID, now, size)
 			addOn := p.account.HasAddOn(fleetmq.AddOnQoS2)
 			out.Body.Pool = PoolStatus{AddOnActive: addOn, Size: size, UsedToday: st.Used, Remaining: max(size-st.Used, 0),
 				Demoted: st.Demoted && addOn, ResetsAt: st.ResetsAt}

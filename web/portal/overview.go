@@ -111,7 +111,7 @@ func (p *Portal) overview(c *call) {
 				d.Connected++
 			}
 		}
-		d.Pool = p.deps.Policy.Pool(c.acc.ID).State(c.now, d.PoolSize)
+		d.Pool = p.deps.Policy.PoolState(c.acc.ID, c.now, d.PoolSize)
 	}
 	d.Demoted = d.QoS2 && d.Pool.Demoted
 	d.Remaining = max(d.PoolSize-d.Pool.Used, 0)

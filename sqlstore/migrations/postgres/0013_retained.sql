@@ -7,3 +7,6 @@ CREATE TABLE retained_messages (
 	expiry BIGINT NOT NULL,
 	message BYTEA NOT NULL
 );
+-- An empty message is a clear of the topic at created (a tombstone, swept
+-- after an hour). Sweeps go by age.
+CREATE INDEX retained_messages_created ON retained_messages (created);
