@@ -235,7 +235,7 @@ func TestSharedAcrossNodes(t *testing.T) {
 	pubs[0].Pub(t, "jobs/end", 1, false, "end")
 	testkit.Eventually(t, 10*time.Second, "the barrier to reach a member", func() bool {
 		for _, ch := range members {
-			for len(ch) > 0 {
+			if len(ch) > 0 {
 				if p := string((<-ch).Payload()); p != "end" {
 					t.Fatalf("after every message was counted, a member got %q again", p)
 				}

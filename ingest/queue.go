@@ -135,20 +135,7 @@ func (q *queue) signal() {
 	}
 }
 
-// take moves up to max records into b, up to turn of an account at a
-// time, lanes in turns. When several accounts have records waiting, the
-// batch is one round of turns: a quiet account's record then waits for a
-// commit of at most turn records of each other account, not for max of a
-// flood's. A lane another batch holds (its records are being committed by
-// another writer) keeps its place and gives nothing: an account's records
-// are in one commit at a time, in order. It returns how many it took.
-func (q *queue) take(b *batch, max int) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.takeLocked(b, max)
-}
-
-// takeOrIdle is take, and when it takes nothing the writer counts as idle
+// takeOrIdle is takeLocked with the lock, and when it takes nothing the writer counts as idle
 // (pushes signal it) until it calls busy.
 func (q *queue) takeOrIdle(b *batch, max int) int {
 	q.mu.Lock()
@@ -188,7 +175,13 @@ func (q *queue) takeLingered(b *batch, want int) int {
 	return q.takeLocked(b, want)
 }
 
-// takeLocked is take with q.mu held.
+// takeLocked (q.mu held) moves up to max records into b, up to turn of
+// an account at a time, lanes in turns. When several accounts have
+// records waiting, the batch is one round of turns: a quiet account's record then waits for a
+// commit of at most turn records of each other account, not for max of a
+// flood's. A lane another batch holds (its records are being committed by
+// another writer) keeps its place and gives nothing: an account's records
+// are in one commit at a time, in order. It returns how many it took.
 func (q *queue) takeLocked(b *batch, max int) int {
 	// One pass is one round of turns; only an account alone with records
 	// to give takes more turns, up to max.
