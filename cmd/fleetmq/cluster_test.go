@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,7 +10,6 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/pgtest"
 	"github.com/fleetmq/fleetmq/platform"
@@ -343,13 +341,7 @@ func TestClusterNodeKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts fleetmq serve processes")
 	}
-	dsn := pgtest.DSN(t)
-	dir := t.TempDir()
-	acc := createAccount(t, dir, "Crash", "crash@example.com", "-database", dsn, "-plan", "growth").ID
-	for i := range stormDevices {
-		mustCLI(t, dir, "client", "add", acc, fmt.Sprintf("dev-%d", i), "-database", dsn)
-	}
-	pub := createCredential(t, dir, acc, "-kind", "publisher", "-database", dsn)
+	dsn, dir, acc, pub := stormAccount(t)
 	nodes := startCluster(t, dsn, 3)
 
 	before := startStorm(t, nodes[1].addr, acc, pub, 0, 2000)
@@ -360,6 +352,18 @@ func TestClusterNodeKill(t *testing.T) {
 	t.Logf("the devices published 500 acknowledged messages through node 3 %v after the kill", time.Since(start).Round(time.Millisecond))
 	after.end()
 	checkStored(t, dir, dsn, acc, before, after)
+}
+
+// stormAccount makes, on a fresh PostgreSQL database, an account with the
+// storm's devices registered and a publisher credential.
+func stormAccount(t *testing.T) (dsn, dir, acc string, pub credential) {
+	t.Helper()
+	dsn, dir = pgtest.DSN(t), t.TempDir()
+	acc = createAccount(t, dir, "Storm", "storm@example.com", "-database", dsn, "-plan", "growth").ID
+	for i := range stormDevices {
+		mustCLI(t, dir, "client", "add", acc, fmt.Sprintf("dev-%d", i), "-database", dsn)
+	}
+	return dsn, dir, acc, createCredential(t, dir, acc, "-kind", "publisher", "-database", dsn)
 }
 
 // storm is QoS 1 publishers running (crashPublisher), one per device.
@@ -425,22 +429,7 @@ func checkStored(t *testing.T, dir, dsn, acc string, storms ...*storm) {
 		total += len(p.acked)
 		p.mu.Unlock()
 	}
-	out := mustCLI(t, dir, "history", "export", acc, "-topic", acc+"/+/telemetry/seq", "-format", "ndjson", "-database", dsn)
-	stored := map[string]map[int]int{}
-	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		var r history.Record
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("export line %q: %v", line, err)
-		}
-		var m struct{ Seq int }
-		if err := json.Unmarshal(r.Payload, &m); err != nil {
-			t.Fatalf("payload %s: %v", r.Payload, err)
-		}
-		if stored[r.ClientID] == nil {
-			stored[r.ClientID] = map[int]int{}
-		}
-		stored[r.ClientID][m.Seq]++
-	}
+	stored := storedSeqs(t, mustCLI(t, dir, "history", "export", acc, "-topic", acc+"/+/telemetry/seq", "-format", "ndjson", "-database", dsn))
 	missing := 0
 	for id, seqs := range acked {
 		for seq := range seqs {
@@ -466,13 +455,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts fleetmq serve processes")
 	}
-	dsn := pgtest.DSN(t)
-	dir := t.TempDir()
-	acc := createAccount(t, dir, "Roll", "roll@example.com", "-database", dsn, "-plan", "growth").ID
-	for i := range stormDevices {
-		mustCLI(t, dir, "client", "add", acc, fmt.Sprintf("dev-%d", i), "-database", dsn)
-	}
-	pub := createCredential(t, dir, acc, "-kind", "publisher", "-database", dsn)
+	dsn, dir, acc, pub := stormAccount(t)
 	nodes := startCluster(t, dsn, 3)
 	var storms []*storm
 	for i := range nodes {

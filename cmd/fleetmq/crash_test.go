@@ -266,26 +266,12 @@ func TestCrashSafety(t *testing.T) {
 	t.Logf("killed after %d QoS 1 publishes, %d acknowledged", sent, total)
 
 	srv = startServe(t, dir)
-	out := mustCLI(t, dir, "history", "export", acc, "-topic", acc+"/+/telemetry/seq", "-format", "ndjson")
-	stored := map[string]map[int]int{}
+	stored := storedSeqs(t, mustCLI(t, dir, "history", "export", acc, "-topic", acc+"/+/telemetry/seq", "-format", "ndjson"))
 	lines := 0
-	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-		if line == "" {
-			continue
+	for _, seqs := range stored {
+		for _, n := range seqs {
+			lines += n
 		}
-		lines++
-		var r history.Record
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("export line %q: %v", line, err)
-		}
-		var m struct{ Seq int }
-		if err := json.Unmarshal(r.Payload, &m); err != nil {
-			t.Fatalf("payload %s: %v", r.Payload, err)
-		}
-		if stored[r.ClientID] == nil {
-			stored[r.ClientID] = map[int]int{}
-		}
-		stored[r.ClientID][m.Seq]++
 	}
 	for id, seqs := range stored {
 		for seq, n := range seqs {
@@ -340,6 +326,31 @@ func TestCrashSafety(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Error("persistent session's subscription did not deliver after the restart")
 	}
+}
+
+// storedSeqs reads an NDJSON history export of crashPublisher messages:
+// how many times each client's numbers are stored.
+func storedSeqs(t *testing.T, out string) map[string]map[int]int {
+	t.Helper()
+	stored := map[string]map[int]int{}
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var r history.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("export line %q: %v", line, err)
+		}
+		var m struct{ Seq int }
+		if err := json.Unmarshal(r.Payload, &m); err != nil {
+			t.Fatalf("payload %s: %v", r.Payload, err)
+		}
+		if stored[r.ClientID] == nil {
+			stored[r.ClientID] = map[int]int{}
+		}
+		stored[r.ClientID][m.Seq]++
+	}
+	return stored
 }
 
 // connectV3 connects a 3.1.1 client with a clean session.
