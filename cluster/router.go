@@ -129,6 +129,14 @@ func NewRouter(n *NATS, node string, log *slog.Logger) (*Router, error) {
 		r.pub.Close()
 		return nil, err
 	}
+	// Every node hears the long topics (see longSubject): a short filter
+	// with wildcards may match them, and the subscription index sorts
+	// out which sessions want each.
+	if _, err := r.pub.ChanSubscribe(longSubject, r.in); err != nil {
+		r.pub.Close()
+		r.shared.Close()
+		return nil, err
+	}
 	r.wg.Add(3)
 	go r.send()
 	go r.receive()
@@ -369,7 +377,13 @@ func (r *Router) subscribe(filter string) {
 		return
 	}
 	var subs []*nats.Subscription
-	for _, subj := range FilterSubjects(inner) {
+	subjects := FilterSubjects(inner)
+	if shared && subjects[0] != longSubject {
+		// A short filter with wildcards matches long topics too, which
+		// go on longSubject: the group takes those from there.
+		subjects = append(subjects, longSubject)
+	}
+	for _, subj := range subjects {
 		var s *nats.Subscription
 		if shared {
 			share := filter

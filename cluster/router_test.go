@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -107,8 +108,21 @@ func reaches(t *testing.T, pub *mqtttest.V3, topic string, sub chan mqtt3.Messag
 			return false
 		}
 	})
-	for len(sub) > 0 { // late probes
-		<-sub
+	drain(sub)
+}
+
+// drain empties the channels of messages still on their way (probes):
+// it returns once none has come for 300 ms.
+func drain(chs ...chan mqtt3.Message) {
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv}}
+	for _, ch := range chs {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+	}
+	for {
+		cases[0].Chan = reflect.ValueOf(time.After(300 * time.Millisecond))
+		if i, _, _ := reflect.Select(cases); i == 0 {
+			return
+		}
 	}
 }
 
@@ -126,12 +140,7 @@ func TestAcrossNodes(t *testing.T) {
 	here := local.Subscription(t, "acct/#", 1)
 	pub := mqtttest.DialV3(t, a.addr, "dev1")
 	reaches(t, pub, "acct/dev1/state/probe", all)
-	for len(here) > 0 {
-		<-here
-	}
-	for len(overlap) > 0 {
-		<-overlap
-	}
+	drain(all, here, overlap)
 
 	const n = 50
 	for i := range n {
@@ -325,6 +334,25 @@ func TestLongTopicsCross(t *testing.T) {
 	long := "acct/" + strings.Repeat(".", 30000)
 	pub.Pub(t, long, 1, false, "long")
 	pub.Pub(t, "acct/"+strings.Repeat("x", 4000)+"/y", 1, false, "long filter")
+	// A short filter with a wildcard gets a long topic too (sub2 on node
+	// 2, and a shared group with its member on node 2).
+	sub2 := mqtttest.DialV3(t, nodes[1].addr, "sub2")
+	gotPlus := sub2.Subscription(t, "acct2/+", 1)
+	gotShared := mqtttest.DialV3(t, nodes[1].addr, "member").Subscription(t, "$share/g/acct2/+", 1)
+	reaches(t, pub, "acct2/probe", gotPlus)
+	testkit.Eventually(t, 10*time.Second, "the shared group to hear node 1", func() bool {
+		pub.Pub(t, "acct2/probe", 1, false, "probe")
+		return len(gotShared) > 0
+	})
+	drain(gotShared, gotPlus)
+	longLevel := "acct2/" + strings.Repeat("z", 5000)
+	pub.Pub(t, longLevel, 1, false, "long level")
+	if m := mqtttest.NextV3(t, gotPlus); string(m.Payload()) != "long level" {
+		t.Fatalf("acct2/+ got %q, want the long level's message", m.Payload())
+	}
+	if m := mqtttest.NextV3(t, gotShared); string(m.Payload()) != "long level" {
+		t.Fatalf("$share/g/acct2/+ got %q, want the long level's message", m.Payload())
+	}
 	for i := range 10 {
 		pub.Pub(t, "acct/n", 1, false, fmt.Sprint(i))
 	}

@@ -8,11 +8,11 @@ import (
 const subjectPrefix = "fleetmq.m"
 
 // longSubject carries the messages whose topic's subject would pass
-// maxSubject, and holds the interest of the filters whose subjects would:
-// NATS refuses a protocol line longer than its max_control_line (4 KiB by
-// default) and closes the connection. A filter that long matches only
-// topics at least as long, so what it wants is on longSubject; the node's
-// subscription index sorts out what each of its sessions gets.
+// maxSubject (NATS refuses a protocol line longer than its
+// max_control_line, 4 KiB by default, and closes the connection). Every
+// node subscribes to it, and each shared subscription's queue group too:
+// a filter with wildcards, short or long, may match a long topic. The
+// node's subscription index sorts out what each of its sessions gets.
 const longSubject = "fleetmq.long"
 
 // maxSubject is the longest subject used as is.
