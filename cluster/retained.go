@@ -76,6 +76,11 @@ type Retained struct {
 
 	lastSweep atomic.Int64 // Unix seconds of the last database sweep
 
+	ctx     context.Context // ends at Close: reloads and sweeps stop
+	cancel  context.CancelFunc
+	closeMu sync.Mutex // orders a sweep's start with Close
+	closed  bool
+
 	// Received counts messages set from other nodes; Unstored counts
 	// rows dropped because the database did not take them in time.
 	Received, Unstored atomic.Int64
@@ -100,6 +105,7 @@ func NewRetained(ctx context.Context, n *NATS, node string, store fleetmq.Retain
 		nats: n, store: store, log: log, seed: maphash.MakeSeed(), tombs: map[string]time.Time{},
 		out: make(chan *broker.Message, SendQueue), rowsKick: make(chan struct{}, 1), done: make(chan struct{}),
 		sendDone: make(chan struct{}), sent: make(chan struct{})}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	var err error
 	if r.nc, err = n.Connect("retained", nats.NoEcho()); err != nil {
 		return nil, err
@@ -116,6 +122,7 @@ func NewRetained(ctx context.Context, n *NATS, node string, store fleetmq.Retain
 		err = r.load(ctx, now)
 	}
 	if err != nil {
+		r.cancel()
 		r.nc.Close()
 		return nil, err
 	}
@@ -169,8 +176,8 @@ func (r *Retained) reconcile() {
 				continue
 			}
 			due = time.Time{}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			if err := r.load(ctx, now); err != nil {
+			ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
+			if err := r.load(ctx, now); err != nil && r.ctx.Err() == nil {
 				r.log.Warn("cluster: load the stored retained messages again", "error", err)
 			}
 			cancel()
@@ -182,6 +189,11 @@ func (r *Retained) reconcile() {
 // hands it to the sender.
 func (r *Retained) Set(m *broker.Message) {
 	r.setIfNewer(m)
+	select {
+	case <-r.done:
+		return // closed: nothing more goes out
+	default:
+	}
 	select {
 	case r.out <- m:
 	case <-r.done:
@@ -307,7 +319,10 @@ func (r *Retained) write() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := r.store.PutRetained(ctx, rows)
 			cancel()
-			if err != nil {
+			if err != nil && last {
+				r.Unstored.Add(int64(len(rows)))
+				r.log.Warn("cluster: retained messages not stored at shutdown", "rows", len(rows), "error", err)
+			} else if err != nil {
 				r.log.Warn("cluster: retained messages not stored yet; tried again", "rows", len(rows), "error", err)
 				r.rowsMu.Lock()
 				r.rows = append(rows, r.rows...)
@@ -347,15 +362,15 @@ func (r *Retained) Sweep(now time.Time, maxAge time.Duration) int {
 	if maxAge > 0 {
 		before = now.Add(-maxAge).UnixMicro()
 	}
-	select {
-	case <-r.done:
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.closed {
 		return n
-	default:
 	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(r.ctx, 30*time.Second)
 		defer cancel()
 		if _, err := r.store.SweepRetained(ctx, now.UnixMicro(), before, now.Add(-tombstoneAge).UnixMicro()); err != nil {
 			r.log.Warn("cluster: sweep the stored retained messages", "error", err)
@@ -367,6 +382,10 @@ func (r *Retained) Sweep(now time.Time, maxAge time.Duration) int {
 // Close sends and stores what waits, and stops.
 func (r *Retained) Close() {
 	r.stopOnce.Do(func() {
+		r.closeMu.Lock()
+		r.closed = true
+		r.closeMu.Unlock()
+		r.cancel()
 		close(r.done)
 		<-r.sendDone
 		close(r.sent)

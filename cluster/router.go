@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/binary"
 	"errors"
 	"log/slog"
@@ -172,6 +174,11 @@ func (r *Router) Dropped() int64 {
 // Route delivers m here and queues it for the other nodes.
 func (r *Router) Route(m *broker.Message, local broker.Local) {
 	local.DeliverUnshared(m)
+	select {
+	case <-r.done:
+		return // closed: nothing more goes to the other nodes
+	default:
+	}
 	select {
 	case r.out <- m:
 	case <-r.done:
@@ -407,17 +414,14 @@ func (r *Router) subscribe(filter string) {
 	r.stats.Interest.Add(1)
 }
 
-// queueName is the NATS queue group of a shared subscription: its group
-// and its whole filter, escaped as tokens are (NATS groups queue
-// subscribers by name across subjects, so two shared subscriptions must
-// never share one).
+// queueName is the NATS queue group of a shared subscription: a hash of
+// its group and its whole filter (NATS groups queue subscribers by name
+// across subjects, so two shared subscriptions must never share one; and
+// a name of fixed length, as a long one would pass NATS's protocol line
+// limit).
 func queueName(group, filter string) string {
-	var b strings.Builder
-	b.WriteString("share.")
-	writeToken(&b, group)
-	b.WriteByte('.')
-	writeToken(&b, filter)
-	return b.String()
+	h := sha256.Sum256([]byte(group + "\x00" + filter))
+	return "share." + hex.EncodeToString(h[:16])
 }
 
 func (r *Router) deliverShared(msg *nats.Msg, share string) {

@@ -50,12 +50,18 @@ func subject(topic string) string {
 // decides every delivery, leaves those out.
 func FilterSubjects(filter string) []string {
 	subs := filterSubjects(filter)
+	short := subs[:0]
 	for _, s := range subs {
-		if len(s) > maxSubject {
-			return []string{longSubject}
+		if len(s) <= maxSubject {
+			short = append(short, s)
 		}
 	}
-	return subs
+	if len(short) == 0 {
+		// Every topic it matches is long: on longSubject, which every
+		// node hears anyway.
+		return []string{longSubject}
+	}
+	return short
 }
 
 func filterSubjects(filter string) []string {

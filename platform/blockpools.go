@@ -91,6 +91,9 @@ func (b *BlockPools) Take(account, day string, n, size int64) (int64, error) {
 	for bl.left < n && !bl.dry {
 		if bl.fetching {
 			bl.fetchDone.Wait()
+			if bl.day != day {
+				return 0, nil // the day ended meanwhile: its pool is closed
+			}
 			continue
 		}
 		if bl.failErr != nil && time.Since(bl.failedAt) < failWait {

@@ -12,8 +12,7 @@ func (s *Store) PutNode(ctx context.Context, n *fleetmq.Node) (err error) {
 	defer wrap(&err, "put node")
 	_, err = s.exec(ctx, `INSERT INTO nodes (id, host, pid, started, heartbeat, applied)
 		VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, started = excluded.started,
-			heartbeat = excluded.heartbeat, applied = excluded.applied`,
+		ON CONFLICT (id) DO UPDATE SET heartbeat = excluded.heartbeat, applied = excluded.applied`,
 		n.ID, n.Host, n.PID, n.Started.UnixMicro(), n.Heartbeat.UnixMicro(), n.Applied)
 	return err
 }

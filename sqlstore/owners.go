@@ -10,8 +10,8 @@ import (
 // The claims of a cluster's MQTT sessions (broker.SessionOwners keeps
 // them here; the notice to the node that lost one goes through NATS, see
 // cluster.Owners). A claim is one transaction that holds the key's row
-// (PostgreSQL: SELECT … FOR UPDATE; SQLite writes one transaction at a
-// time): it reads the claim it replaces and writes the new one with the
+// (PostgreSQL: an upsert that locks it; SQLite writes one transaction at
+// a time): it reads the claim it replaces and writes the new one with the
 // next epoch.
 
 // ownersTimeout bounds one claim, release or lookup: a CONNECT waits for
@@ -27,14 +27,12 @@ func (s *Store) ClaimSession(key, node string) (epoch int64, oldNode string, old
 	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
 	defer cancel()
 	err = s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO session_owners (key, node, epoch) VALUES (?, '', 0) ON CONFLICT (key) DO NOTHING`), []byte(key)); err != nil {
-			return err
-		}
-		q := `SELECT node, epoch FROM session_owners WHERE key = ?`
-		if s.dialect == postgresDialect {
-			q += ` FOR UPDATE`
-		}
-		if err := tx.QueryRowContext(ctx, s.rebind(q), []byte(key)).Scan(&oldNode, &oldEpoch); err != nil {
+		// One statement reads the claim there is (none: '', 0) and holds
+		// the key's row to the end of the transaction: the no-op update
+		// locks it on PostgreSQL, even when a release deleted it a moment
+		// before (then this inserts it).
+		if err := tx.QueryRowContext(ctx, s.rebind(`INSERT INTO session_owners (key, node, epoch) VALUES (?, '', 0)
+			ON CONFLICT (key) DO UPDATE SET node = session_owners.node RETURNING node, epoch`), []byte(key)).Scan(&oldNode, &oldEpoch); err != nil {
 			return err
 		}
 		next := `nextval('session_epochs')`

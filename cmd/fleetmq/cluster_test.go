@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -10,9 +13,11 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/pgtest"
 	"github.com/fleetmq/fleetmq/platform"
+	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
 // startCluster runs n "fleetmq serve" processes on one PostgreSQL
@@ -470,4 +475,66 @@ func TestClusterRollingRestart(t *testing.T) {
 	last := startStorm(t, nodes[0].addr, acc, pub, 9_000_000, 200)
 	last.end()
 	checkStored(t, dir, dsn, acc, append(storms, last)...)
+}
+
+// TestClusterRESTLimit: a REST API token's hourly limit holds across the
+// nodes: requests spread over two nodes are counted together (each node
+// adds its counts in PostgreSQL every -reload-interval), so the token
+// gets about the limit in all, not the limit from each node.
+func TestClusterRESTLimit(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	acc := createAccount(t, dir, "Acme", "owner@acme.example", "-database", dsn, "-plan", "starter").ID
+	mustCLI(t, dir, "account", "addon", acc, "mgmt_rest_api", "on", "-database", dsn) // /usage is a Mgmt REST API route
+	ctx := context.Background()
+	st, err := sqlstore.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, token, err := (&control.Service{Store: st, Now: time.Now}).CreateRESTToken(ctx, acc, control.NewRESTToken{Label: "cluster"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 40
+	var nodes []*serveProcess
+	for i := range 2 {
+		args := []string{"-database", dsn, "-node-id", fmt.Sprintf("n%d", i+1), "-cluster-listen", "127.0.0.1:0",
+			"-http-listen", "127.0.0.1:0", "-rest-rate-limit", fmt.Sprint(limit), "-reload-interval", "100ms", "-rest-refusal-pause", "1ms"}
+		if i > 0 {
+			args = append(args, "-cluster-routes", nodes[0].route)
+		}
+		nodes = append(nodes, startServe(t, t.TempDir(), args...))
+	}
+	get := func(node *serveProcess) int {
+		req, _ := http.NewRequest("GET", "http://"+node.http+"/api/v1/subscriber/usage", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Alternate between the nodes, a request every 10 ms: within one
+	// flush interval a node can count about 5 requests the other has not
+	// seen yet.
+	ok := 0
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for i := range 3 * limit {
+		<-tick.C
+		switch code := get(nodes[i%2]); code {
+		case http.StatusOK:
+			ok++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("request %d: status %d", i, code)
+		}
+	}
+	if ok < limit || ok > limit+10 {
+		t.Fatalf("the token got %d requests through two nodes with a limit of %d an hour; want the limit, give or take the last flush", ok, limit)
+	}
+	t.Logf("%d requests allowed across two nodes, limit %d", ok, limit)
 }

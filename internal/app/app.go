@@ -233,6 +233,11 @@ func (a *App) start(ctx context.Context) error {
 	}
 	cfg.Listeners.Limit(&opts, httpConns)
 	if cfg.Cluster.On() {
+		if cfg.Cluster.NodeID == "" {
+			if cfg.Cluster.NodeID, err = dataDirNodeID(cfg.DataDir); err != nil {
+				return fmt.Errorf("this node's name in the data directory: %w", err)
+			}
+		}
 		if a.cluster, err = StartCluster(ctx, cfg.Cluster, &opts, a.Store, cfg.Now(), cfg.Logger); err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,7 +29,7 @@ import (
 type ClusterConfig struct {
 	// NodeID names the node (in logs, metrics and NATS); default a random
 	// name per start.
-	NodeID string
+	NodeID string // default for serve: made at the first start and kept in the data directory (NodeIDFile)
 	// NATSURL is an existing NATS cluster's servers; empty: a NATS server
 	// embedded in this process, listening for the other nodes' routes on
 	// Listen and routed to Routes.
@@ -44,7 +46,7 @@ func (c ClusterConfig) On() bool { return c.NATSURL != "" || c.Listen != "" }
 
 // Flags registers the cluster's flags.
 func (c *ClusterConfig) Flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in a cluster (default: random at each start) [FLEETMQ_NODE_ID]")
+	fs.StringVar(&c.NodeID, "node-id", "", "this node's name in a cluster (default for serve: one made at its first start and kept in the data directory; for broker: random at each start) [FLEETMQ_NODE_ID]")
 	fs.StringVar(&c.NATSURL, "nats-url", "", "run as a cluster node on this existing NATS cluster, e.g. nats://nats1:4222,nats://nats2:4222 (needs -database) [FLEETMQ_NATS_URL]")
 	fs.StringVar(&c.Listen, "cluster-listen", "", "run as a cluster node with NATS embedded, listening for the other nodes' routes on HOST:PORT, e.g. 10.0.0.1:6222 (needs -database) [FLEETMQ_CLUSTER_LISTEN]")
 	fs.StringVar(&c.Routes, "cluster-routes", "", "other nodes' -cluster-listen addresses, comma-separated; one reachable node is enough [FLEETMQ_CLUSTER_ROUTES]")
@@ -243,4 +245,27 @@ func (n *ClusterNode) ready(ctx context.Context, nodes fleetmq.NodeStore, now ti
 		return fmt.Errorf("cluster: no NATS route to the other %d live nodes", others)
 	}
 	return nil
+}
+
+// NodeIDFile keeps, in the data directory, the name a cluster node got
+// at its first start when -node-id was not given: the node keeps it, and
+// with it the sessions it claimed, across restarts.
+const NodeIDFile = "node-id"
+
+// dataDirNodeID returns the node name kept in dir, made and kept there at
+// the first start.
+func dataDirNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, NodeIDFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	id := "node-" + strings.ToLower(rand.Text()[:8])
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	return id, nil
 }

@@ -25,6 +25,11 @@ func (a *App) startNode(ctx context.Context, version int64) error {
 	id := strings.ToLower(rand.Text()[:12])
 	if a.cluster != nil {
 		id = a.cluster.ID() // the name its sessions are claimed with
+		// A row of this name left by a start that was killed: this start
+		// is another process (the row keeps its start time otherwise).
+		if err := a.Store.DeleteNode(ctx, id); err != nil {
+			return fmt.Errorf("register this node in the store: %w", err)
+		}
 	}
 	a.node = fleetmq.Node{ID: id, Host: host, PID: os.Getpid(),
 		Started: now, Heartbeat: now, Applied: version}

@@ -299,7 +299,10 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 		if ss.expiredAt(now) {
 			continue
 		}
-		if c, ok, err := s.owners.Owner(ss.key); err == nil && ok && c.Node != s.opts.Node {
+		if c, ok, err := s.owners.Owner(ss.key); err != nil {
+			s.log.Warn("restore a session: its owner cannot be read; not restored", "session", ss.key, "error", err)
+			continue
+		} else if ok && c.Node != s.opts.Node {
 			// Another node of the cluster serves the session now (its
 			// client connected there while this one was down): it is
 			// not taken back.
