@@ -3,8 +3,8 @@ package cluster
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"strings"
