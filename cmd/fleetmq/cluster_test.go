@@ -538,3 +538,44 @@ func TestClusterRESTLimit(t *testing.T) {
 	}
 	t.Logf("%d requests allowed across two nodes, limit %d", ok, limit)
 }
+
+// TestClusterVendorLayout: a device publishing on its vendor's wire topic
+// through one node reaches its account's subscriber on another, on the
+// platform path (the layout's fan-out), and no other account's.
+func TestClusterVendorLayout(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	dir := t.TempDir()
+	A := createAccount(t, dir, "Acme", "owner@acme.example", "-database", dsn, "-plan", "starter")
+	B := createAccount(t, dir, "Beta", "owner@beta.example", "-database", dsn, "-plan", "starter")
+	mustCLI(t, dir, "layout", "add", "acme", "-root", "acme", "-fanout", "-rule", "acme/{client_id}/sensor/+=telemetry/{1}", "-database", dsn)
+	for _, acc := range []string{A.ID, B.ID} {
+		mustCLI(t, dir, "client", "add", acc, "pump-17", "-database", dsn)
+	}
+	pubA := createCredential(t, dir, A.ID, "-kind", "publisher", "-database", dsn)
+	subA := createCredential(t, dir, A.ID, "-kind", "subscriber", "-database", dsn)
+	subB := createCredential(t, dir, B.ID, "-kind", "subscriber", "-database", dsn)
+	nodes := startCluster(t, dsn, 2)
+	got := connectV3(t, nodes[1].addr, "sub-a", subA.Username, subA.Password).Subscription(t, A.ID+"/#", 1)
+	gotB := connectV3(t, nodes[1].addr, "sub-b", subB.Username, subB.Password).Subscription(t, B.ID+"/#", 1)
+	dev := connectV3(t, nodes[0].addr, "pump-17", pubA.Username, pubA.Password)
+	eventually(t, "the vendor topic's message to reach node 2 on the platform path", func() bool {
+		dev.Pub(t, "acme/pump-17/sensor/temp", 1, false, "21.5")
+		select {
+		case m := <-got:
+			return m.Topic() == A.ID+"/pump-17/telemetry/temp" && string(m.Payload()) == "21.5"
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	})
+	dev.Pub(t, A.ID+"/pump-17/event/end", 1, false, "end") // a barrier on the platform path
+	for {
+		if m := mqtttest.NextV3(t, got); string(m.Payload()) == "end" {
+			break
+		}
+	}
+	select {
+	case m := <-gotB:
+		t.Fatalf("the other account's subscriber got %q on %s", m.Payload(), m.Topic())
+	default:
+	}
+}
