@@ -93,7 +93,8 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 			Port:           port,
 			TLSConfig:      o.RouteTLS,
 			TLSTimeout:     5,
-			ConnectRetries: -1, // a route to a node that is down is tried again for good
+			ConnectRetries: -1,   // a route to a node that is down is tried again for good,
+			ConnectBackoff: true, // less and less often (up to every 30 s)
 		},
 	}
 	if len(routes) > 0 {
