@@ -39,6 +39,18 @@ func startCluster(t *testing.T, dsn string, n int) []*serveProcess {
 	return nodes
 }
 
+// clusterAccount makes an account on the starter plan in the database,
+// registers its clients, and creates a publisher credential and a
+// subscriber password.
+func clusterAccount(t *testing.T, dir, dsn, name string, clients ...string) (id string, pub, sub credential) {
+	t.Helper()
+	id = createAccount(t, dir, name, strings.ToLower(name)+"@example.com", "-database", dsn, "-plan", "starter").ID
+	for _, c := range clients {
+		mustCLI(t, dir, "client", "add", id, c, "-database", dsn)
+	}
+	return id, createCredential(t, dir, id, "-kind", "publisher", "-database", dsn), createCredential(t, dir, id, "-kind", "subscriber", "-database", dsn)
+}
+
 // crossed publishes probes on topic from pub until one reaches ch: the
 // subscription's interest has reached the publisher's node.
 func crossed(t *testing.T, pub *mqtttest.V3, topic string, ch chan mqtt3.Message) {
@@ -229,15 +241,11 @@ func TestClusterQoS2Pool(t *testing.T) {
 // was retained (loaded from PostgreSQL); a clear through the first node
 // reaches them all.
 func TestClusterRetained(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	dir := t.TempDir()
-	A := createAccount(t, dir, "Acme", "owner@acme.example", "-database", dsn, "-plan", "starter")
-	mustCLI(t, dir, "client", "add", A.ID, "dev1", "-database", dsn)
-	pubA := createCredential(t, dir, A.ID, "-kind", "publisher", "-database", dsn)
-	subA := createCredential(t, dir, A.ID, "-kind", "subscriber", "-database", dsn)
+	dsn, dir := pgtest.DSN(t), t.TempDir()
+	acc, pubA, subA := clusterAccount(t, dir, dsn, "Acme", "dev1")
 	nodes := startCluster(t, dsn, 2)
 	dev := connectV3(t, nodes[0].addr, "dev1", pubA.Username, pubA.Password)
-	topic := A.ID + "/dev1/state/door"
+	topic := acc + "/dev1/state/door"
 	dev.Pub(t, topic, 1, true, "open")
 
 	retainedOn := func(addr, id string) (string, bool) {
@@ -273,15 +281,11 @@ func TestClusterRetained(t *testing.T) {
 // connection (MQTT 5: DISCONNECT 0x8E Session taken over) within a
 // second, and the device publishes on through the new one.
 func TestClusterTakeover(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	dir := t.TempDir()
-	A := createAccount(t, dir, "Acme", "owner@acme.example", "-database", dsn, "-plan", "starter")
-	mustCLI(t, dir, "client", "add", A.ID, "dev1", "-database", dsn)
-	pubA := createCredential(t, dir, A.ID, "-kind", "publisher", "-database", dsn)
-	subA := createCredential(t, dir, A.ID, "-kind", "subscriber", "-database", dsn)
+	dsn, dir := pgtest.DSN(t), t.TempDir()
+	acc, pubA, subA := clusterAccount(t, dir, dsn, "Acme", "dev1")
 	nodes := startCluster(t, dsn, 2)
 	sub := connectV3(t, nodes[0].addr, "sub", subA.Username, subA.Password)
-	got := sub.Subscription(t, A.ID+"/#", 1)
+	got := sub.Subscription(t, acc+"/#", 1)
 
 	old := connectV5(t, nodes[0].addr, "dev1", pubA.Username, pubA.Password, true)
 	start := time.Now()
@@ -298,7 +302,7 @@ func TestClusterTakeover(t *testing.T) {
 		t.Fatal("the old connection on node 1 was not closed after the client connected to node 2")
 	}
 	eventually(t, "the device's messages through node 2 to reach node 1's subscriber", func() bool {
-		fresh.Pub(t, A.ID+"/dev1/event/after", 1, "moved")
+		fresh.Pub(t, acc+"/dev1/event/after", 1, "moved")
 		select {
 		case m := <-got:
 			return string(m.Payload()) == "moved"
