@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/pgtest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/platform"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
@@ -582,4 +583,27 @@ func TestClusterVendorLayout(t *testing.T) {
 		t.Fatalf("the other account's subscriber got %q on %s", m.Payload(), m.Topic())
 	default:
 	}
+}
+
+// TestClusterRouteTLS: nodes whose routes are TLS both ways (each
+// presents its certificate and requires one signed by the authority)
+// carry messages between them; a node without the certificate never
+// joins: it stays unrouted and says so on /readyz.
+func TestClusterRouteTLS(t *testing.T) {
+	dsn, dir := pgtest.DSN(t), t.TempDir()
+	acc, pub, sub := clusterAccount(t, dir, dsn, "Acme", "dev1")
+	cert, key := testkit.SelfSignedFiles(t) // its own authority
+	tlsFlags := []string{"-cluster-tls-cert", cert, "-cluster-tls-key", key, "-cluster-tls-ca", cert}
+	first := startServe(t, t.TempDir(), append([]string{"-database", dsn, "-node-id", "t1", "-cluster-listen", "127.0.0.1:0"}, tlsFlags...)...)
+	second := startServe(t, t.TempDir(), append([]string{"-database", dsn, "-node-id", "t2", "-cluster-listen", "127.0.0.1:0",
+		"-cluster-routes", first.route}, tlsFlags...)...)
+	got := connectV3(t, second.addr, "sub", sub.Username, sub.Password).Subscription(t, acc+"/#", 1)
+	crossed(t, connectV3(t, first.addr, "dev1", pub.Username, pub.Password), acc+"/dev1/event/probe", got)
+
+	plain := startServe(t, t.TempDir(), "-database", dsn, "-node-id", "t3", "-cluster-listen", "127.0.0.1:0",
+		"-cluster-routes", first.route, "-http-listen", "127.0.0.1:0")
+	eventually(t, "the node without the certificate to stay out", func() bool {
+		code, body := httpGet(t, "http://"+plain.http+"/readyz")
+		return code == 503 && strings.Contains(body, "no NATS route")
+	})
 }

@@ -128,6 +128,9 @@ func StartCluster(ctx context.Context, c ClusterConfig, opts *broker.Options, st
 		if err != nil {
 			return nil, fmt.Errorf("cluster TLS: %w", err)
 		}
+		// The authority checks both ends: the routes this node opens
+		// too, not only those it accepts.
+		tc.RootCAs = tc.ClientCAs
 		no.RouteTLS = tc
 	}
 	var err error
