@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,9 @@ type NATSOptions struct {
 	// presents its certificate and requires the other node's, signed by
 	// the configured authorities.
 	RouteTLS *tls.Config
+	// RouteSecret, when set, is a secret every node of the cluster shares:
+	// a route is accepted only from a node that presents it.
+	RouteSecret string
 	// MaxPayload bounds one message between the nodes (bytes); it must
 	// hold the largest MQTT message accepted plus its envelope.
 	MaxPayload int32
@@ -50,6 +54,9 @@ type NATS struct {
 
 // ClusterName is the name of the NATS cluster the embedded servers form.
 const ClusterName = "fleetmq"
+
+// routeUser is the user a node presents with the shared route secret.
+const routeUser = "fleetmq"
 
 // StartNATS starts the embedded server (when no URL is given) and waits
 // until it takes connections.
@@ -69,6 +76,14 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 	for _, r := range o.Routes {
 		if !strings.Contains(r, "://") {
 			r = "nats-route://" + r
+		}
+		if o.RouteSecret != "" {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("cluster route %q: %w", r, err)
+			}
+			u.User = url.UserPassword(routeUser, o.RouteSecret)
+			r = u.String()
 		}
 		routes = append(routes, r)
 	}
@@ -103,6 +118,9 @@ func StartNATS(o NATSOptions) (*NATS, error) {
 	if port == 0 {
 		sopts.Cluster.Port = server.RANDOM_PORT
 	}
+	if o.RouteSecret != "" {
+		sopts.Cluster.Username, sopts.Cluster.Password = routeUser, o.RouteSecret
+	}
 	s, err := server.NewServer(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded NATS: %w", err)
@@ -130,12 +148,13 @@ func (n *NATS) ClusterAddr() string {
 }
 
 // Routes is how many other nodes' servers the embedded server is routed
-// to; -1 when the NATS is the operator's.
+// to (a node counts once, whatever the connections of its route pool);
+// -1 when the NATS is the operator's.
 func (n *NATS) Routes() int {
 	if n.server == nil {
 		return -1
 	}
-	return n.server.NumRoutes()
+	return n.server.NumRemotes()
 }
 
 // Connect opens a connection to the NATS: in-process to the embedded

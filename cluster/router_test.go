@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -406,4 +407,50 @@ func TestSharedOverlappingGroups(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRouteSecret: nodes sharing a route secret form a full mesh (the
+// routes NATS finds by gossip present it too); a node with another secret
+// is refused and routed to no one.
+func TestRouteSecret(t *testing.T) {
+	start := func(name, secret string, log *slog.Logger, routes ...string) *NATS {
+		n, err := StartNATS(NATSOptions{Name: name, ClusterListen: "127.0.0.1:0", Routes: routes, RouteSecret: secret, MaxPayload: 2 << 20, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	a := start("s1", "right", quiet)
+	b := start("s2", "right", quiet, a.ClusterAddr())
+	c := start("s3", "right", quiet, a.ClusterAddr()) // finds s2 through s1
+	testkit.Eventually(t, 10*time.Second, "a full mesh of the three", func() bool {
+		return a.Routes() == 2 && b.Routes() == 2 && c.Routes() == 2
+	})
+	var logged lockedLog
+	bad := start("s4", "wrong", slog.New(slog.NewTextHandler(&logged, nil)), a.ClusterAddr())
+	testkit.Eventually(t, 10*time.Second, "the node with another secret to be refused", func() bool {
+		return strings.Contains(strings.ToLower(logged.String()), "authorization")
+	})
+	if bad.Routes() != 0 || a.Routes() != 2 {
+		t.Fatalf("after the refusal: the outsider has %d routes, s1 %d; want 0 and 2", bad.Routes(), a.Routes())
+	}
+}
+
+// lockedLog is a log sink read while written.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -39,6 +39,9 @@ type ClusterConfig struct {
 	// TLSCert, TLSKey and TLSCA secure the embedded server's routes: each
 	// node presents its certificate and requires one signed by TLSCA.
 	TLSCert, TLSKey, TLSCA string
+	// Secret, when set, is required of every node that opens a route to
+	// this one (and presented on the routes this one opens).
+	Secret string
 }
 
 // On reports whether the process is a node of a cluster.
@@ -53,6 +56,7 @@ func (c *ClusterConfig) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSCert, "cluster-tls-cert", "", "certificate (PEM) this node presents on the routes between nodes [FLEETMQ_CLUSTER_TLS_CERT]")
 	fs.StringVar(&c.TLSKey, "cluster-tls-key", "", "private key (PEM) of -cluster-tls-cert [FLEETMQ_CLUSTER_TLS_KEY]")
 	fs.StringVar(&c.TLSCA, "cluster-tls-ca", "", "certificate authorities (PEM) a node's route certificate must be signed by [FLEETMQ_CLUSTER_TLS_CA]")
+	fs.StringVar(&c.Secret, "cluster-secret", "", "a secret all the nodes share: a node that does not present it cannot open a route to this one (set it through the variable, not on the command line) [FLEETMQ_CLUSTER_SECRET]")
 }
 
 // Validate checks the cluster's settings against the store's: a node of
@@ -70,16 +74,16 @@ func (c ClusterConfig) Validate(database string) error {
 // ValidateFlags checks that the cluster's flags go together.
 func (c ClusterConfig) ValidateFlags() error {
 	if !c.On() {
-		if c.Routes != "" || c.TLSCert != "" || c.TLSKey != "" || c.TLSCA != "" {
-			return errors.New("-cluster-routes and -cluster-tls-* need -cluster-listen (FLEETMQ_CLUSTER_LISTEN)")
+		if c.Routes != "" || c.TLSCert != "" || c.TLSKey != "" || c.TLSCA != "" || c.Secret != "" {
+			return errors.New("-cluster-routes, -cluster-secret and -cluster-tls-* need -cluster-listen (FLEETMQ_CLUSTER_LISTEN)")
 		}
 		return nil
 	}
 	if c.NATSURL != "" && c.Listen != "" {
 		return errors.New("-nats-url and -cluster-listen: one or the other (an existing NATS, or NATS embedded in each node)")
 	}
-	if c.NATSURL != "" && (c.Routes != "" || c.TLSCert != "") {
-		return errors.New("-cluster-routes and -cluster-tls-* are for the embedded NATS (-cluster-listen), not for -nats-url")
+	if c.NATSURL != "" && (c.Routes != "" || c.TLSCert != "" || c.Secret != "") {
+		return errors.New("-cluster-routes, -cluster-secret and -cluster-tls-* are for the embedded NATS (-cluster-listen), not for -nats-url")
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") || (c.TLSCert != "" && c.TLSCA == "") {
 		return errors.New("-cluster-tls-cert, -cluster-tls-key and -cluster-tls-ca go together")
@@ -116,7 +120,7 @@ func StartCluster(ctx context.Context, c ClusterConfig, opts *broker.Options, st
 	if n.id == "" {
 		n.id = "node-" + strings.ToLower(rand.Text()[:8])
 	}
-	no := cluster.NATSOptions{URL: c.NATSURL, Name: n.id, ClusterListen: c.Listen, Logger: log,
+	no := cluster.NATSOptions{URL: c.NATSURL, Name: n.id, ClusterListen: c.Listen, Logger: log, RouteSecret: c.Secret,
 		MaxPayload: int32(max(opts.MaxPacketSize, broker.DefaultMaxPacketSize)) + 64<<10}
 	for r := range strings.SplitSeq(c.Routes, ",") {
 		if r = strings.TrimSpace(r); r != "" {
