@@ -607,3 +607,59 @@ func TestClusterRouteTLS(t *testing.T) {
 		return code == 503 && strings.Contains(body, "no NATS route")
 	})
 }
+
+// TestClusterShared: an account's shared subscription with a member on
+// each of two nodes gets each of a device's messages once in all.
+func TestClusterShared(t *testing.T) {
+	dsn, dir := pgtest.DSN(t), t.TempDir()
+	acc, pub, sub := clusterAccount(t, dir, dsn, "Acme", "dev1")
+	nodes := startCluster(t, dsn, 2)
+	filter := "$share/workers/" + acc + "/+/event/#"
+	var members []chan mqtt3.Message
+	for i, nd := range nodes {
+		members = append(members, connectV3(t, nd.addr, fmt.Sprintf("worker-%d", i), sub.Username, sub.Password).Subscription(t, filter, 1))
+	}
+	dev := connectV3(t, nodes[0].addr, "dev1", pub.Username, pub.Password)
+	eventually(t, "both members to get messages", func() bool {
+		dev.Pub(t, acc+"/dev1/event/probe", 1, false, "probe")
+		return len(members[0]) > 0 && len(members[1]) > 0
+	})
+	for drained := false; !drained; { // probes on their way
+		select {
+		case <-members[0]:
+		case <-members[1]:
+		case <-time.After(300 * time.Millisecond):
+			drained = true
+		}
+	}
+	const n = 60
+	for i := range n {
+		dev.Pub(t, acc+"/dev1/event/n", 1, false, fmt.Sprint(i))
+	}
+	dev.Pub(t, acc+"/dev1/event/n", 1, false, "end")
+	// Every number and the end, then until nothing came for 300 ms: a
+	// copy too many would come by then.
+	got := map[string]int{}
+	for quiet := false; !quiet; {
+		wait := waitFor
+		if len(got) == n+1 {
+			wait = 300 * time.Millisecond
+		}
+		select {
+		case m := <-members[0]:
+			got[string(m.Payload())]++
+		case m := <-members[1]:
+			got[string(m.Payload())]++
+		case <-time.After(wait):
+			if len(got) < n+1 {
+				t.Fatalf("the group got %d of the %d messages and the end", len(got), n)
+			}
+			quiet = true
+		}
+	}
+	for i := range n {
+		if c := got[fmt.Sprint(i)]; c != 1 {
+			t.Fatalf("message %d reached the group %d times, want once", i, c)
+		}
+	}
+}
