@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"hash/maphash"
 	"log/slog"
 	"strings"
@@ -56,11 +55,11 @@ type Retained struct {
 	store fleetmq.RetainedStore
 	log   *slog.Logger
 
-	locks [64]sync.Mutex // by topic: a compare-and-set of one topic at a time
-	seed  maphash.Seed
-
-	tombMu sync.Mutex
-	tombs  map[string]time.Time // cleared topics, by the clear's creation time
+	// stripes, by topic: a compare-and-set of one topic at a time, and
+	// the tombstones of the topics cleared (by the clear's creation
+	// time), with no lock shared by all topics on the publishing path.
+	stripes [64]stripe
+	seed    maphash.Seed
 
 	out      chan *broker.Message
 	rowsMu   sync.Mutex
@@ -86,6 +85,12 @@ type Retained struct {
 	Received, Unstored atomic.Int64
 }
 
+// stripe is the topics of one of Retained.stripes.
+type stripe struct {
+	mu    sync.Mutex
+	tombs map[string]time.Time
+}
+
 // sweepEvery is how often at most a node sweeps the database's retained
 // messages (every node's copy is swept at each broker sweep).
 const sweepEvery = time.Minute
@@ -102,7 +107,7 @@ func NewRetained(ctx context.Context, n *NATS, node string, store fleetmq.Retain
 		log = slog.Default()
 	}
 	r := &Retained{MemoryRetained: broker.NewMemoryRetained(), node: node + "/" + strings.ToLower(rand.Text()[:8]),
-		nats: n, store: store, log: log, seed: maphash.MakeSeed(), tombs: map[string]time.Time{},
+		nats: n, store: store, log: log, seed: maphash.MakeSeed(),
 		out: make(chan *broker.Message, SendQueue), rowsKick: make(chan struct{}, 1), done: make(chan struct{}),
 		sendDone: make(chan struct{}), sent: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -203,41 +208,35 @@ func (r *Retained) Set(m *broker.Message) {
 // setIfNewer sets m (or clears its topic, for an empty payload) unless the
 // topic holds a message, or a clear, created after it.
 func (r *Retained) setIfNewer(m *broker.Message) bool {
-	mu := &r.locks[maphash.String(r.seed, m.Topic)%uint64(len(r.locks))]
-	mu.Lock()
-	defer mu.Unlock()
-	r.tombMu.Lock()
-	cleared, ok := r.tombs[m.Topic]
+	st := &r.stripes[maphash.String(r.seed, m.Topic)%uint64(len(r.stripes))]
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	cleared, ok := st.tombs[m.Topic]
 	if ok && cleared.After(m.Created) {
-		r.tombMu.Unlock()
 		return false
 	}
-	if len(m.Payload) == 0 {
-		r.tombs[m.Topic] = m.Created
-	} else if ok {
-		delete(r.tombs, m.Topic)
+	if cur := r.MemoryRetained.Get(m.Topic); cur != nil && cur.Created.After(m.Created) {
+		return false
 	}
-	r.tombMu.Unlock()
-	// A topic holds no wildcard: as a filter it matches itself alone.
-	for _, cur := range r.MemoryRetained.Match(m.Topic, time.Time{}) {
-		if cur.Topic == m.Topic && cur.Created.After(m.Created) {
-			return false
+	switch {
+	case len(m.Payload) == 0:
+		if st.tombs == nil {
+			st.tombs = make(map[string]time.Time)
 		}
+		st.tombs[m.Topic] = m.Created
+	case ok:
+		delete(st.tombs, m.Topic)
 	}
 	r.MemoryRetained.Set(m)
 	return true
 }
 
 func (r *Retained) receive(msg *nats.Msg) {
-	b := msg.Data
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)-k) {
+	node, rest, ok := readString(msg.Data)
+	if !ok || node == r.node {
 		return
 	}
-	if string(b[k:k+int(n)]) == r.node {
-		return
-	}
-	m, err := broker.DecodeMessage(b[k+int(n):])
+	m, err := broker.DecodeMessage(rest)
 	if err != nil {
 		return
 	}
@@ -347,13 +346,16 @@ func (r *Retained) write() {
 // its tombstones, and at most every minute from the database.
 func (r *Retained) Sweep(now time.Time, maxAge time.Duration) int {
 	n := r.MemoryRetained.Sweep(now, maxAge)
-	r.tombMu.Lock()
-	for topic, at := range r.tombs {
-		if now.Sub(at) > tombstoneAge {
-			delete(r.tombs, topic)
+	for i := range r.stripes {
+		st := &r.stripes[i]
+		st.mu.Lock()
+		for topic, at := range st.tombs {
+			if now.Sub(at) > tombstoneAge {
+				delete(st.tombs, topic)
+			}
 		}
+		st.mu.Unlock()
 	}
-	r.tombMu.Unlock()
 	last := r.lastSweep.Load()
 	if r.store == nil || now.Unix()-last < int64(sweepEvery/time.Second) || !r.lastSweep.CompareAndSwap(last, now.Unix()) {
 		return n

@@ -264,35 +264,33 @@ func decode(b []byte) (node string, seq uint64, m *broker.Message, err error) {
 	if len(b) == 0 || b[0] != envelopeVersion {
 		return "", 0, nil, errEnvelope
 	}
-	b = b[1:]
-	str := func() string {
-		n, k := binary.Uvarint(b)
-		if k <= 0 || n > uint64(len(b)-k) {
-			err = errEnvelope
-			return ""
-		}
-		s := string(b[k : k+int(n)])
-		b = b[k+int(n):]
-		return s
-	}
-	node = str()
-	if err != nil {
-		return
+	node, b, ok := readString(b[1:])
+	if !ok {
+		return "", 0, nil, errEnvelope
 	}
 	seq, k := binary.Uvarint(b)
 	if k <= 0 {
 		return "", 0, nil, errEnvelope
 	}
-	b = b[k:]
-	origin := str()
-	if err != nil {
-		return
+	origin, b, ok := readString(b[k:])
+	if !ok {
+		return "", 0, nil, errEnvelope
 	}
 	if m, err = broker.DecodeMessage(b); err != nil {
 		return "", 0, nil, err
 	}
 	m.Origin = origin
 	return node, seq, m, nil
+}
+
+// readString reads what appendString wrote at the start of b, and
+// returns the rest.
+func readString(b []byte) (s string, rest []byte, ok bool) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return "", nil, false
+	}
+	return string(b[k : k+int(n)]), b[k+int(n):], true
 }
 
 func (r *Router) receive() {

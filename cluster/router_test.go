@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -427,30 +426,12 @@ func TestRouteSecret(t *testing.T) {
 	testkit.Eventually(t, 10*time.Second, "a full mesh of the three", func() bool {
 		return a.Routes() == 2 && b.Routes() == 2 && c.Routes() == 2
 	})
-	var logged lockedLog
-	bad := start("s4", "wrong", slog.New(slog.NewTextHandler(&logged, nil)), a.ClusterAddr())
+	log, logged := testkit.NewLog()
+	bad := start("s4", "wrong", log, a.ClusterAddr())
 	testkit.Eventually(t, 10*time.Second, "the node with another secret to be refused", func() bool {
 		return strings.Contains(strings.ToLower(logged.String()), "authorization")
 	})
 	if bad.Routes() != 0 || a.Routes() != 2 {
 		t.Fatalf("after the refusal: the outsider has %d routes, s1 %d; want 0 and 2", bad.Routes(), a.Routes())
 	}
-}
-
-// lockedLog is a log sink read while written.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

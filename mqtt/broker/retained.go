@@ -177,6 +177,16 @@ func lookup(n *rnode, topic string) *Message {
 	return n.msg
 }
 
+// Get returns the message retained on topic, expired or not, nil when
+// none (a cluster's store compares creation times with it).
+func (rs *MemoryRetained) Get(topic string) *Message {
+	first, _ := cut(topic)
+	sh := rs.shard(first)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return lookup(&sh.root, topic)
+}
+
 // Under returns the retained messages stored under topic's first level
 // and their payload bytes, and the payload size of the one retained on
 // topic itself (-1 when none).
