@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"encoding/binary"
+	"errors"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -14,24 +16,42 @@ import (
 // one transaction that returns the claim it replaced (sqlstore.Store is
 // one).
 type OwnerStore interface {
-	ClaimSession(key, node string) (epoch int64, oldNode string, oldEpoch int64, err error)
+	ClaimSession(key, node string, fresh bool) (epoch int64, oldNode string, oldEpoch int64, err error)
 	ReleaseSession(key string, epoch int64) (bool, error)
 	SessionOwner(key string) (node string, epoch int64, err error)
+	SaveSessionState(key string, epoch int64, state []byte) error
+	TakeSessionState(key string, epoch int64) (state []byte, ok bool, err error)
 }
 
-// Owners is the broker.SessionOwners of a cluster: the claims are rows of
-// the database (OwnerStore), whose epochs order them; a claim that
-// replaces another node's tells that node on NATS (a subject per node),
-// and the node's Watch hears it and closes the session's connection
-// there (MQTT 5: DISCONNECT 0x8E Session taken over).
+// handOffWait bounds how long a claim that resumes a session waits for
+// the node that had it to save the session's state. A node that is gone
+// answers at once (NATS has no one on its subject); one that does not
+// answer in time leaves the state it saved last.
+const handOffWait = 800 * time.Millisecond
+
+// maxHandOffs bounds the takeover notices a node handles at once (each
+// saves a session's state in the database).
+const maxHandOffs = 64
+
+// Owners is the broker.SessionOwners and broker.SessionStates of a
+// cluster: the claims are rows of the database (OwnerStore), whose epochs
+// order them, and the sessions' states are kept in the same rows. A claim
+// that replaces another node's tells that node on NATS (a subject per
+// node); the node's Watch hears it, closes the session's connection there
+// (MQTT 5: DISCONNECT 0x8E Session taken over), saves the session's state
+// and answers; a claim that resumes the session (not fresh) waits for
+// that answer (handOffWait) before it returns, so the new node reads the
+// state the old one left.
 //
 // A notice is sent once: a node that cannot be reached at that moment
 // keeps the old connection until it ends by itself (its claim is no
-// longer the session's, so its end frees nothing of the new owner's).
+// longer the session's, so its end frees nothing of the new owner's, and
+// it can no longer save the session's state).
 type Owners struct {
-	store OwnerStore
-	nc    *nats.Conn
-	log   *slog.Logger
+	store    OwnerStore
+	nc       *nats.Conn
+	log      *slog.Logger
+	handOffs chan struct{} // a token per notice being handled
 }
 
 // NewOwners connects a node's session claims to the NATS for notices.
@@ -43,7 +63,7 @@ func NewOwners(n *NATS, node string, store OwnerStore, log *slog.Logger) (*Owner
 	if err != nil {
 		return nil, err
 	}
-	return &Owners{store: store, nc: nc, log: log}, nil
+	return &Owners{store: store, nc: nc, log: log, handOffs: make(chan struct{}, maxHandOffs)}, nil
 }
 
 // ownersSubject is where a node hears of its claims taken by others.
@@ -54,19 +74,38 @@ func ownersSubject(node string) string {
 	return b.String()
 }
 
-// Claim makes node the owner of key and tells the node it replaces.
-func (o *Owners) Claim(key, node string) (broker.Claim, error) {
-	epoch, oldNode, oldEpoch, err := o.store.ClaimSession(key, node)
+// Claim makes node the owner of key and tells the node it replaces; a
+// claim that is not fresh waits for that node's hand-over.
+func (o *Owners) Claim(key, node string, fresh bool) (broker.Claim, error) {
+	epoch, oldNode, oldEpoch, err := o.store.ClaimSession(key, node, fresh)
 	if err != nil {
 		return broker.Claim{}, err
 	}
-	if oldNode != "" && oldNode != node {
-		b := binary.AppendUvarint(nil, uint64(oldEpoch))
-		if err := o.nc.Publish(ownersSubject(oldNode), append(b, key...)); err != nil {
-			o.log.Warn("cluster: the node that had a session could not be told of its takeover", "node", oldNode, "error", err)
-		}
+	c := broker.Claim{Key: key, Node: node, Epoch: uint64(epoch), From: oldNode}
+	if oldNode == "" || oldNode == node {
+		return c, nil
 	}
-	return broker.Claim{Key: key, Node: node, Epoch: uint64(epoch)}, nil
+	notice := append(binary.AppendUvarint(nil, uint64(oldEpoch)), key...)
+	subject := ownersSubject(oldNode)
+	if fresh {
+		err = o.nc.Publish(subject, notice)
+	} else if _, err = o.nc.Request(subject, notice, handOffWait); errors.Is(err, nats.ErrNoResponders) {
+		err = nil // the node is gone: the state it saved last is there
+	}
+	if err != nil {
+		o.log.Warn("cluster: the node that had a session could not be told of its takeover", "node", oldNode, "error", err)
+	}
+	return c, nil
+}
+
+// Save stores the state of the session c holds (broker.SessionStates).
+func (o *Owners) Save(c broker.Claim, state []byte) error {
+	return o.store.SaveSessionState(c.Key, int64(c.Epoch), state)
+}
+
+// Take returns the state left for c's session and makes it c's.
+func (o *Owners) Take(c broker.Claim) ([]byte, bool, error) {
+	return o.store.TakeSessionState(c.Key, int64(c.Epoch))
 }
 
 // Release removes c when it still holds its key.
@@ -90,7 +129,17 @@ func (o *Owners) Watch(node string, lost func(old broker.Claim)) (stop func()) {
 		if k <= 0 {
 			return
 		}
-		lost(broker.Claim{Key: string(msg.Data[k:]), Node: node, Epoch: epoch})
+		old := broker.Claim{Key: string(msg.Data[k:]), Node: node, Epoch: epoch}
+		// lost saves the session's state: notices are handled side by
+		// side (up to maxHandOffs), each answered once it returned.
+		o.handOffs <- struct{}{}
+		go func() {
+			defer func() { <-o.handOffs }()
+			lost(old)
+			if msg.Reply != "" {
+				msg.Respond(nil)
+			}
+		}()
 	})
 	if err != nil {
 		o.log.Error("cluster: cannot hear of this node's sessions taken over by others", "error", err)

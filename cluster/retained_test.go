@@ -135,30 +135,41 @@ func TestOwnersContract(t *testing.T) {
 
 func owners(t *testing.T, postgres bool) {
 	contract.SessionOwners(t, func(t *testing.T) func(string) broker.SessionOwners {
-		path := filepath.Join(t.TempDir(), "fleetmq.db")
-		if postgres {
-			path = pgtest.DSN(t)
-		}
-		first := startNATS(t, "o1")
-		second := startNATS(t, "o2", first.ClusterAddr())
-		testkit.Eventually(t, 10*time.Second, "the route", func() bool { return first.Routes() > 0 })
-		i := 0
-		return func(node string) broker.SessionOwners {
-			st, err := sqlstore.Open(context.Background(), path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			n := first
-			if i++; i%2 == 0 {
-				n = second
-			}
-			o, err := NewOwners(n, node, st, quiet)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(o.Close)
-			return o
-		}
+		node := sharedOwners(t, postgres)
+		return func(name string) broker.SessionOwners { return node(name) }
 	})
+	contract.SessionStates(t, func(t *testing.T) func(string) contract.OwnersStates {
+		node := sharedOwners(t, postgres)
+		return func(name string) contract.OwnersStates { return node(name) }
+	})
+}
+
+// sharedOwners starts two routed NATS servers on a new database and
+// returns a function giving each node its Owners, on one of them.
+func sharedOwners(t *testing.T, postgres bool) func(node string) *Owners {
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	if postgres {
+		path = pgtest.DSN(t)
+	}
+	first := startNATS(t, "o1")
+	second := startNATS(t, "o2", first.ClusterAddr())
+	testkit.Eventually(t, 10*time.Second, "the route", func() bool { return first.Routes() > 0 })
+	i := 0
+	return func(node string) *Owners {
+		st, err := sqlstore.Open(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		n := first
+		if i++; i%2 == 0 {
+			n = second
+		}
+		o, err := NewOwners(n, node, st, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(o.Close)
+		return o
+	}
 }

@@ -22,8 +22,9 @@ const ownersTimeout = 5 * time.Second
 // text does not take.
 
 // ClaimSession makes node the owner of the session key and returns the
-// new claim's epoch and the claim it replaced (oldNode "" when none).
-func (s *Store) ClaimSession(key, node string) (epoch int64, oldNode string, oldEpoch int64, err error) {
+// new claim's epoch and the claim it replaced (oldNode "" when none). A
+// fresh claim (a clean start) discards the session's saved state.
+func (s *Store) ClaimSession(key, node string, fresh bool) (epoch int64, oldNode string, oldEpoch int64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
 	defer cancel()
 	err = s.tx(ctx, func(tx *sql.Tx) error {
@@ -35,18 +36,18 @@ func (s *Store) ClaimSession(key, node string) (epoch int64, oldNode string, old
 			ON CONFLICT (key) DO UPDATE SET node = session_owners.node RETURNING node, epoch`), []byte(key)).Scan(&oldNode, &oldEpoch); err != nil {
 			return err
 		}
-		next := `nextval('session_epochs')`
-		if s.dialect != postgresDialect {
-			if err := tx.QueryRowContext(ctx, `UPDATE session_epochs SET last = last + 1 WHERE id = 1 RETURNING last`).Scan(&epoch); err != nil {
-				return err
-			}
-			next = "?"
+		if s.dialect == postgresDialect {
+			return tx.QueryRowContext(ctx, `UPDATE session_owners SET node = $1, epoch = e.v,
+				state = CASE WHEN $2 THEN NULL ELSE state END, state_epoch = CASE WHEN $2 THEN e.v ELSE state_epoch END
+				FROM (SELECT nextval('session_epochs') AS v) e WHERE key = $3 RETURNING session_owners.epoch`,
+				node, fresh, []byte(key)).Scan(&epoch)
 		}
-		args := []any{node, []byte(key)}
-		if s.dialect != postgresDialect {
-			args = []any{node, epoch, []byte(key)}
+		if err := tx.QueryRowContext(ctx, `UPDATE session_epochs SET last = last + 1 WHERE id = 1 RETURNING last`).Scan(&epoch); err != nil {
+			return err
 		}
-		return tx.QueryRowContext(ctx, s.rebind(`UPDATE session_owners SET node = ?, epoch = `+next+` WHERE key = ? RETURNING epoch`), args...).Scan(&epoch)
+		return tx.QueryRowContext(ctx, `UPDATE session_owners SET node = ?1, epoch = ?2,
+			state = CASE WHEN ?3 THEN NULL ELSE state END, state_epoch = CASE WHEN ?3 THEN ?2 ELSE state_epoch END
+			WHERE key = ?4 RETURNING epoch`, node, epoch, fresh, []byte(key)).Scan(&epoch)
 	})
 	return epoch, oldNode, oldEpoch, err
 }
@@ -76,6 +77,40 @@ func (s *Store) SessionOwner(key string) (node string, epoch int64, err error) {
 		return "", 0, nil
 	}
 	return node, epoch, err
+}
+
+// SaveSessionState stores the state of the session key saved by its
+// claim epoch, unless a later claim took or discarded the state.
+func (s *Store) SaveSessionState(key string, epoch int64, state []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
+	defer cancel()
+	_, err := s.db.ExecContext(ctx, s.rebind(`UPDATE session_owners SET state = ?, state_epoch = ? WHERE key = ? AND state_epoch <= ?`),
+		state, epoch, []byte(key), epoch)
+	return err
+}
+
+// TakeSessionState returns the state saved for the session key by claim
+// epoch or an earlier one, and makes it epoch's (ok false when there is
+// none, or a later claim took it).
+func (s *Store) TakeSessionState(key string, epoch int64) (state []byte, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
+	defer cancel()
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		var at int64
+		// The no-op update holds the row to the end (as in ClaimSession).
+		err := tx.QueryRowContext(ctx, s.rebind(`UPDATE session_owners SET state_epoch = state_epoch WHERE key = ? RETURNING state, state_epoch`),
+			[]byte(key)).Scan(&state, &at)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && at > epoch {
+			state = nil
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, s.rebind(`UPDATE session_owners SET state_epoch = ? WHERE key = ?`), epoch, []byte(key))
+		return err
+	})
+	return state, state != nil, err
 }
 
 // SessionsPerNode counts the MQTT sessions each node of a cluster holds.

@@ -241,6 +241,7 @@ func (a *App) start(ctx context.Context) error {
 		if a.cluster, err = StartCluster(ctx, cfg.Cluster, &opts, a.Store, cfg.Now(), cfg.Logger); err != nil {
 			return err
 		}
+		opts.Replay = platform.Replay(a.Store)
 		cfg.Logger.Info("cluster node", "node", a.cluster.ID(), "nats", cfg.Cluster.NATSURL, "routes_listen", a.cluster.RouteAddr())
 	}
 	if cfg.Listeners.MaxConns == 0 && opts.MaxConns > 0 {

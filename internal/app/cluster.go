@@ -160,7 +160,7 @@ func StartCluster(ctx context.Context, c ClusterConfig, opts *broker.Options, st
 			n.Close()
 			return nil, fmt.Errorf("connect to NATS: %w", err)
 		}
-		opts.Owners = n.owners
+		opts.Owners, opts.States = n.owners, n.owners
 	}
 	return n, nil
 }

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
@@ -30,6 +32,9 @@ type Listeners struct {
 	MaxKeepAlive uint16
 	// AllowControlChars is broker.Options.AllowControlChars.
 	AllowControlChars bool
+	// ProxyFrom is broker.Options.ProxyFrom: the load balancers whose
+	// connections open with a PROXY protocol header.
+	ProxyFrom []netip.Prefix
 }
 
 // Limit puts the listeners' connection bounds into broker options. With
@@ -39,6 +44,7 @@ type Listeners struct {
 func (l *Listeners) Limit(o *broker.Options, otherConns int) {
 	o.MaxConns, o.MaxConnsPerAddr, o.MaxConnRatePerAddr = l.MaxConns, l.MaxConnsPerAddr, l.MaxConnRatePerAddr
 	o.MaxKeepAlive, o.AllowControlChars = l.MaxKeepAlive, l.AllowControlChars
+	o.ProxyFrom = l.ProxyFrom
 	if o.MaxConns == 0 {
 		n := 0
 		for _, addr := range []string{l.Listen, l.TLSListen, l.WSListen} {
@@ -61,6 +67,7 @@ func (l *Listeners) Flags(fs *flag.FlagSet, defaultListen string) {
 	fs.Float64Var(&l.MaxConnRatePerAddr, "mqtt-max-conn-rate-per-addr", 0, "most new MQTT connections per second from one IP address per listener, in bursts of twice as many (0: no bound) [FLEETMQ_MQTT_MAX_CONN_RATE_PER_ADDR]")
 	fs.BoolVar(&l.AllowControlChars, "allow-control-chars", false, "accept the control characters U+0001-U+001F and U+007F-U+009F in client ids, user names and topics (refused by default, as the MQTT specifications allow) [FLEETMQ_ALLOW_CONTROL_CHARS]")
 	fs.Var((*keepAliveFlag)(&l.MaxKeepAlive), "max-keepalive", "most seconds of keep alive a client may use (1-65535; 0: no cap): MQTT 5 clients asking for more, or for none, are told this value (Server Keep Alive), MQTT 3.1.1 clients are refused (CONNACK 0x02) [FLEETMQ_MAX_KEEPALIVE]")
+	fs.Var((*prefixesFlag)(&l.ProxyFrom), "proxy-protocol-from", "addresses or CIDR ranges of the load balancers in front of the MQTT listeners that send the PROXY protocol (version 1 or 2), comma-separated: their connections must open with it, and the client's address it carries is the one seen; other connections are served as they are (empty: no PROXY protocol) [FLEETMQ_PROXY_PROTOCOL_FROM]")
 	fs.IntVar(&l.MaxConnsPerAddr, "mqtt-max-conns-per-addr", 0, "most MQTT connections open from one IP address per listener (0: no bound; devices behind one NAT share an address) [FLEETMQ_MQTT_MAX_CONNS_PER_ADDR]")
 }
 
@@ -157,6 +164,37 @@ func (l *Listeners) Open(srv *broker.Server) ([]string, error) {
 		urls = append(urls, "ws://"+ln.Addr().String()+"/mqtt")
 	}
 	return urls, nil
+}
+
+// prefixesFlag is a comma-separated list of IP addresses and CIDR ranges.
+type prefixesFlag []netip.Prefix
+
+func (p *prefixesFlag) String() string {
+	var parts []string
+	for _, x := range *p {
+		parts = append(parts, x.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func (p *prefixesFlag) Set(v string) error {
+	*p = nil
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if pre, err := netip.ParsePrefix(part); err == nil {
+			*p = append(*p, pre.Masked())
+			continue
+		}
+		ip, err := netip.ParseAddr(part)
+		if err != nil {
+			return fmt.Errorf("%q is neither an IP address nor a CIDR range (10.0.0.5, 10.0.0.0/24)", part)
+		}
+		*p = append(*p, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+	}
+	return nil
 }
 
 // keepAliveFlag is a keep alive in whole seconds, 0 to 65535.

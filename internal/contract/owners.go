@@ -25,6 +25,9 @@ func SessionOwners(t *testing.T, newShared func(t *testing.T) func(node string) 
 		}
 		c1 := claim(t, a, "k", "a")
 		c2 := claim(t, a, "k", "a")
+		if c1.From != "" {
+			t.Fatalf("the first claim of a key comes from %q, want none", c1.From)
+		}
 		if c2.Epoch <= c1.Epoch {
 			t.Fatalf("epochs %d then %d: a later claim must have the greater", c1.Epoch, c2.Epoch)
 		}
@@ -64,6 +67,9 @@ func SessionOwners(t *testing.T, newShared func(t *testing.T) func(node string) 
 		claim(t, a, "k2", "a")
 		again := claim(t, a, "k", "a") // the same node: no one is told
 		cb := claim(t, b, "k", "b")
+		if again.From != "a" || cb.From != "a" {
+			t.Fatalf("claims replacing a's say they come from %q and %q, want a", again.From, cb.From)
+		}
 		if cb.Epoch <= again.Epoch {
 			t.Fatalf("b's claim has epoch %d, a's before it %d", cb.Epoch, again.Epoch)
 		}
@@ -78,10 +84,10 @@ func SessionOwners(t *testing.T, newShared func(t *testing.T) func(node string) 
 		// And back: b is told, once; a's k2 was never touched.
 		ca2 := claim(t, a, "k", "a")
 		testkit.Eventually(t, within, "node b to learn of the takeover", func() bool { return len(lostB.all()) > 0 })
-		if got := lostA.all(); len(got) != 1 || got[0] != again {
+		if got := lostA.all(); len(got) != 1 || !got[0].Same(again) {
 			t.Fatalf("node a was told %v; want once, the claim replaced (%v), not %v", got, again, ca)
 		}
-		if got := lostB.all(); len(got) != 1 || got[0] != cb {
+		if got := lostB.all(); len(got) != 1 || !got[0].Same(cb) {
 			t.Fatalf("node b was told %v; want once, %v", got, cb)
 		}
 		wantOwner(t, b, "k", ca2)
@@ -122,7 +128,7 @@ func SessionOwners(t *testing.T, newShared func(t *testing.T) func(node string) 
 			h := node(name)
 			wg.Go(func() {
 				for range each {
-					c, err := h.Claim("k", name)
+					c, err := h.Claim("k", name, false)
 					if err != nil {
 						t.Error(err)
 						return
@@ -170,7 +176,7 @@ func watch(o broker.SessionOwners, node string) (*notices, func()) {
 
 func claim(t *testing.T, o broker.SessionOwners, key, node string) broker.Claim {
 	t.Helper()
-	c, err := o.Claim(key, node)
+	c, err := o.Claim(key, node, false)
 	if err != nil {
 		t.Fatalf("Claim(%s, %s): %v", key, node, err)
 	}
@@ -191,7 +197,7 @@ func mustOwner(t *testing.T, o broker.SessionOwners, key string) broker.Claim {
 
 func wantOwner(t *testing.T, o broker.SessionOwners, key string, want broker.Claim) {
 	t.Helper()
-	if got := mustOwner(t, o, key); got != want {
+	if got := mustOwner(t, o, key); !got.Same(want) {
 		t.Fatalf("Owner(%s) = %+v, want %+v", key, got, want)
 	}
 }

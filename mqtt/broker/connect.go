@@ -129,9 +129,15 @@ func (c *conn) connect(cp *packet.Connect) error {
 	c.logb = c.srv.events.limits(id.SessionKey())
 	c.id = id
 	c.idp.Store(id)
-	claim, err := c.srv.owners.Claim(id.SessionKey(), c.srv.opts.Node)
+	claim, err := c.srv.owners.Claim(id.SessionKey(), c.srv.opts.Node, cp.CleanStart)
 	if err != nil {
 		return refuse(packet.ServerUnavailable, "session ownership: "+err.Error(), id)
+	}
+	if !cp.CleanStart && c.srv.states != nil && claim.From != "" && claim.From != c.srv.opts.Node {
+		// The session was another node's: its state comes from there.
+		if err := c.srv.resume(claim); err != nil {
+			return refuse(packet.ServerUnavailable, "resume the session: "+err.Error(), id)
+		}
 	}
 	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window, claim)
 	c.sess = ss

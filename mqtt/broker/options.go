@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 )
 
@@ -26,6 +28,17 @@ type Options struct {
 	// "local".
 	Owners SessionOwners
 	Node   string
+	// States keeps persistent sessions' state where the other nodes read
+	// it, so that a session moves with its client (saved every
+	// SaveInterval and at a takeover). Default: none (one node; the
+	// sessions are saved at StatePath).
+	States SessionStates
+	// Replay, with States, reads the messages a session resumed from
+	// another node may have missed: the QoS 1 and 2 messages matching
+	// one of filters published from since on, oldest first, at most max,
+	// each given to fn (the platform reads them from history). Default:
+	// none (a resumed session has what the other node saved).
+	Replay func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error
 	// Logger receives connection-level events. Default: slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (tests inject one). Default: time.Now.
@@ -58,6 +71,13 @@ type Options struct {
 	// address on each listener (bursts of twice as many, at least 1); the
 	// ones over are closed at accept and counted. 0 means no bound.
 	MaxConnRatePerAddr float64
+	// ProxyFrom lists the load balancers that send the PROXY protocol
+	// (HAProxy's, version 1 or 2) on the TCP, TLS and WebSocket
+	// listeners: a connection from one of them must open with a PROXY
+	// header, whose source address is then the client's (in logs, the
+	// per-address bounds, the connection's RemoteAddr); a connection from
+	// anywhere else is served as it is. Empty: no PROXY protocol.
+	ProxyFrom []netip.Prefix
 	// MaxConnectSize is the largest CONNECT accepted (its will message
 	// included): a stranger gets no more before authenticating. Default
 	// 64 KiB, at most MaxPacketSize.

@@ -12,7 +12,14 @@ type Claim struct {
 	Key   string // the session key (Identity.SessionKey)
 	Node  string // Options.Node of the server that claimed it
 	Epoch uint64 // grows with every claim of Key: the later claim has the greater epoch
+	// From is the node whose claim this one replaced ("" when none). Only
+	// the claim Claim returns has it; it is not part of the claim's
+	// identity (Same).
+	From string
 }
+
+// Same reports whether c and o are the same claim.
+func (c Claim) Same(o Claim) bool { return c.Key == o.Key && c.Node == o.Node && c.Epoch == o.Epoch }
 
 // SessionOwners records which node owns each session, so that a client
 // connecting to one node takes its session over from whichever node held
@@ -30,9 +37,11 @@ type Claim struct {
 //
 // The contract a second implementation must meet (the suite in
 // internal/contract, SessionOwners, checks it):
-//   - Claim(key, node) makes node the owner of key and returns the new
-//     claim, whose Epoch is greater than that of every earlier claim of
-//     key. Claims of one key from any number of goroutines or nodes at
+//   - Claim(key, node, fresh) makes node the owner of key and returns
+//     the new claim, whose Epoch is greater than that of every earlier
+//     claim of key, and whose From names the node of the claim it
+//     replaced. A fresh claim (a clean start) also discards the state
+//     saved for key (SessionStates), and a later claim never finds it. Claims of one key from any number of goroutines or nodes at
 //     once are ordered: each gets a distinct epoch, and Owner reports the
 //     one with the greatest.
 //   - When a claim replaces a claim of another node, the lost function
@@ -40,18 +49,21 @@ type Claim struct {
 //     claim, within a bounded time (single node: before Claim returns;
 //     cluster: within a second while the nodes can talk). A claim
 //     replacing one of the same node tells no one: the node handles its
-//     own takeover.
+//     own takeover. A claim that is not fresh returns once lost returned
+//     on the old node (it hands the session's state over there), or once
+//     a bounded wait ends (the old node is gone or does not answer).
 //   - Release(c) removes c when it still holds its key and reports
 //     whether it did; a release of a replaced claim changes nothing, so a
 //     slow node ending its old session never frees the new owner's.
 //   - Owner(key) returns the claim holding key, ok false when none.
 //   - Watch(node, lost) registers lost for node's replaced claims until
-//     stop is called; lost may be called from any goroutine, must not
-//     block, and must not call back into the SessionOwners.
+//     stop is called; lost may be called from any goroutine, may block
+//     for a bounded time (saving the session's state), and must not call
+//     back into the SessionOwners.
 //   - An error from Claim (the shared record cannot be reached) refuses
 //     the CONNECT with Server unavailable; the session is not taken.
 type SessionOwners interface {
-	Claim(key, node string) (Claim, error)
+	Claim(key, node string, fresh bool) (Claim, error)
 	Release(c Claim) (bool, error)
 	Owner(key string) (c Claim, ok bool, err error)
 	Watch(node string, lost func(old Claim)) (stop func())
@@ -73,13 +85,17 @@ func NewLocalOwners() *LocalOwners {
 	return &LocalOwners{claims: make(map[string]Claim), watchers: make(map[string]map[*watcher]struct{})}
 }
 
-// Claim makes node the owner of key.
-func (o *LocalOwners) Claim(key, node string) (Claim, error) {
+// Claim makes node the owner of key. One process keeps no state apart
+// from its sessions: fresh changes nothing here.
+func (o *LocalOwners) Claim(key, node string, fresh bool) (Claim, error) {
 	o.mu.Lock()
 	o.epoch++
 	c := Claim{Key: key, Node: node, Epoch: o.epoch}
 	old, had := o.claims[key]
 	o.claims[key] = c
+	if had {
+		c.From = old.Node
+	}
 	var tell []func(Claim)
 	if had && old.Node != node {
 		for w := range o.watchers[old.Node] {
@@ -97,7 +113,7 @@ func (o *LocalOwners) Claim(key, node string) (Claim, error) {
 func (o *LocalOwners) Release(c Claim) (bool, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if cur, ok := o.claims[c.Key]; !ok || cur != c {
+	if cur, ok := o.claims[c.Key]; !ok || !cur.Same(c) {
 		return false, nil
 	}
 	delete(o.claims, c.Key)
@@ -129,9 +145,10 @@ func (o *LocalOwners) Watch(node string, lost func(old Claim)) (stop func()) {
 }
 
 // takenElsewhere ends this server's hold on a session another node
-// claimed: its connection is closed with Session taken over, and the
-// session ends here (the new owner serves it from now on). A claim older
-// than the one the session holds is ignored.
+// claimed: its connection is closed with Session taken over, its state
+// is handed over (SessionStates), and the session ends here (the new
+// owner serves it from now on). A claim older than the one the session
+// holds is ignored.
 func (s *Server) takenElsewhere(old Claim) {
 	s.mu.Lock()
 	ss := s.sessions[old.Key]
@@ -151,14 +168,7 @@ func (s *Server) takenElsewhere(old Claim) {
 		c.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
 			Detail: "another node took over the session"})
 	}
-	go func() { // lost must not call back into the SessionOwners; endSession may
-		s.endSession(ss, false, DropSessionExpired)
-		s.mu.Lock()
-		if s.sessions[ss.key] == ss {
-			delete(s.sessions, ss.key)
-		}
-		s.mu.Unlock()
-	}()
+	s.handOff(ss, old)
 }
 
 // releaseClaim gives up the claim of a session that ended here.

@@ -65,18 +65,27 @@ type savedSub struct {
 }
 
 type savedSession struct {
-	Namespace      string          `json:"namespace,omitempty"`
-	ClientID       string          `json:"client_id"`
-	Username       string          `json:"username,omitempty"`
-	DeliverPrefix  string          `json:"deliver_prefix,omitempty"`
-	Limits         Limits          `json:"limits"`
-	Expiry         uint32          `json:"expiry"`
-	DisconnectedAt time.Time       `json:"disconnected_at"`
-	NextPID        uint16          `json:"next_pid"`
-	Subs           []savedSub      `json:"subs"`
-	Inflight       []savedDelivery `json:"inflight,omitempty"`
-	Queue          []savedDelivery `json:"queue,omitempty"`
-	Inbound2       []uint16        `json:"inbound_qos2,omitempty"`
+	// Saved is when the state was taken: a node resuming it elsewhere
+	// replays what was published since (SessionStates).
+	Saved          time.Time `json:"saved,omitzero"`
+	Namespace      string    `json:"namespace,omitempty"`
+	ClientID       string    `json:"client_id"`
+	Username       string    `json:"username,omitempty"`
+	DeliverPrefix  string    `json:"deliver_prefix,omitempty"`
+	Limits         Limits    `json:"limits"`
+	Expiry         uint32    `json:"expiry"`
+	DisconnectedAt time.Time `json:"disconnected_at"`
+	// Connected says the session was connected when it was saved (then
+	// DisconnectedAt is the time of the save).
+	Connected bool            `json:"connected,omitempty"`
+	NextPID   uint16          `json:"next_pid"`
+	Subs      []savedSub      `json:"subs"`
+	Inflight  []savedDelivery `json:"inflight,omitempty"`
+	Queue     []savedDelivery `json:"queue,omitempty"`
+	Inbound2  []uint16        `json:"inbound_qos2,omitempty"`
+	// Sent are the QoS 1 and 2 messages sent shortly before the save
+	// (cluster nodes): a replay where the session resumes skips them.
+	Sent []savedSent `json:"sent,omitempty"`
 }
 
 func saveMessage(m *Message) savedMessage {
@@ -139,6 +148,36 @@ func (sd *savedDelivery) subIDs() []uint32 {
 	return nil
 }
 
+// snapshotLocked returns the session's state as saved: a connected
+// session is saved as if it had just disconnected. The caller holds
+// ss.mu; the session has an identity.
+func (ss *session) snapshotLocked(now time.Time) savedSession {
+	sv := savedSession{Saved: now, Namespace: ss.id.Namespace, ClientID: ss.id.ClientID, Username: ss.id.Username,
+		DeliverPrefix: ss.id.DeliverPrefix, Limits: ss.limits, Expiry: ss.expiry, DisconnectedAt: ss.disconnectedAt,
+		NextPID: ss.nextPID}
+	if ss.c != nil {
+		sv.DisconnectedAt = now
+		sv.Connected = true
+	}
+	for _, sub := range ss.subs {
+		sv.Subs = append(sv.Subs, savedSub{Wire: sub.wire, Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal,
+			RAP: sub.rap, RetainHandling: sub.retainHandling, ID: sub.id})
+	}
+	for _, d := range ss.inflight {
+		if d != nil {
+			sv.Inflight = append(sv.Inflight, saveDelivery(d))
+		}
+	}
+	for _, d := range ss.queue[ss.qhead:] {
+		sv.Queue = append(sv.Queue, saveDelivery(d))
+	}
+	sv.Inbound2 = ss.saved2Locked()
+	if ss.sent != nil {
+		sv.Sent = ss.sentSinceLocked(now.Add(-replayWindow))
+	}
+	return sv
+}
+
 // Save writes the retained messages changed since the last save and the
 // persistent sessions to Options.StatePath now, and returns when they are
 // synced to disk. It runs every Options.SaveInterval and in Close; tests
@@ -172,33 +211,19 @@ func (s *Server) saveState(path string) error {
 	}
 	s.mu.Unlock()
 	now := s.now()
+	var claims []Claim
 	for _, ss := range sessions {
 		ss.mu.Lock()
 		if ss.ended || ss.expiry == 0 || ss.id == nil {
 			ss.mu.Unlock()
 			continue
 		}
-		sv := savedSession{Namespace: ss.id.Namespace, ClientID: ss.id.ClientID, Username: ss.id.Username,
-			DeliverPrefix: ss.id.DeliverPrefix, Limits: ss.limits, Expiry: ss.expiry, DisconnectedAt: ss.disconnectedAt,
-			NextPID: ss.nextPID}
-		if ss.c != nil {
-			sv.DisconnectedAt = now
-		}
-		for _, sub := range ss.subs {
-			sv.Subs = append(sv.Subs, savedSub{Wire: sub.wire, Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal,
-				RAP: sub.rap, RetainHandling: sub.retainHandling, ID: sub.id})
-		}
-		for _, d := range ss.inflight {
-			if d != nil {
-				sv.Inflight = append(sv.Inflight, saveDelivery(d))
-			}
-		}
-		for _, d := range ss.queue[ss.qhead:] {
-			sv.Queue = append(sv.Queue, saveDelivery(d))
-		}
-		sv.Inbound2 = ss.saved2Locked()
+		st.Sessions = append(st.Sessions, ss.snapshotLocked(now))
+		claims = append(claims, ss.claim)
 		ss.mu.Unlock()
-		st.Sessions = append(st.Sessions, sv)
+	}
+	if s.states != nil {
+		s.saveStates(st.Sessions, claims)
 	}
 	data, err := json.Marshal(&st)
 	if err != nil {
@@ -293,9 +318,7 @@ func readStateFile(path string) (*stateFile, error) {
 // loadSessions restores the saved sessions that have not expired by now.
 func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 	for _, sv := range sessions {
-		id := &Identity{Namespace: sv.Namespace, ClientID: sv.ClientID, Username: sv.Username, DeliverPrefix: sv.DeliverPrefix, Limits: sv.Limits}
-		ss := &session{srv: s, key: id.SessionKey(), id: id, subs: make(map[string]*subscription), limits: sv.Limits,
-			window: sv.Limits.MaxInflight, expiry: sv.Expiry, disconnectedAt: sv.DisconnectedAt, nextPID: sv.NextPID}
+		ss := s.savedSession(&sv)
 		if ss.expiredAt(now) {
 			continue
 		}
@@ -308,30 +331,46 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 			// not taken back.
 			continue
 		}
-		ss.ident.Store(id)
-		if c, err := s.owners.Claim(ss.key, s.opts.Node); err != nil {
+		if c, err := s.owners.Claim(ss.key, s.opts.Node, false); err != nil {
 			s.log.Warn("claim a restored session", "session", ss.key, "error", err)
 		} else {
 			ss.claim = c
 		}
-		for _, x := range sv.Subs {
-			sub := &subscription{sess: ss, wire: x.Wire, filter: x.Filter, qos: x.QoS, noLocal: x.NoLocal, rap: x.RAP,
-				retainHandling: x.RetainHandling, id: x.ID}
-			ss.subs[x.Wire] = sub
-			s.index(sub)
-		}
-		for _, x := range sv.Inflight {
-			d := newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs())
-			d.pid = x.PID
-			d.setState(x.State & stateMask)
-			ss.inflight = append(ss.inflight, d)
-			ss.ninfl++
-			s.stats.inflight.Add(1)
-		}
-		for _, x := range sv.Queue {
-			ss.push(newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs()))
-		}
-		ss.restore2(sv.Inbound2)
+		ss.restoreLocked(&sv)
 		s.sessions[ss.key] = ss
 	}
+}
+
+// savedSession returns an offline session with sv's identity, limits and
+// expiry, and nothing in it yet (restoreLocked fills it).
+func (s *Server) savedSession(sv *savedSession) *session {
+	id := &Identity{Namespace: sv.Namespace, ClientID: sv.ClientID, Username: sv.Username, DeliverPrefix: sv.DeliverPrefix, Limits: sv.Limits}
+	return &session{srv: s, key: id.SessionKey(), id: id, subs: make(map[string]*subscription), limits: sv.Limits,
+		window: sv.Limits.MaxInflight, expiry: sv.Expiry, disconnectedAt: sv.DisconnectedAt, nextPID: sv.NextPID}
+}
+
+// restoreLocked puts sv's subscriptions (in the index), inflight and
+// queued messages and inbound QoS 2 ids into ss, a session savedSession
+// made. The caller holds ss.mu, or ss is not shared yet.
+func (ss *session) restoreLocked(sv *savedSession) {
+	s := ss.srv
+	ss.ident.Store(ss.id)
+	for _, x := range sv.Subs {
+		sub := &subscription{sess: ss, wire: x.Wire, filter: x.Filter, qos: x.QoS, noLocal: x.NoLocal, rap: x.RAP,
+			retainHandling: x.RetainHandling, id: x.ID}
+		ss.subs[x.Wire] = sub
+		s.index(sub)
+	}
+	for _, x := range sv.Inflight {
+		d := newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs())
+		d.pid = x.PID
+		d.setState(x.State & stateMask)
+		ss.inflight = append(ss.inflight, d)
+		ss.ninfl++
+		s.stats.inflight.Add(1)
+	}
+	for _, x := range sv.Queue {
+		ss.push(newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs()))
+	}
+	ss.restore2(sv.Inbound2)
 }

@@ -111,7 +111,7 @@ func TestOptionsRetainedIsTheStore(t *testing.T) {
 // failingOwners cannot reach its shared record.
 type failingOwners struct{ *broker.LocalOwners }
 
-func (failingOwners) Claim(string, string) (broker.Claim, error) {
+func (failingOwners) Claim(string, string, bool) (broker.Claim, error) {
 	return broker.Claim{}, errors.New("the shared record cannot be reached")
 }
 

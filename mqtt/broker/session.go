@@ -133,6 +133,14 @@ type session struct {
 	inbound2 map[uint16]*inbound2 // inbound QoS 2 ids, from the PUBLISH to the PUBREL (inbound.go)
 	window   int                  // effective inflight window of the current connection
 	limits   Limits
+	// recent holds the messages queued since the session was resumed
+	// from another node, until its second replay (states.go); nil
+	// otherwise.
+	recent map[replayKey]struct{}
+	// sent are the QoS 1 and 2 messages sent lately (cluster nodes only,
+	// oldest first, at most maxSent), saved with the state so that a
+	// replay where the session resumes does not send them again.
+	sent []replayKey
 
 	expiry         uint32 // session expiry interval, seconds
 	disconnectedAt time.Time
@@ -230,6 +238,9 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, ids []uint32, from
 		return
 	}
 	ss.push(newDelivery(m, qos, retain, ids))
+	if ss.recent != nil {
+		ss.recent[keyOf(m)] = struct{}{} // a replay is under way (states.go)
+	}
 	ss.pumpLocked(from)
 }
 
@@ -265,6 +276,9 @@ func (ss *session) pumpLocked(from *conn) {
 			return
 		}
 		ss.pop()
+		if ss.srv.states != nil && d.msg.QoS > 0 {
+			ss.noteSentLocked(d.msg)
+		}
 		if d.qos > 0 {
 			d.pid = ss.allocPID()
 			d.setState(stateSent)

@@ -1,0 +1,76 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
+)
+
+// ReplayScanBudget bounds the history rows one replay examines (a session
+// that was away for long, in an account that publishes much): the replay
+// stops there with what it found.
+const ReplayScanBudget = 200_000
+
+// errReplayFull stops a replay that has found its maximum.
+var errReplayFull = errors.New("replay: enough messages")
+
+// Replay is the broker's Options.Replay of a cluster node: a session
+// resumed from another node's saved state gets the QoS 1 and 2 messages
+// of its account in history that its filters match, from since on, in the
+// order they were received. History has every message acknowledged to its
+// publisher, so a session that moved (or whose node died) misses none of
+// them.
+func Replay(h fleetmq.HistoryStore) func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
+	return func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
+		account, _, _ := strings.Cut(id.Namespace, "/") // a subscriber's namespace is account/credential
+		n := 0
+		err := h.QueryHistory(ctx, &fleetmq.HistoryQuery{AccountID: account, From: since, Ascending: true, ScanBudget: ReplayScanBudget},
+			func(r *fleetmq.Record) error {
+				if r.QoS == 0 || !matchesAny(filters, r.Topic) {
+					return nil
+				}
+				fn(replayed(r))
+				if n++; n >= max {
+					return errReplayFull
+				}
+				return nil
+			})
+		if errors.Is(err, errReplayFull) {
+			return nil
+		}
+		return err
+	}
+}
+
+func matchesAny(filters []string, name string) bool {
+	for _, f := range filters {
+		if topic.Match(f, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// replayed is the message a history record was, as the broker delivers
+// it (the record is copied: the store reuses it).
+func replayed(r *fleetmq.Record) *broker.Message {
+	m := &broker.Message{Topic: r.Topic, Payload: append([]byte(nil), r.Payload...), QoS: r.QoS, PublishedQoS: r.PublishedQoS,
+		Created: r.Received}
+	p := &m.Properties
+	if r.ContentType != "" {
+		p.SetString(packet.PropContentType, r.ContentType)
+	}
+	if r.PayloadFormat != 0 {
+		p.SetByte(packet.PropPayloadFormat, r.PayloadFormat)
+	}
+	for _, u := range r.UserProperties {
+		p.User = append(p.User, packet.UserProperty{Key: u.Key, Value: u.Value})
+	}
+	return m
+}
