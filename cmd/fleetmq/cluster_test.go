@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
@@ -399,6 +402,212 @@ func TestClusterSessionMoves(t *testing.T) {
 	}
 	expect(again, true, append(queued, orphaned...)...)
 	expect(again, true, publish("live on node 1: %d", 3)...)
+}
+
+// TestClusterNATSOutage: nodes on a NATS the operator runs (-nats-url)
+// keep accepting while it is down: a device's QoS 1 messages are
+// acknowledged only once stored, /readyz says the node lost NATS, and
+// when NATS is back the nodes reconnect by themselves, say they are
+// ready, and messages cross between them again.
+func TestClusterNATSOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetmq serve processes")
+	}
+	dsn, dir := pgtest.DSN(t), t.TempDir()
+	acc, pubA, subA := clusterAccount(t, dir, dsn, "Acme", "dev1")
+	ns := startTestNATS(t, 0)
+	port := ns.Addr().(*net.TCPAddr).Port
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	var nodes []*serveProcess
+	for i := range 2 {
+		nodes = append(nodes, startServe(t, t.TempDir(), "-database", dsn, "-node-id", fmt.Sprintf("x%d", i+1), "-nats-url", url,
+			"-http-listen", "127.0.0.1:0"))
+	}
+	ready := func(p *serveProcess) (int, string) { return httpGet(t, "http://"+p.http+"/readyz") }
+	sub := connectV3(t, nodes[1].addr, "sub", subA.Username, subA.Password)
+	got := sub.Subscription(t, acc+"/#", 1)
+	dev := connectV3(t, nodes[0].addr, "dev1", pubA.Username, pubA.Password)
+	crossed(t, dev, acc+"/dev1/event/probe", got)
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	for _, p := range nodes {
+		eventually(t, "a node to say it lost NATS", func() bool {
+			code, body := ready(p)
+			return code == 503 && strings.Contains(body, "cluster: not connected to NATS")
+		})
+	}
+	const n = 20
+	for i := range n {
+		dev.Pub(t, acc+"/dev1/event/outage", 1, false, fmt.Sprintf("during the outage %d", i)) // waits for the PUBACK
+	}
+	if out := mustCLI(t, dir, "history", "export", acc, "-topic", acc+"/dev1/event/outage", "-format", "ndjson", "-database", dsn); strings.Count(out, "\n") != n {
+		t.Fatalf("history holds %d of the %d messages acknowledged during the outage:\n%s", strings.Count(out, "\n"), n, out)
+	}
+
+	startTestNATS(t, port)
+	for _, p := range nodes {
+		eventually(t, "a node to be ready once NATS is back", func() bool {
+			code, _ := ready(p)
+			return code == 200
+		})
+	}
+	crossed(t, dev, acc+"/dev1/event/probe", got)
+	dev.Pub(t, acc+"/dev1/event/after", 1, false, "after the outage")
+	eventually(t, "a message to cross after the outage", func() bool {
+		select {
+		case m := <-got:
+			return string(m.Payload()) == "after the outage"
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	})
+}
+
+// TestClusterDatabaseOutage: PostgreSQL out of reach of a cluster node
+// whose devices publish QoS 1 hard: the node acknowledges nothing it has
+// not stored (no acknowledgement while the database is away), says so on
+// /readyz, and once the database is reachable again stores and
+// acknowledges what waited; every acknowledged message is in history
+// once.
+func TestClusterDatabaseOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetmq serve processes")
+	}
+	dsn, dir, acc, pub := stormAccount(t)
+	u, err := neturl.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startCutProxy(t, u.Host)
+	via := *u
+	via.Host = px.addr
+	node := startServe(t, t.TempDir(), "-database", via.String(), "-node-id", "p1", "-cluster-listen", "127.0.0.1:0",
+		"-http-listen", "127.0.0.1:0")
+	startServe(t, t.TempDir(), "-database", dsn, "-node-id", "p2", "-cluster-listen", "127.0.0.1:0", "-cluster-routes", node.route)
+	storeErrors := func() float64 {
+		_, body := httpGet(t, "http://"+node.http+"/metrics")
+		v, _ := metric(body, "fleetmq_ingest_store_errors_total")
+		return v
+	}
+
+	s := startStorm(t, node.addr, acc, pub, 0, 500)
+	px.cut()
+	eventually(t, "the node to say its store refuses writes", func() bool {
+		code, body := httpGet(t, "http://"+node.http+"/readyz")
+		return code == 503 && strings.Contains(body, "store refuses writes")
+	})
+	// Acknowledgements written before the cut may still be on their
+	// way; between two later failed commits none may arrive.
+	base := storeErrors()
+	eventually(t, "two more failed commits", func() bool { return storeErrors() >= base+2 })
+	during := s.acked()
+	eventually(t, "two more failed commits", func() bool { return storeErrors() >= base+4 })
+	if now := s.acked(); now != during {
+		t.Fatalf("%d messages were acknowledged while the database was out of reach", now-during)
+	}
+
+	px.restore()
+	eventually(t, "the node to be ready again", func() bool {
+		code, _ := httpGet(t, "http://"+node.http+"/readyz")
+		return code == 200
+	})
+	eventually(t, "the waiting messages to be acknowledged and more after them", func() bool { return s.acked() >= during+500 })
+	s.end()
+	checkStored(t, dir, dsn, acc, s)
+}
+
+// cutProxy forwards TCP connections to a server until cut: then it
+// closes them and every new one, until restored.
+type cutProxy struct {
+	addr  string
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]struct{}
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{addr: ln.Addr().String(), conns: map[net.Conn]struct{}{}}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		p.cut()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			down := p.down
+			p.mu.Unlock()
+			if down {
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+			p.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+			}
+			wg.Go(func() { pipe(up, c) })
+			wg.Go(func() { pipe(c, up) })
+		}
+	})
+	return p
+}
+
+func (p *cutProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *cutProxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+// startTestNATS runs a NATS server on 127.0.0.1:port (0: any) in the test
+// process, shut down when the test ends.
+func startTestNATS(t *testing.T, port int) *natsserver.Server {
+	t.Helper()
+	if port == 0 {
+		port = natsserver.RANDOM_PORT
+	}
+	ns, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(waitFor) {
+		t.Fatal("the test's NATS server did not start")
+	}
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	return ns
 }
 
 // TestClusterReadiness: a node whose embedded NATS has no route while the
