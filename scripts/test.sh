@@ -15,6 +15,7 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc libc6-dev) # cgo: the SQLite driver
 command -v curl >/dev/null 2>&1 || need+=(curl) # docs/api.md's examples (TestDocsAPIRunsAsWritten)
 command -v jq >/dev/null 2>&1 || need+=(jq)     # docs/api.md's examples read fields with it
 [[ -x /usr/bin/chromium ]] || need+=(chromium) # the browser tests (web/api, web/portal)
+command -v haproxy >/dev/null 2>&1 || [[ -x /usr/sbin/haproxy ]] || need+=(haproxy) # docs/cluster.md's load balancer (TestClusterBehindHAProxy)
 if [[ -z ${FLEETMQ_TEST_POSTGRES:-} ]] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   need+=(postgresql) # the server for the PostgreSQL store tests
 fi

@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	neturl "net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -515,6 +520,173 @@ func TestClusterDatabaseOutage(t *testing.T) {
 	eventually(t, "the waiting messages to be acknowledged and more after them", func() bool { return s.acked() >= during+500 })
 	s.end()
 	checkStored(t, dir, dsn, acc, s)
+}
+
+// TestClusterBehindHAProxy runs the HAProxy configuration of
+// docs/cluster.md (loopback addresses in place of the machines') in front
+// of two nodes started with -proxy-protocol-from: devices connect through
+// it, their messages reach a subscriber that also came through it, and
+// the node a device is on reports the device's own address (the PROXY
+// header's), not HAProxy's.
+func TestClusterBehindHAProxy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetmq serve processes")
+	}
+	bin, err := exec.LookPath("haproxy")
+	if err != nil {
+		if bin = "/usr/sbin/haproxy"; !fileExists(bin) { // Debian's, off a user's PATH
+			t.Skip("haproxy is not installed (scripts/test.sh installs it)")
+		}
+	}
+	dsn, dir := pgtest.DSN(t), t.TempDir()
+	acc, pubA, subA := clusterAccount(t, dir, dsn, "Acme", "dev1", "dev2")
+	mustCLI(t, dir, "account", "addon", acc, "live_rest_api", "on", "-database", dsn)
+	token := restToken(t, dsn, acc)
+	var nodes []*serveProcess
+	for i := range 2 {
+		args := []string{"-database", dsn, "-node-id", fmt.Sprintf("h%d", i+1), "-cluster-listen", "127.0.0.1:0",
+			"-http-listen", "127.0.0.1:0", "-proxy-protocol-from", "127.0.0.1"}
+		if i > 0 {
+			args = append(args, "-cluster-routes", nodes[0].route)
+		}
+		nodes = append(nodes, startServe(t, t.TempDir(), args...))
+	}
+
+	// The documented configuration, on this machine's addresses.
+	cfg := fencedBlock(t, "../../docs/cluster.md", "```haproxy")
+	front := freeAddr(t)
+	cfg = strings.Replace(cfg, "bind :1883", "bind "+front, 1)
+	for i, machine := range []string{"10.0.0.11:1883", "10.0.0.12:1883"} {
+		cfg = strings.Replace(cfg, machine, nodes[i].addr, 1)
+	}
+	cfg = regexp.MustCompile(`(?m)^.*10\.0\.0\.13:1883.*\n`).ReplaceAllString(cfg, "") // two nodes here
+	path := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hp := exec.Command(bin, "-db", "-f", path)
+	hp.Stdout, hp.Stderr = os.Stderr, os.Stderr
+	if err := hp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		hp.Process.Kill()
+		hp.Wait()
+	})
+	eventually(t, "HAProxy to listen", func() bool {
+		c, err := net.Dial("tcp", front)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	sub := connectV5(t, front, "follower", subA.Username, subA.Password, true)
+	sub.Sub(t, acc+"/#", 1)
+	for _, id := range []string{"dev1", "dev2"} {
+		dev := connectV5(t, front, id, pubA.Username, pubA.Password, true)
+		eventually(t, id+"'s messages to reach the subscriber through HAProxy", func() bool {
+			dev.Pub(t, acc+"/"+id+"/event/hello", 1, "through haproxy")
+			select {
+			case m := <-sub.Msgs:
+				return m.Topic == acc+"/"+id+"/event/hello"
+			case <-time.After(50 * time.Millisecond):
+				return false
+			}
+		})
+		// The node that has the device says where it is: the device's
+		// address, port included, not HAProxy's side of the connection.
+		want := dev.Conn.LocalAddr().String()
+		var seen []string
+		for _, node := range nodes {
+			var live struct {
+				Publishers []struct {
+					Connected  bool   `json:"connected"`
+					RemoteAddr string `json:"remote_addr"`
+				} `json:"publishers"`
+			}
+			restJSON(t, "http://"+node.http+"/api/v1/subscriber/publishers/live?client_id="+id, token, &live)
+			for _, p := range live.Publishers {
+				if p.Connected {
+					seen = append(seen, p.RemoteAddr)
+				}
+			}
+		}
+		if len(seen) != 1 || seen[0] != want {
+			t.Fatalf("%s: the nodes report it connected from %q, want once from %s (its own address)", id, seen, want)
+		}
+	}
+}
+
+// restToken creates a REST API token of the account in the database.
+func restToken(t *testing.T, dsn, acc string) string {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlstore.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, token, err := (&control.Service{Store: st, Now: time.Now}).CreateRESTToken(ctx, acc, control.NewRESTToken{Label: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// restJSON GETs url with the token and decodes the 200 response into v.
+func restJSON(t *testing.T, url, token string, v any) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: waitFor}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: %v in %s", url, err, body)
+	}
+}
+
+// fencedBlock returns the first fenced block of the markdown file at
+// path that opens with the line fence (a configuration file, not a
+// command: docBlock is for those).
+func fencedBlock(t *testing.T, path, fence string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), fence+"\n")
+	if !ok {
+		t.Fatalf("%s has no %s block", path, fence)
+	}
+	block, _, ok := strings.Cut(rest, "\n```")
+	if !ok {
+		t.Fatalf("%s: the %s block does not end", path, fence)
+	}
+	return block + "\n"
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// freeAddr returns a loopback address with a port free at the moment.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // cutProxy forwards TCP connections to a server until cut: then it
