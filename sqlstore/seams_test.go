@@ -29,6 +29,17 @@ func TestRESTCountersContract(t *testing.T) {
 				return s
 			}
 		})
+		contract.RESTReservations(t, func(t *testing.T) func(string) restauth.Reserver {
+			fresh := filepath.Join(t.TempDir(), "fleetmq.db")
+			if postgres {
+				fresh = pgtest.DSN(t)
+			}
+			return func(string) restauth.Reserver {
+				s := open(t, fresh)
+				t.Cleanup(func() { s.Close() })
+				return s
+			}
+		})
 	})
 }
 

@@ -152,6 +152,35 @@ func (s *Store) AddRESTRequests(ctx context.Context, window time.Time, counts ma
 	})
 }
 
+// ReserveRESTRequests adds up to n to the token's count in the window,
+// never past limit, and returns how many it added and the count after
+// (restauth.Reserver). One transaction holds the count's row from its
+// read to its update, so reservations of several processes at once never
+// pass the limit.
+func (s *Store) ReserveRESTRequests(ctx context.Context, window time.Time, tokenID string, n, limit int64) (granted, count int64, err error) {
+	defer wrap(&err, "reserve REST requests")
+	w := window.UnixMicro()
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		// The no-op update holds the row (inserted at 0 when new).
+		if err := tx.QueryRowContext(ctx, s.rebind(`INSERT INTO rest_requests (window_start, token_id, count) VALUES (?, ?, 0)
+			ON CONFLICT (window_start, token_id) DO UPDATE SET count = rest_requests.count RETURNING count`), w, tokenID).Scan(&count); err != nil {
+			return err
+		}
+		granted = min(n, max(limit-count, 0))
+		if granted <= 0 {
+			granted = 0
+			return nil
+		}
+		count += granted
+		_, err := tx.ExecContext(ctx, s.rebind(`UPDATE rest_requests SET count = ? WHERE window_start = ? AND token_id = ?`), count, w, tokenID)
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return granted, count, nil
+}
+
 // RESTRequests implements fleetmq.ControlStore.
 func (s *Store) RESTRequests(ctx context.Context, window time.Time) (_ map[string]int64, err error) {
 	defer wrap(&err, "REST requests")

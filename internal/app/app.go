@@ -420,6 +420,11 @@ func (a *App) startAPI(ctx context.Context) error {
 		}
 	}
 	a.Limiter = restauth.NewLimiter(a.Store, a.cfg.RESTRateLimit)
+	if a.cfg.Cluster.On() {
+		// The nodes reserve requests in the database: the limit is exact
+		// across them.
+		a.Limiter = restauth.NewSharedLimiter(a.Store, a.cfg.RESTRateLimit)
+	}
 	if err := a.Limiter.Load(ctx, a.cfg.Now()); err != nil {
 		return fmt.Errorf("load REST rate-limit counts: %w", err)
 	}

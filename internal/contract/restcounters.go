@@ -103,3 +103,97 @@ func RESTCounters(t *testing.T, newShared func(t *testing.T) func(node string) r
 		read(t, node("a"), w, map[string]int64{"tok": 7})
 	})
 }
+
+// RESTReservations runs the contract of restauth.Reserver: reservations
+// from many processes at once never pass the limit and are granted in
+// full while it allows; a negative add gives requests back; and two
+// shared limiters on the store allow a token exactly the limit in all.
+func RESTReservations(t *testing.T, newShared func(t *testing.T) func(node string) restauth.Reserver) {
+	w := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+
+	t.Run("reservations never pass the limit", func(t *testing.T) {
+		node := newShared(t)
+		const reservers, each, block, limit = 8, 20, 3, 100
+		var mu sync.Mutex
+		total := int64(0)
+		var wg sync.WaitGroup
+		for g := range reservers {
+			h := node(fmt.Sprintf("n%d", g%2))
+			wg.Go(func() {
+				for range each {
+					got, count, err := h.ReserveRESTRequests(ctx, w, "tok", block, limit)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if got < 0 || got > block || count > limit {
+						t.Errorf("ReserveRESTRequests(%d, limit %d) = %d, count %d", block, limit, got, count)
+					}
+					mu.Lock()
+					total += got
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if total != limit {
+			t.Fatalf("%d requests reserved in all for a limit of %d (asked %d)", total, limit, reservers*each*block)
+		}
+		got, count, err := node("n0").ReserveRESTRequests(ctx, w, "tok", 1, limit)
+		if err != nil || got != 0 || count != limit {
+			t.Fatalf("a reservation at the limit = %d, count %d, %v; want 0, %d", got, count, err, limit)
+		}
+		// Given back, reserved again; other tokens and windows apart.
+		if err := node("n1").AddRESTRequests(ctx, w, map[string]int64{"tok": -4}); err != nil {
+			t.Fatal(err)
+		}
+		if got, count, err := node("n0").ReserveRESTRequests(ctx, w, "tok", 10, limit); err != nil || got != 4 || count != limit {
+			t.Fatalf("after 4 were given back: reserved %d, count %d, %v; want 4, %d", got, count, err, limit)
+		}
+		if got, _, err := node("n0").ReserveRESTRequests(ctx, w.Add(time.Hour), "tok", 10, limit); err != nil || got != 10 {
+			t.Fatalf("the next window: reserved %d, %v; want 10", got, err)
+		}
+	})
+
+	t.Run("two shared limiters allow the limit exactly", func(t *testing.T) {
+		node := newShared(t)
+		now := w.Add(10 * time.Minute)
+		const limit = 30
+		la, lb := restauth.NewSharedLimiter(node("a"), limit), restauth.NewSharedLimiter(node("b"), limit)
+		allowed := 0
+		for i := range 3 * limit {
+			l := la
+			if i%2 == 1 {
+				l = lb
+			}
+			if d := l.Allow("tok", now); d.Allowed {
+				allowed++
+				if d.Used > limit || d.Remaining < 0 {
+					t.Fatalf("request %d: used %d, remaining %d for a limit of %d", i, d.Used, d.Remaining, limit)
+				}
+			}
+		}
+		if allowed > limit || allowed < limit-2 {
+			t.Fatalf("%d requests allowed over two limiters, want the limit %d (less at most one reserved on each)", allowed, limit)
+		}
+		// a stops; two of its Flushes later what it held is back, and b
+		// gets the rest: the limit in all.
+		for range 2 {
+			if err := la.Flush(ctx, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range limit {
+			if lb.Allow("tok", now).Allowed {
+				allowed++
+			}
+		}
+		if allowed != limit {
+			t.Fatalf("%d requests allowed in all once a gave back what it held, want %d", allowed, limit)
+		}
+		if d := lb.Peek("tok", now); d.Allowed || d.Remaining != 0 {
+			t.Fatalf("Peek at the limit: %+v", d)
+		}
+	})
+}

@@ -55,6 +55,10 @@ type Limiter struct {
 	limit    uint64
 	counters sync.Map   // token id -> *counter
 	mu       sync.Mutex // serialises Load and Flush
+	// shared, when set, makes the limit exact across the processes on
+	// the store (NewSharedLimiter): requests are reserved there first.
+	shared       Reserver
+	reservations sync.Map // token id -> *reservation (shared only)
 }
 
 // counter packs a token's window (the hour since the Unix epoch) and the
@@ -102,6 +106,9 @@ func (l *Limiter) counter(tokenID string) *counter {
 // Allow counts a request of the token at now unless the token has used the
 // window's limit.
 func (l *Limiter) Allow(tokenID string, now time.Time) Decision {
+	if l.shared != nil {
+		return l.allowShared(tokenID, now)
+	}
 	c := l.counter(tokenID)
 	for {
 		h := hourOf(now)
@@ -130,6 +137,9 @@ func (l *Limiter) Limit() int { return int(l.limit) }
 // Peek is the token's standing at now without counting a request: what
 // the X-RateLimit-* headers of a response refused by another limit say.
 func (l *Limiter) Peek(tokenID string, now time.Time) Decision {
+	if l.shared != nil {
+		return l.peekShared(tokenID, now)
+	}
 	h := hourOf(now)
 	oh, used := unpack(l.counter(tokenID).state.Load())
 	switch {
@@ -160,7 +170,7 @@ func (l *Limiter) decision(allowed bool, used, hour uint64, now time.Time) Decis
 // Load reads the counts of now's window from the store and adds them to
 // the in-memory ones: call it at start, before serving.
 func (l *Limiter) Load(ctx context.Context, now time.Time) error {
-	if l.store == nil {
+	if l.store == nil || l.shared != nil { // a shared limiter reads the store's count as it reserves
 		return nil
 	}
 	l.mu.Lock()
@@ -206,13 +216,21 @@ func (l *Limiter) sync(ctx context.Context, h uint64) error {
 // Flush adds the requests counted since the last Flush (or Load) to the
 // store, then reads back now's window so counts other processes flushed
 // are included. Call it periodically and at shutdown. On error what was
-// not written stays pending for the next Flush.
+// not written stays pending for the next Flush. A shared limiter
+// (NewSharedLimiter) instead gives back what it reserved and did not use
+// for the tokens idle here since the previous Flush.
 func (l *Limiter) Flush(ctx context.Context, now time.Time) error {
 	if l.store == nil {
 		return nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.shared != nil {
+		if err := l.release(ctx); err != nil {
+			return fmt.Errorf("restauth: give back reserved requests: %w", err)
+		}
+		return nil
+	}
 	type mark struct {
 		c     *counter
 		state uint64
