@@ -95,6 +95,9 @@ type Policy struct {
 	// connections' Identity.GroupLimiter), kept at the rates of the
 	// snapshot in force.
 	rates map[string]*broker.RateLimiter
+	// shares are the parts of accounts' plan publish rates this node
+	// allows (SetAccountShare); an account not here has all of them.
+	shares map[string]float64
 
 	// srv is the broker whose retained messages the live view reads.
 	srv atomic.Pointer[broker.Server]
@@ -115,7 +118,8 @@ func NewPolicy(opts Options, snap *Snapshot) *Policy {
 		opts.Now = time.Now
 	}
 	opts.TopicPrefix = strings.Trim(opts.TopicPrefix, "/")
-	p := &Policy{opts: opts, meter: NewMeter(), pools: NewLocalPools(), rates: make(map[string]*broker.RateLimiter)}
+	p := &Policy{opts: opts, meter: NewMeter(), pools: NewLocalPools(), rates: make(map[string]*broker.RateLimiter),
+		shares: make(map[string]float64)}
 	p.problems.seed = maphash.MakeSeed()
 	p.snap.Store(snap)
 	return p
@@ -148,7 +152,7 @@ func (p *Policy) AccountLimiter(accountID string) *broker.RateLimiter {
 		// the applyRates that follows its store.
 		var msgs, bytes float64
 		if acc := p.snap.Load().Accounts[accountID]; acc != nil {
-			msgs, bytes = float64(acc.AccountPublishRate), float64(acc.AccountPublishBytesRate)
+			msgs, bytes = p.sharedRatesLocked(acc)
 		}
 		l = broker.NewRateLimiter(msgs, bytes)
 		p.rates[accountID] = l
@@ -166,11 +170,65 @@ func (p *Policy) applyRates(snap *Snapshot) {
 		acc := snap.Accounts[id]
 		if acc == nil {
 			delete(p.rates, id)
+			delete(p.shares, id)
 			continue
 		}
-		msgs, bytes := float64(acc.AccountPublishRate), float64(acc.AccountPublishBytesRate)
+		msgs, bytes := p.sharedRatesLocked(acc)
 		if m, b := l.Rates(); m != msgs || b != bytes {
 			l.SetRates(msgs, bytes)
+		}
+	}
+}
+
+// sharedRatesLocked returns the account's publish rates on this node: its
+// plan's, times this node's share. The caller holds p.mu.
+func (p *Policy) sharedRatesLocked(acc *Account) (msgs, bytes float64) {
+	msgs, bytes = float64(acc.AccountPublishRate), float64(acc.AccountPublishBytesRate)
+	if share, ok := p.shares[acc.ID]; ok {
+		msgs, bytes = msgs*share, bytes*share
+	}
+	return msgs, bytes
+}
+
+// AccountUsage calls fn for each account whose devices published through
+// this node since it started: the plan's messages per second for the
+// account, and the PUBLISH packets that passed the account's limiter
+// here, and that had to wait for it (counts that only grow).
+func (p *Policy) AccountUsage(fn func(accountID string, planRate float64, taken, waited uint64)) {
+	snap := p.snap.Load()
+	p.mu.Lock()
+	type use struct {
+		id   string
+		rate float64
+		l    *broker.RateLimiter
+	}
+	var all []use
+	for id, l := range p.rates {
+		if acc := snap.Accounts[id]; acc != nil {
+			all = append(all, use{id, float64(acc.AccountPublishRate), l})
+		}
+	}
+	p.mu.Unlock()
+	for _, u := range all {
+		taken, waited := u.l.Usage()
+		fn(u.id, u.rate, taken, waited)
+	}
+}
+
+// SetAccountShare sets the part (0 to 1) of the account's plan publish
+// rates this node allows: a cluster's nodes split an account's rates
+// between them by what its devices publish through each (cluster.Rates).
+func (p *Policy) SetAccountShare(accountID string, share float64) {
+	share = min(max(share, 0.001), 1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old, ok := p.shares[accountID]; ok && old == share {
+		return
+	}
+	p.shares[accountID] = share
+	if l := p.rates[accountID]; l != nil {
+		if acc := p.snap.Load().Accounts[accountID]; acc != nil {
+			l.SetRates(p.sharedRatesLocked(acc))
 		}
 	}
 }

@@ -1026,6 +1026,75 @@ func TestClusterRESTLimit(t *testing.T) {
 	}
 }
 
+// TestClusterAccountRate: an account's plan publish rate (all its devices
+// together) holds over the cluster, not on each node: with devices
+// publishing as fast as they may through two nodes, the nodes split the
+// account's rate between them (cluster.Rates), so the account gets about
+// its plan's rate in all, and each node part of it.
+func TestClusterAccountRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetmq serve processes")
+	}
+	const plan = 200 // messages per second, all the account's devices
+	dsn, dir := pgtest.DSN(t), t.TempDir()
+	mustCLI(t, dir, "plan", "set", "metered", "-max-clients", "20", "-qos2-pool", "100", "-retention-days", "7",
+		"-publish-rate", "0", "-publish-bytes-rate", "0", "-account-publish-rate", fmt.Sprint(plan), "-account-publish-bytes-rate", "0",
+		"-database", dsn)
+	acc := createAccount(t, dir, "Metered", "metered@example.com", "-database", dsn, "-plan", "metered").ID
+	pub := createCredential(t, dir, acc, "-kind", "publisher", "-database", dsn)
+	nodes := startCluster(t, dsn, 2)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var pubs [2][]*crashPublisher
+	for n, node := range nodes {
+		for i := range 4 {
+			id := fmt.Sprintf("dev-%d-%d", n, i)
+			mustCLI(t, dir, "client", "add", acc, id, "-database", dsn)
+			p := &crashPublisher{client: connectV3(t, node.addr, id, pub.Username, pub.Password), id: id, acked: map[int]bool{}}
+			pubs[n] = append(pubs[n], p)
+			wg.Go(func() { p.run(acc+"/"+id+"/telemetry/seq", 20, stop) })
+		}
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	acked := func(n int) int {
+		total := 0
+		for _, p := range pubs[n] {
+			total += p.ackedCount()
+		}
+		return total
+	}
+	// rate measures the messages per second acknowledged through each
+	// node over d.
+	rate := func(d time.Duration) (per [2]float64) {
+		a0, a1, start := acked(0), acked(1), time.Now()
+		for time.Since(start) < d {
+			time.Sleep(50 * time.Millisecond) // the window being measured, not a wait for an event
+		}
+		secs := time.Since(start).Seconds()
+		return [2]float64{float64(acked(0)-a0) / secs, float64(acked(1)-a1) / secs}
+	}
+	// Unshared, each node would let the account publish at its plan's
+	// rate: twice the plan in all. The nodes report every second and
+	// settle on a split.
+	eventually(t, "the account's rate over both nodes to come down to its plan's", func() bool {
+		r := rate(time.Second)
+		return r[0]+r[1] <= plan*1.3
+	})
+	r := rate(3 * time.Second)
+	t.Logf("through node 1 %.0f msg/s, node 2 %.0f msg/s: %.0f in all for a plan of %d", r[0], r[1], r[0]+r[1], plan)
+	if r[0]+r[1] > plan*1.3 {
+		t.Fatalf("the account published %.0f msg/s through two nodes, for a plan of %d msg/s", r[0]+r[1], plan)
+	}
+	for n := range r {
+		if r[n] < plan*0.2 {
+			t.Fatalf("node %d let the account publish %.0f msg/s: both nodes' devices wait for the rate, each should get a part", n+1, r[n])
+		}
+	}
+}
+
 // TestClusterVendorLayout: a device publishing on its vendor's wire topic
 // through one node reaches its account's subscriber on another, on the
 // platform path (the layout's fan-out), and no other account's.

@@ -242,6 +242,9 @@ func (a *App) start(ctx context.Context) error {
 			return err
 		}
 		opts.Replay = platform.Replay(a.Store)
+		if err := a.cluster.ShareRates(a.Policy, cfg.Logger); err != nil {
+			return err
+		}
 		cfg.Logger.Info("cluster node", "node", a.cluster.ID(), "nats", cfg.Cluster.NATSURL, "routes_listen", a.cluster.RouteAddr())
 	}
 	if cfg.Listeners.MaxConns == 0 && opts.MaxConns > 0 {

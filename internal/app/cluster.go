@@ -98,6 +98,7 @@ type ClusterNode struct {
 	router   *cluster.Router
 	retained *cluster.Retained
 	owners   *cluster.Owners // nil for bare brokers
+	rates    *cluster.Rates  // nil for bare brokers
 }
 
 // ClusterStore is what a cluster keeps in the database beside the
@@ -174,10 +175,25 @@ func (n *ClusterNode) ID() string { return n.id }
 // RouteAddr is the embedded NATS's route listener ("" with -nats-url).
 func (n *ClusterNode) RouteAddr() string { return n.nats.ClusterAddr() }
 
+// ShareRates splits the accounts' plan publish rates with the other
+// nodes (cluster.Rates), so that an account gets its plan's rate in the
+// whole cluster.
+func (n *ClusterNode) ShareRates(src cluster.RateSource, log *slog.Logger) error {
+	r, err := cluster.StartRates(n.nats, n.id, src, log)
+	if err != nil {
+		return fmt.Errorf("share the accounts' publish rates: %w", err)
+	}
+	n.rates = r
+	return nil
+}
+
 // Close stops the router, then the embedded NATS.
 func (n *ClusterNode) Close() {
 	if n == nil {
 		return
+	}
+	if n.rates != nil {
+		n.rates.Close()
 	}
 	n.router.Close()
 	n.retained.Close()
