@@ -19,8 +19,9 @@ type OwnerStore interface {
 	ClaimSession(key, node string, fresh bool) (epoch int64, oldNode string, oldEpoch int64, err error)
 	ReleaseSession(key string, epoch int64) (bool, error)
 	SessionOwner(key string) (node string, epoch int64, err error)
-	SaveSessionState(key string, epoch int64, state []byte) error
-	TakeSessionState(key string, epoch int64) (state []byte, ok bool, err error)
+	SaveSessionState(key, node string, epoch int64, state []byte) error
+	SessionRound(node string, at time.Time) error
+	TakeSessionState(key string, epoch int64) (state []byte, through time.Time, ok bool, err error)
 }
 
 // handOffWait bounds how long a claim that resumes a session waits for
@@ -85,7 +86,12 @@ func (o *Owners) Claim(key, node string, fresh bool) (broker.Claim, error) {
 	if oldNode == "" || oldNode == node {
 		return c, nil
 	}
-	notice := append(binary.AppendUvarint(nil, uint64(oldEpoch)), key...)
+	// The notice: whether the claim is fresh, the replaced epoch, the key.
+	flag := byte(0)
+	if fresh {
+		flag = 1
+	}
+	notice := append(binary.AppendUvarint([]byte{flag}, uint64(oldEpoch)), key...)
 	subject := ownersSubject(oldNode)
 	if fresh {
 		err = o.nc.Publish(subject, notice)
@@ -100,11 +106,14 @@ func (o *Owners) Claim(key, node string, fresh bool) (broker.Claim, error) {
 
 // Save stores the state of the session c holds (broker.SessionStates).
 func (o *Owners) Save(c broker.Claim, state []byte) error {
-	return o.store.SaveSessionState(c.Key, int64(c.Epoch), state)
+	return o.store.SaveSessionState(c.Key, c.Node, int64(c.Epoch), state)
 }
 
+// Round records a node's round of saves.
+func (o *Owners) Round(node string, at time.Time) error { return o.store.SessionRound(node, at) }
+
 // Take returns the state left for c's session and makes it c's.
-func (o *Owners) Take(c broker.Claim) ([]byte, bool, error) {
+func (o *Owners) Take(c broker.Claim) ([]byte, time.Time, bool, error) {
 	return o.store.TakeSessionState(c.Key, int64(c.Epoch))
 }
 
@@ -125,11 +134,14 @@ func (o *Owners) Owner(key string) (broker.Claim, bool, error) {
 // Watch calls lost with each of node's claims another node replaced.
 func (o *Owners) Watch(node string, lost func(old broker.Claim)) (stop func()) {
 	sub, err := o.nc.Subscribe(ownersSubject(node), func(msg *nats.Msg) {
-		epoch, k := binary.Uvarint(msg.Data)
+		if len(msg.Data) < 2 {
+			return
+		}
+		epoch, k := binary.Uvarint(msg.Data[1:])
 		if k <= 0 {
 			return
 		}
-		old := broker.Claim{Key: string(msg.Data[k:]), Node: node, Epoch: epoch}
+		old := broker.Claim{Key: string(msg.Data[1+k:]), Node: node, Epoch: epoch, Fresh: msg.Data[0] == 1}
 		// lost saves the session's state: notices are handled side by
 		// side (up to maxHandOffs), each answered once it returned.
 		o.handOffs <- struct{}{}

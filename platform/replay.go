@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
@@ -29,8 +30,27 @@ var errReplayFull = errors.New("replay: enough messages")
 func Replay(h fleetmq.HistoryStore) func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
 	return func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
 		account, _, _ := strings.Cut(id.Namespace, "/") // a subscriber's namespace is account/credential
+		q := &fleetmq.HistoryQuery{AccountID: account, From: since, Ascending: true, ScanBudget: ReplayScanBudget}
+		// The filters go to the store as one expression (rows outside it
+		// come without their payload), and one client's index serves
+		// filters that all name that client.
+		var res []string
+		client := ""
+		for i, f := range filters {
+			re, c, err := history.FilterRegex(account, f)
+			if err != nil {
+				return err
+			}
+			res = append(res, "(?:"+re+")")
+			if i == 0 || c == client {
+				client = c
+			} else {
+				client = ""
+			}
+		}
+		q.TopicRegex, q.ClientID = strings.Join(res, "|"), client
 		n := 0
-		err := h.QueryHistory(ctx, &fleetmq.HistoryQuery{AccountID: account, From: since, Ascending: true, ScanBudget: ReplayScanBudget},
+		err := h.QueryHistory(ctx, q,
 			func(r *fleetmq.Record) error {
 				if r.QoS == 0 || !matchesAny(filters, r.Topic) {
 					return nil
@@ -61,7 +81,7 @@ func matchesAny(filters []string, name string) bool {
 // it (the record is copied: the store reuses it).
 func replayed(r *fleetmq.Record) *broker.Message {
 	m := &broker.Message{Topic: r.Topic, Payload: append([]byte(nil), r.Payload...), QoS: r.QoS, PublishedQoS: r.PublishedQoS,
-		Created: r.Received}
+		Created: r.Received, Origin: r.AccountID + "\x00" + r.ClientID} // the publisher's session key (No Local)
 	p := &m.Properties
 	if r.ContentType != "" {
 		p.SetString(packet.PropContentType, r.ContentType)

@@ -36,6 +36,10 @@ func (s *Store) ClaimSession(key, node string, fresh bool) (epoch int64, oldNode
 			ON CONFLICT (key) DO UPDATE SET node = session_owners.node RETURNING node, epoch`), []byte(key)).Scan(&oldNode, &oldEpoch); err != nil {
 			return err
 		}
+		// A fresh claim discards the state; so does the first claim of a
+		// key (a new row): a node still holding an older claim of it
+		// cannot save into it.
+		fresh := fresh || oldNode == ""
 		if s.dialect == postgresDialect {
 			return tx.QueryRowContext(ctx, `UPDATE session_owners SET node = $1, epoch = e.v,
 				state = CASE WHEN $2 THEN NULL ELSE state END, state_epoch = CASE WHEN $2 THEN e.v ELSE state_epoch END
@@ -79,27 +83,40 @@ func (s *Store) SessionOwner(key string) (node string, epoch int64, err error) {
 	return node, epoch, err
 }
 
-// SaveSessionState stores the state of the session key saved by its
-// claim epoch, unless a later claim took or discarded the state.
-func (s *Store) SaveSessionState(key string, epoch int64, state []byte) error {
+// SaveSessionState stores the state of the session key that node saved
+// under its claim epoch, unless a later claim took or discarded the
+// state.
+func (s *Store) SaveSessionState(key, node string, epoch int64, state []byte) error {
 	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
 	defer cancel()
-	_, err := s.db.ExecContext(ctx, s.rebind(`UPDATE session_owners SET state = ?, state_epoch = ? WHERE key = ? AND state_epoch <= ?`),
-		state, epoch, []byte(key), epoch)
+	_, err := s.db.ExecContext(ctx, s.rebind(`UPDATE session_owners SET state = ?, state_epoch = ?, state_node = ? WHERE key = ? AND state_epoch <= ?`),
+		state, epoch, node, []byte(key), epoch)
+	return err
+}
+
+// SessionRound records that node found every session state it holds
+// saved, or unchanged since, at at.
+func (s *Store) SessionRound(node string, at time.Time) error {
+	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
+	defer cancel()
+	_, err := s.db.ExecContext(ctx, s.rebind(`INSERT INTO session_rounds (node, saved_at) VALUES (?, ?)
+		ON CONFLICT (node) DO UPDATE SET saved_at = excluded.saved_at`), node, at.UnixMicro())
 	return err
 }
 
 // TakeSessionState returns the state saved for the session key by claim
 // epoch or an earlier one, and makes it epoch's (ok false when there is
-// none, or a later claim took it).
-func (s *Store) TakeSessionState(key string, epoch int64) (state []byte, ok bool, err error) {
+// none, or a later claim took it). through is the last round of the node
+// that saved it (zero when none).
+func (s *Store) TakeSessionState(key string, epoch int64) (state []byte, through time.Time, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ownersTimeout)
 	defer cancel()
+	var saver string
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		var at int64
 		// The no-op update holds the row to the end (as in ClaimSession).
-		err := tx.QueryRowContext(ctx, s.rebind(`UPDATE session_owners SET state_epoch = state_epoch WHERE key = ? RETURNING state, state_epoch`),
-			[]byte(key)).Scan(&state, &at)
+		err := tx.QueryRowContext(ctx, s.rebind(`UPDATE session_owners SET state_epoch = state_epoch WHERE key = ? RETURNING state, state_epoch, state_node`),
+			[]byte(key)).Scan(&state, &at, &saver)
 		if errors.Is(err, sql.ErrNoRows) || err == nil && at > epoch {
 			state = nil
 			return nil
@@ -110,7 +127,18 @@ func (s *Store) TakeSessionState(key string, epoch int64) (state []byte, ok bool
 		_, err = tx.ExecContext(ctx, s.rebind(`UPDATE session_owners SET state_epoch = ? WHERE key = ?`), epoch, []byte(key))
 		return err
 	})
-	return state, state != nil, err
+	if err != nil || state == nil {
+		return nil, time.Time{}, false, err
+	}
+	var micros int64
+	switch err := s.db.QueryRowContext(ctx, s.rebind(`SELECT saved_at FROM session_rounds WHERE node = ?`), saver).Scan(&micros); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return nil, time.Time{}, false, err
+	default:
+		through = time.UnixMicro(micros).UTC()
+	}
+	return state, through, true, nil
 }
 
 // SessionsPerNode counts the MQTT sessions each node of a cluster holds.

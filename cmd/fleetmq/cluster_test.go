@@ -878,13 +878,15 @@ func (s *storm) acked() int {
 	return n
 }
 
-// end stops the publishers and disconnects them.
+// end stops the publishers and disconnects them. The disconnection ends
+// the wait for acknowledgements that cannot come (their node stopped),
+// which would otherwise last waitFor.
 func (s *storm) end() {
 	close(s.stop)
-	s.wg.Wait()
 	for _, p := range s.pubs {
 		p.client.Disconnect(0)
 	}
+	s.wg.Wait()
 }
 
 // checkStored fails unless every message the storms' publishers had
@@ -1211,6 +1213,27 @@ func TestClusterShared(t *testing.T) {
 	for i := range n {
 		if c := got[fmt.Sprint(i)]; c != 1 {
 			t.Fatalf("message %d reached the group %d times, want once", i, c)
+		}
+	}
+}
+
+// TestClusterDocsEnvironment: every FLEETMQ_* variable the systemd unit
+// of docs/cluster.md sets is one fleetmq serve reads (its -h names it).
+func TestClusterDocsEnvironment(t *testing.T) {
+	data, err := os.ReadFile("../../docs/cluster.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut lockedBuffer
+	run(context.Background(), []string{"serve", "-h"}, &out, &errOut)
+	help := errOut.String()
+	vars := regexp.MustCompile(`Environment=(FLEETMQ_[A-Z_]+)=`).FindAllStringSubmatch(string(data), -1)
+	if len(vars) < 5 {
+		t.Fatalf("docs/cluster.md sets %d FLEETMQ_ variables; the systemd unit is gone?", len(vars))
+	}
+	for _, v := range vars {
+		if !strings.Contains(help, "["+v[1]+"]") {
+			t.Errorf("docs/cluster.md sets %s, which fleetmq serve does not read", v[1])
 		}
 	}
 }

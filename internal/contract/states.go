@@ -1,8 +1,11 @@
 package contract
 
 import (
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
 
@@ -57,6 +60,67 @@ func SessionStates(t *testing.T, newShared func(t *testing.T) func(node string) 
 		_ = cb
 	})
 
+	t.Run("a new key's first claim discards what an older claim saves", func(t *testing.T) {
+		node := newShared(t)
+		a, b := node("a"), node("b")
+		ca := claim(t, a, "k", "a")
+		if ok, err := a.Release(ca); err != nil || !ok {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		cb := claim(t, b, "k", "b") // the key is free: a new row
+		save(t, a, ca, "stale")     // a, late with its old claim
+		wantState(t, b, cb, "")
+	})
+
+	t.Run("rounds say until when a state was current", func(t *testing.T) {
+		node := newShared(t)
+		a, b := node("a"), node("b")
+		ca := claim(t, a, "k", "a")
+		save(t, a, ca, "a1")
+		at := time.Date(2026, 5, 1, 10, 0, 0, 123456000, time.UTC)
+		if err := a.Round("a", at); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Round("other", at.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		state, through, ok, err := b.Take(claim(t, b, "k", "b"))
+		if err != nil || !ok || string(state) != "a1" || !through.Equal(at) {
+			t.Fatalf("Take = %q, through %v, %v, %v; want a1 through a's round %v", state, through, ok, err, at)
+		}
+	})
+
+	t.Run("a fresh claim's notice says so", func(t *testing.T) {
+		node := newShared(t)
+		a, b := node("a"), node("b")
+		var mu sync.Mutex
+		var got []broker.Claim
+		stop := a.Watch("a", func(old broker.Claim) {
+			mu.Lock()
+			got = append(got, old)
+			mu.Unlock()
+		})
+		defer stop()
+		claim(t, a, "k", "a")
+		if _, err := b.Claim("k", "b", true); err != nil {
+			t.Fatal(err)
+		}
+		claim(t, a, "k2", "a")
+		claim(t, b, "k2", "b") // resumes: waits for a's answer
+		testkit.Eventually(t, within, "both notices", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got) == 2
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range got {
+			if want := c.Key == "k"; c.Fresh != want {
+				t.Fatalf("the notice of %s says fresh %v, want %v", c.Key, c.Fresh, want)
+			}
+		}
+	})
+
 	t.Run("nothing to resume", func(t *testing.T) {
 		node := newShared(t)
 		a, b := node("a"), node("b")
@@ -106,7 +170,7 @@ func save(t *testing.T, o OwnersStates, c broker.Claim, state string) {
 // wantState takes c's state and checks it is want ("" for none).
 func wantState(t *testing.T, o OwnersStates, c broker.Claim, want string) {
 	t.Helper()
-	got, ok, err := o.Take(c)
+	got, _, ok, err := o.Take(c)
 	if err != nil {
 		t.Fatalf("Take(%v): %v", c, err)
 	}

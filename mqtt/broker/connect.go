@@ -133,7 +133,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 	if err != nil {
 		return refuse(packet.ServerUnavailable, "session ownership: "+err.Error(), id)
 	}
-	if !cp.CleanStart && c.srv.states != nil && claim.From != "" && claim.From != c.srv.opts.Node {
+	if !cp.CleanStart && c.srv.resumes(claim) {
 		// The session was another node's: its state comes from there.
 		if err := c.srv.resume(claim); err != nil {
 			return refuse(packet.ServerUnavailable, "resume the session: "+err.Error(), id)
@@ -141,6 +141,14 @@ func (c *conn) connect(cp *packet.Connect) error {
 	}
 	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window, claim)
 	c.sess = ss
+	if c.srv.states != nil {
+		if lost, ok := c.srv.lostAfter(claim.Key, claim.Epoch); ok {
+			// Another node took the session over while this CONNECT
+			// was resuming it (the notice found no session here yet).
+			c.srv.handOff(ss, lost)
+			return nil
+		}
+	}
 	c.logConnected(cp, present)
 
 	// MQTT 3.1's CONNACK has no Session Present flag: the byte is 0.
@@ -379,6 +387,7 @@ func (s *Server) endSession(ss *session, remove bool, why DropReason) {
 		return // already ended, or reconnected meanwhile
 	}
 	ss.ended = true
+	ss.stopReplayLocked()
 	claim := ss.claim
 	for wire, sub := range ss.subs {
 		s.unindex(sub, ss.key)

@@ -2,8 +2,6 @@ package broker
 
 import (
 	"sync"
-
-	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // Claim is a node's hold on a session: the node serving the session's
@@ -16,6 +14,11 @@ type Claim struct {
 	// the claim Claim returns has it; it is not part of the claim's
 	// identity (Same).
 	From string
+	// Fresh, on a replaced claim given to a Watch's lost, says whether
+	// the claim that replaced it was fresh (a clean start: the session
+	// ends) or resumes the session (its state is wanted). Not part of
+	// the claim's identity.
+	Fresh bool
 }
 
 // Same reports whether c and o are the same claim.
@@ -101,6 +104,7 @@ func (o *LocalOwners) Claim(key, node string, fresh bool) (Claim, error) {
 		for w := range o.watchers[old.Node] {
 			tell = append(tell, w.lost)
 		}
+		old.Fresh = fresh
 	}
 	o.mu.Unlock()
 	for _, lost := range tell {
@@ -145,30 +149,17 @@ func (o *LocalOwners) Watch(node string, lost func(old Claim)) (stop func()) {
 }
 
 // takenElsewhere ends this server's hold on a session another node
-// claimed: its connection is closed with Session taken over, its state
-// is handed over (SessionStates), and the session ends here (the new
-// owner serves it from now on). A claim older than the one the session
-// holds is ignored.
+// claimed (handOff). The notice is remembered a while: a CONNECT here that
+// made the replaced claim and has not attached its session yet ends it
+// once attached.
 func (s *Server) takenElsewhere(old Claim) {
+	s.noteLost(old)
 	s.mu.Lock()
 	ss := s.sessions[old.Key]
 	s.mu.Unlock()
-	if ss == nil {
-		return
+	if ss != nil {
+		s.handOff(ss, old)
 	}
-	ss.mu.Lock()
-	c := ss.c
-	mine := ss.claim.Epoch <= old.Epoch
-	ss.mu.Unlock()
-	if !mine {
-		return // reclaimed here since
-	}
-	if c != nil {
-		c.taken.Store(true)
-		c.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
-			Detail: "another node took over the session"})
-	}
-	s.handOff(ss, old)
 }
 
 // releaseClaim gives up the claim of a session that ended here.

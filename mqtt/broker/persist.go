@@ -211,7 +211,6 @@ func (s *Server) saveState(path string) error {
 	}
 	s.mu.Unlock()
 	now := s.now()
-	var claims []Claim
 	for _, ss := range sessions {
 		ss.mu.Lock()
 		if ss.ended || ss.expiry == 0 || ss.id == nil {
@@ -219,11 +218,11 @@ func (s *Server) saveState(path string) error {
 			continue
 		}
 		st.Sessions = append(st.Sessions, ss.snapshotLocked(now))
-		claims = append(claims, ss.claim)
 		ss.mu.Unlock()
 	}
 	if s.states != nil {
-		s.saveStates(st.Sessions, claims)
+		// After the file below: a database out of reach delays it.
+		defer s.saveStates(sessions)
 	}
 	data, err := json.Marshal(&st)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/pires/go-proxyproto"
 
@@ -87,5 +88,37 @@ func TestProxyProtocolOthersAsTheyAre(t *testing.T) {
 	c := mqtttest.DialV5(t, b.Addr, mqtttest.Clean("direct"))
 	if got, want := pol.of("direct")[0].conn.RemoteAddr.String(), c.Conn.LocalAddr().String(); got != want {
 		t.Fatalf("a direct client's address is %s, want its own %s", got, want)
+	}
+}
+
+// TestProxyProtocolSilentBalancer: connections from the load balancer
+// that send no header yet (it sends it with the client's first bytes, or
+// the peer is slow) hold no one else up: a client whose header comes at
+// once behind three silent ones gets its CONNACK while they wait.
+func TestProxyProtocolSilentBalancer(t *testing.T) {
+	b := startBroker(t, broker.Options{ProxyFrom: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	dst := net.TCPAddrFromAddrPort(netip.MustParseAddrPort(b.Addr))
+	for range 3 {
+		// Dialled first: ahead of the next one in the accept queue.
+		nc, err := net.Dial("tcp", b.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+	}
+	start := time.Now()
+	nc, err := net.Dial("tcp", b.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := proxyproto.HeaderProxyFromAddrs(2, net.TCPAddrFromAddrPort(netip.MustParseAddrPort("203.0.113.7:50000")), dst)
+	if _, err := h.WriteTo(nc); err != nil {
+		t.Fatal(err)
+	}
+	mqtttest.DialV5Over(t, nc, mqtttest.Clean("prompt"))
+	// The header wait is 5 s: behind three silent connections read one
+	// after the other, the CONNACK would take 15.
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("a client with a prompt PROXY header got its CONNACK after %v, behind three silent connections", d)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/pires/go-proxyproto"
-
 	"github.com/fleetmq/fleetmq/internal/netlimit"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
@@ -38,13 +36,16 @@ type Server struct {
 	// stateSums are the hashes of the session states last saved to
 	// states, by session key (guarded by saving).
 	stateSums map[string]uint64
-	unwatch   func() // ends the watch of this node's claims
-	subs      *topic.Index[string, subscription]
-	retained  Retained        // Options.Retained, or local
-	local     *MemoryRetained // the in-memory retained store, saved with the state (nil: Options.Retained)
-	rlog      *retainedLog    // nil without Options.StatePath
-	saving    sync.Mutex      // one state save at a time
-	stats     counters
+	// lost are the takeover notices of the last minute, by session key
+	// (guarded by mu; states.go).
+	lost     map[string]lostNotice
+	unwatch  func() // ends the watch of this node's claims
+	subs     *topic.Index[string, subscription]
+	retained Retained        // Options.Retained, or local
+	local    *MemoryRetained // the in-memory retained store, saved with the state (nil: Options.Retained)
+	rlog     *retainedLog    // nil without Options.StatePath
+	saving   sync.Mutex      // one state save at a time
+	stats    counters
 
 	mu        sync.Mutex // guards sessions, listeners, conns, closed, wills, attached
 	sessions  map[string]*session
@@ -84,6 +85,7 @@ func New(opts Options) (*Server, error) {
 		sessions:  make(map[string]*session),
 		conns:     make(map[*conn]struct{}),
 		wills:     make(map[string]*time.Timer),
+		lost:      make(map[string]lostNotice),
 		done:      make(chan struct{}),
 		stopWatch: make(chan struct{}),
 	}
@@ -125,7 +127,7 @@ func (s *Server) listen(addr string) (net.Listener, error) {
 	if len(s.opts.ProxyFrom) > 0 {
 		// Inside the bounds: they count the client's address, not the
 		// load balancer's.
-		ln = &proxyproto.Listener{Listener: ln, ConnPolicy: s.proxyPolicy, ReadHeaderTimeout: proxyHeaderTimeout}
+		ln = newProxyListener(ln, s.opts.ProxyFrom, s.log)
 	}
 	lim := netlimit.New(ln, s.opts.MaxConns, s.opts.MaxConnsPerAddr)
 	if r := s.opts.MaxConnRatePerAddr; r > 0 {
@@ -135,25 +137,6 @@ func (s *Server) listen(addr string) (net.Listener, error) {
 	s.limits = append(s.limits, lim)
 	s.mu.Unlock()
 	return lim, nil
-}
-
-// proxyHeaderTimeout bounds the wait for a load balancer's PROXY header
-// (it sends it as it connects). The accept loop waits for it: the bounds
-// need the client's address.
-const proxyHeaderTimeout = 2 * time.Second
-
-// proxyPolicy asks a PROXY header of the load balancers in
-// Options.ProxyFrom and takes any other connection as it is.
-func (s *Server) proxyPolicy(o proxyproto.ConnPolicyOptions) (proxyproto.Policy, error) {
-	if tcp, ok := o.Upstream.(*net.TCPAddr); ok {
-		ip := tcp.AddrPort().Addr().Unmap()
-		for _, p := range s.opts.ProxyFrom {
-			if p.Contains(ip) {
-				return proxyproto.REQUIRE, nil
-			}
-		}
-	}
-	return proxyproto.SKIP, nil
 }
 
 // ListenTLS opens a TLS listener on addr and serves it in the background.
@@ -353,6 +336,7 @@ func (s *Server) Sweep() {
 		s.endSession(ss, true, DropSessionExpired)
 	}
 	s.events.sweep(time.Now())
+	s.sweepLost(time.Now())
 }
 
 // Disconnect ends every connection for which why returns a reason (not

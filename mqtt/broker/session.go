@@ -137,6 +137,11 @@ type session struct {
 	// from another node, until its second replay (states.go); nil
 	// otherwise.
 	recent map[replayKey]struct{}
+	// replayTimer runs the second replay of a resumed session.
+	replayTimer *time.Timer
+	// saveMu orders the saves of the session's state to SessionStates
+	// (periodic and at a hand-over); taken before mu.
+	saveMu sync.Mutex
 	// sent are the QoS 1 and 2 messages sent lately (cluster nodes only,
 	// oldest first, at most maxSent), saved with the state so that a
 	// replay where the session resumes does not send them again.

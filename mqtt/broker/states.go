@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"hash/fnv"
 	"time"
@@ -22,33 +23,47 @@ import (
 // The contract (the suite in internal/contract, SessionStates, checks
 // it):
 //   - Save(c, state) stores state for c.Key unless a claim later than c
-//     took the state (Take) or discarded it (a fresh claim): a node that
-//     lost the session cannot overwrite what the new owner resumed. A nil
-//     state says the session has nothing to resume.
+//     took the state (Take) or discarded it (a fresh claim, or the first
+//     claim of a key): a node that lost the session cannot overwrite what
+//     the new owner resumed. A nil state says the session has nothing to
+//     resume.
+//   - Round(node, at) records that every session state node holds was
+//     saved, or had not changed since it was, as of at.
 //   - Take(c) returns the newest state saved for c.Key by c or an
 //     earlier claim (ok false when none) and makes it c's: claims before
-//     c can no longer save.
+//     c can no longer save. through is when that state was last known to
+//     be current: the later of its save and its node's last Round after
+//     it.
 //   - Release of the key's claim (SessionOwners) removes its state.
 type SessionStates interface {
 	Save(c Claim, state []byte) error
-	Take(c Claim) (state []byte, ok bool, err error)
+	Round(node string, at time.Time) error
+	Take(c Claim) (state []byte, through time.Time, ok bool, err error)
 }
 
-// handOff ends a session another node took over, after saving its state
-// for that node (nil when the session is not persistent: the new owner
-// resumes nothing). Its queued and inflight messages go with the state;
-// without SessionStates they are dropped, as when the session expires.
+// handOff ends a session another node took over with the claim that
+// replaced old. A session resumed there (not fresh) has its state saved
+// for that node first: its subscriptions and its queued and inflight
+// messages go with it (without SessionStates they are dropped, as when
+// the session expires). The connection closes with Session taken over,
+// and its will follows the rules for a session that continues elsewhere
+// (published now only without a will delay) or ends (published now). A
+// session that holds a claim later than old (reclaimed here since) is
+// left alone.
 func (s *Server) handOff(ss *session, old Claim) {
-	// After any save under way (its older state must not land last).
-	s.saving.Lock()
-	defer s.saving.Unlock()
+	// After any save of this session under way: its older state must not
+	// land after this one.
+	ss.saveMu.Lock()
+	defer ss.saveMu.Unlock()
 	ss.mu.Lock()
-	if ss.ended {
+	if ss.ended || ss.claim.Epoch > old.Epoch {
 		ss.mu.Unlock()
 		return
 	}
+	c := ss.c
+	keep := s.states != nil && !old.Fresh
 	var state []byte
-	if s.states != nil && ss.expiry > 0 && ss.id != nil {
+	if keep && ss.expiry > 0 && ss.id != nil {
 		sv := ss.snapshotLocked(s.now())
 		var err error
 		if state, err = json.Marshal(&sv); err != nil {
@@ -57,6 +72,7 @@ func (s *Server) handOff(ss *session, old Claim) {
 		}
 	}
 	ss.ended = true
+	ss.stopReplayLocked()
 	for wire, sub := range ss.subs {
 		s.unindex(sub, ss.key)
 		delete(ss.subs, wire)
@@ -68,12 +84,34 @@ func (s *Server) handOff(ss *session, old Claim) {
 	}
 	ss.end2Locked()
 	ss.mu.Unlock()
+	if c != nil {
+		c.wmu.Lock()
+		will := c.will
+		c.will = nil
+		c.wmu.Unlock()
+		if will != nil && (old.Fresh || will.Properties.WillDelay == 0) {
+			s.publishWill(c.id, will)
+		}
+		c.taken.Store(true)
+		c.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
+			Detail: "another node took over the session"})
+	}
 	s.mu.Lock()
+	if t, ok := s.wills[ss.key]; ok {
+		// The session was offline, its will delay running: it ends (a
+		// fresh claim), so the will goes now, or it continues elsewhere.
+		if old.Fresh {
+			t.Reset(0)
+		} else {
+			t.Stop()
+			delete(s.wills, ss.key)
+		}
+	}
 	if s.sessions[ss.key] == ss {
 		delete(s.sessions, ss.key)
 	}
 	s.mu.Unlock()
-	if s.states == nil {
+	if !keep {
 		return
 	}
 	if err := s.states.Save(old, state); err != nil {
@@ -96,12 +134,84 @@ func (ss *session) discardLocked() {
 	ss.ninfl = 0
 }
 
+// lostNotice is a takeover notice: the latest claim of a key this server
+// was told it lost, and when.
+type lostNotice struct {
+	claim Claim
+	at    time.Time
+}
+
+// lostKept is how long takeover notices are remembered (lost).
+const lostKept = time.Minute
+
+// noteLost remembers that the claim old was replaced, for a CONNECT that
+// claimed it and has not attached its session yet (lostAfter).
+func (s *Server) noteLost(old Claim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n, ok := s.lost[old.Key]; !ok || n.claim.Epoch < old.Epoch {
+		s.lost[old.Key] = lostNotice{claim: old, at: time.Now()}
+	}
+}
+
+// lostAfter reports the notice of a replaced claim of key at or after
+// epoch, if this server was told of one.
+func (s *Server) lostAfter(key string, epoch uint64) (Claim, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.lost[key]
+	return n.claim, ok && n.claim.Epoch >= epoch
+}
+
+// sweepLost forgets old takeover notices.
+func (s *Server) sweepLost(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, n := range s.lost {
+		if now.Sub(n.at) > lostKept {
+			delete(s.lost, k)
+		}
+	}
+}
+
+// resumes reports whether a CONNECT that resumes a session (no clean
+// start) with claim takes the session's state from SessionStates: when
+// the claim replaced another node's, or this server has no session for
+// the key (an earlier attempt here failed before its session was made).
+func (s *Server) resumes(claim Claim) bool {
+	if s.states == nil || claim.From == "" {
+		return false
+	}
+	if claim.From != s.opts.Node {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[claim.Key] == nil
+}
+
 // resume takes the state another node left for the session claim now
-// holds and makes it this server's session, before attach finds it. It
-// runs at a CONNECT that resumes a session (no clean start) claimed from
-// another node; an error refuses the CONNECT (the client tries again).
+// holds and makes it this server's session, before attach finds it. A
+// copy of the session this server kept (it never heard of the takeover)
+// ends first, whatever is in the store: the claim says the session was
+// elsewhere since. An error refuses the CONNECT (the client tries again).
 func (s *Server) resume(claim Claim) error {
-	data, ok, err := s.states.Take(claim)
+	s.mu.Lock()
+	prev := s.sessions[claim.Key]
+	delete(s.sessions, claim.Key)
+	s.mu.Unlock()
+	if prev != nil {
+		prev.mu.Lock()
+		pc := prev.c
+		prev.mu.Unlock()
+		if pc != nil {
+			pc.taken.Store(true)
+			pc.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
+				Detail: "another node took over the session"})
+		}
+		s.endSession(prev, false, DropSessionExpired)
+	}
+	data, through, ok, err := s.states.Take(claim)
 	if err != nil || !ok || len(data) == 0 {
 		return err
 	}
@@ -121,28 +231,11 @@ func (s *Server) resume(claim Claim) error {
 		return nil
 	}
 	ss.claim = claim
-	// A copy of the session this server kept (a takeover notice it never
-	// heard) ends first: its subscriptions share the key's index entries.
-	s.mu.Lock()
-	prev := s.sessions[ss.key]
-	delete(s.sessions, ss.key)
-	s.mu.Unlock()
-	if prev != nil {
-		prev.mu.Lock()
-		pc := prev.c
-		prev.mu.Unlock()
-		if pc != nil {
-			pc.taken.Store(true)
-			pc.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
-				Detail: "another node took over the session"})
-		}
-		s.endSession(prev, false, DropSessionExpired)
-	}
 	ss.mu.Lock()
 	ss.restoreLocked(&sv)
 	ss.mu.Unlock()
 	if s.opts.Replay != nil {
-		s.replay(ss, &sv)
+		s.replay(ss, &sv, through)
 	}
 	s.mu.Lock()
 	s.sessions[ss.key] = ss
@@ -215,19 +308,26 @@ type savedSent struct {
 
 // replay adds to a session resumed from another node's saved state the
 // QoS 1 and 2 messages its subscriptions match that were published since
-// shortly before the save (Options.Replay reads them from history): the
-// messages the old node got after it saved (it died) and those that
-// crossed the cluster while the session moved. They go after the restored
-// queue and before what arrived live since the subscriptions were
-// indexed; a message already queued or in flight is not added twice. The
-// replay runs again replayAgain later for what was published during the
-// move and had not reached history yet.
-func (s *Server) replay(ss *session, sv *savedSession) {
+// shortly before the state was last known current (through: the old
+// node saved it, or found it unchanged, then), which Options.Replay reads
+// from history: the messages the old node got after that (it died) and
+// those that crossed the cluster while the session moved. They go after
+// the restored queue and before what arrived live since the
+// subscriptions were indexed; a message the state holds, says it sent,
+// or that already arrived is not added twice. The replay runs again
+// replayAgain later for what was published during the move and had not
+// reached history yet.
+func (s *Server) replay(ss *session, sv *savedSession, through time.Time) {
 	if sv.Saved.IsZero() {
 		return
 	}
-	since := sv.Saved.Add(-replayWindow)
-	got := s.replayed(ss, since)
+	since := sv.Saved
+	if through.After(since) {
+		since = through
+	}
+	since = since.Add(-replayWindow)
+	filters := ss.replayFilters()
+	got := s.replayed(ss, filters, since)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	seen := make(map[replayKey]struct{}, ss.qlen()+len(ss.inflight)+len(sv.Sent)+len(got))
@@ -240,11 +340,11 @@ func (s *Server) replay(ss *session, sv *savedSession) {
 		}
 	}
 	queue := ss.queue[ss.qhead:]
-	for _, d := range queue {
-		seen[keyOf(d.msg)] = struct{}{}
-	}
 	n := min(len(sv.Queue), len(queue))
 	restored, live := append([]*delivery(nil), queue[:n]...), append([]*delivery(nil), queue[n:]...)
+	for _, d := range restored {
+		seen[keyOf(d.msg)] = struct{}{}
+	}
 	for ss.qlen() > 0 {
 		ss.pop()
 	}
@@ -253,37 +353,66 @@ func (s *Server) replay(ss *session, sv *savedSession) {
 	}
 	ss.addReplayedLocked(got, seen)
 	for _, d := range live {
+		k := keyOf(d.msg)
+		if _, dup := seen[k]; dup {
+			continue // the old node had it: in the state, or sent
+		}
+		seen[k] = struct{}{}
 		ss.pushBoundedLocked(d)
 	}
 	// Until the second replay, what is queued is remembered (enqueue).
 	ss.recent = seen
-	time.AfterFunc(replayAgain, func() {
-		again := s.replayed(ss, since)
+	ss.replayTimer = time.AfterFunc(replayAgain, func() {
+		select {
+		case <-s.done:
+			return // closing
+		default:
+		}
+		again := s.replayed(ss, filters, since)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
-		if !ss.ended {
+		if !ss.ended && ss.recent != nil {
 			ss.addReplayedLocked(again, ss.recent)
 			ss.pumpLocked(nil)
 		}
-		ss.recent = nil
+		ss.recent, ss.replayTimer = nil, nil
 	})
 }
 
-// replayed reads the messages since that the session's non-shared
-// subscriptions match (at most its queue bound).
-func (s *Server) replayed(ss *session, since time.Time) []*Message {
+// stopReplayLocked ends a replay under way (the session ends). The
+// caller holds ss.mu.
+func (ss *session) stopReplayLocked() {
+	if ss.replayTimer != nil {
+		ss.replayTimer.Stop()
+		ss.replayTimer = nil
+	}
+	ss.recent = nil
+}
+
+// replayFilters returns the filters of the session's non-shared
+// subscriptions (a shared subscription's messages went to another member
+// of its group).
+func (ss *session) replayFilters() []string {
 	var filters []string
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
 	for _, sub := range ss.subs {
 		if _, _, shared, _ := topic.ParseShare(sub.wire); !shared {
 			filters = append(filters, sub.filter)
 		}
 	}
-	id, limit := ss.id, ss.limits.MaxQueued
-	ss.mu.Unlock()
+	return filters
+}
+
+// replayed reads the messages since that filters match (at most the
+// session's queue bound).
+func (s *Server) replayed(ss *session, filters []string, since time.Time) []*Message {
 	if len(filters) == 0 {
 		return nil
 	}
+	ss.mu.Lock()
+	id, limit := ss.id, ss.limits.MaxQueued
+	ss.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
 	defer cancel()
 	var got []*Message
@@ -326,6 +455,9 @@ func (ss *session) grantLocked(m *Message) (qos byte, ids []uint32, ok bool) {
 		if _, _, shared, _ := topic.ParseShare(sub.wire); shared || !topic.Match(sub.filter, m.Topic) {
 			continue
 		}
+		if sub.noLocal && m.Origin != "" && m.Origin == ss.key {
+			continue // its own message [MQTT-3.8.3-3]
+		}
 		ok = true
 		qos = max(qos, min(m.QoS, sub.qos))
 		if sub.id != 0 {
@@ -335,41 +467,77 @@ func (ss *session) grantLocked(m *Message) (qos byte, ids []uint32, ok bool) {
 	return qos, ids, ok
 }
 
-// saveStates saves the persistent sessions' states that changed since
-// the last save to SessionStates. claims[i] is the claim sessions[i] was
-// held under. It runs with s.saving held.
-func (s *Server) saveStates(sessions []savedSession, claims []Claim) {
+// saveStates saves to SessionStates the state of each persistent session
+// in sessions that changed since its last save, then records the round.
+// A session's save holds its saveMu, so a hand-over of the same session
+// (handOff) lands after it. A failed save ends the round: the rest wait
+// for the next one (a database out of reach costs one timeout a round).
+// It runs with s.saving held.
+func (s *Server) saveStates(sessions []*session) {
+	now := s.now()
 	seen := make(map[string]uint64, len(sessions))
-	for i := range sessions {
-		sv := &sessions[i]
-		// What a save changes by itself is not a change: the time, and
-		// the disconnection time of a connected session (now).
-		saved, disc := sv.Saved, sv.DisconnectedAt
-		sv.Saved = time.Time{}
-		if sv.Connected {
-			sv.DisconnectedAt = time.Time{}
-		}
-		data, err := json.Marshal(sv)
-		sv.Saved, sv.DisconnectedAt = saved, disc
+	complete := true
+	for _, ss := range sessions {
+		key, sum, err := s.saveState1(ss, now)
 		if err != nil {
-			s.log.Error("save a session's state", "error", err)
-			continue
+			s.log.Warn("save a session's state; the others wait for the next save", "session", ss.key, "error", err)
+			complete = false
+			break
 		}
-		h := fnv.New64a()
-		h.Write(data)
-		sum := h.Sum64()
-		key := claims[i].Key
-		seen[key] = sum
-		if last, ok := s.stateSums[key]; ok && last == sum {
-			continue
-		}
-		if data, err = json.Marshal(sv); err == nil {
-			err = s.states.Save(claims[i], data)
-		}
-		if err != nil {
-			delete(seen, key) // tried again at the next save
-			s.log.Warn("save a session's state", "session", key, "error", err)
+		if key != "" {
+			seen[key] = sum
 		}
 	}
+	if !complete {
+		for k, sum := range s.stateSums {
+			if _, ok := seen[k]; !ok {
+				seen[k] = sum // not looked at this round
+			}
+		}
+		s.stateSums = seen
+		return
+	}
 	s.stateSums = seen
+	if err := s.states.Round(s.opts.Node, now); err != nil {
+		s.log.Warn("record the sessions' save", "error", err)
+	}
+}
+
+// saveState1 saves one session's state if it changed, and returns its
+// key and the hash of what is saved ("" when the session has nothing to
+// save: not persistent, ended, or never claimed).
+func (s *Server) saveState1(ss *session, now time.Time) (string, uint64, error) {
+	ss.saveMu.Lock()
+	defer ss.saveMu.Unlock()
+	ss.mu.Lock()
+	if ss.ended || ss.expiry == 0 || ss.id == nil || ss.claim.Epoch == 0 {
+		ss.mu.Unlock()
+		return "", 0, nil
+	}
+	sv := ss.snapshotLocked(now)
+	claim := ss.claim
+	ss.mu.Unlock()
+	// What a save changes by itself is not a change: the time, and the
+	// disconnection time of a connected session (now).
+	saved, disc := sv.Saved, sv.DisconnectedAt
+	sv.Saved = time.Time{}
+	if sv.Connected {
+		sv.DisconnectedAt = time.Time{}
+	}
+	data, err := json.Marshal(&sv)
+	if err != nil {
+		return "", 0, err
+	}
+	h := fnv.New64a()
+	h.Write(data)
+	h.Write(binary.LittleEndian.AppendUint64(nil, claim.Epoch)) // saved again under a new claim
+	sum := h.Sum64()
+	if last, ok := s.stateSums[claim.Key]; ok && last == sum {
+		return claim.Key, sum, nil
+	}
+	sv.Saved, sv.DisconnectedAt = saved, disc
+	if data, err = json.Marshal(&sv); err != nil {
+		return "", 0, err
+	}
+	return claim.Key, sum, s.states.Save(claim, data)
 }

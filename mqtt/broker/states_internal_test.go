@@ -1,0 +1,274 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
+)
+
+// memStates is a SessionStates in memory: Take gives take, Save counts
+// (and may be slow), Round records.
+type memStates struct {
+	mu     sync.Mutex
+	delay  time.Duration
+	take   []byte
+	saves  int
+	rounds int
+	fail   bool
+}
+
+func (m *memStates) Save(Claim, []byte) error {
+	time.Sleep(m.delay) // a database write
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.saves++
+	if m.fail {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+func (m *memStates) Take(Claim) ([]byte, time.Time, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.take, time.Time{}, m.take != nil, nil
+}
+
+func (m *memStates) Round(string, time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rounds++
+	return nil
+}
+
+func (m *memStates) counts() (saves, rounds int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.saves, m.rounds
+}
+
+// elsewhere is a SessionOwners whose every claim replaced node "a"'s.
+type elsewhere struct {
+	mu    sync.Mutex
+	epoch uint64
+}
+
+func (o *elsewhere) Claim(key, node string, fresh bool) (Claim, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.epoch++
+	return Claim{Key: key, Node: node, Epoch: o.epoch, From: "a"}, nil
+}
+func (o *elsewhere) Release(Claim) (bool, error)             { return true, nil }
+func (o *elsewhere) Owner(string) (Claim, bool, error)       { return Claim{}, false, nil }
+func (o *elsewhere) Watch(string, func(Claim)) (stop func()) { return func() {} }
+
+func startStates(t *testing.T, opts Options) (*Server, string) {
+	t.Helper()
+	opts.Logger = slog.New(slog.DiscardHandler)
+	srv, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.ListenTCP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Close(ctx)
+	})
+	return srv, ln.Addr().String()
+}
+
+func persistent(id string) *paho.Connect {
+	x := uint32(3600)
+	return &paho.Connect{ClientID: id, KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: &x}}
+}
+
+func sessionOf(s *Server, key string) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[key]
+}
+
+func claimOf(ss *session) Claim {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.claim
+}
+
+// TestHandOffLeavesANewerClaim: a takeover notice of a claim the session
+// no longer holds (its client came back here since, with a newer claim)
+// ends nothing: the client keeps its subscription.
+func TestHandOffLeavesANewerClaim(t *testing.T) {
+	srv, addr := startStates(t, Options{States: &memStates{}})
+	c1 := mqtttest.DialV5(t, addr, persistent("dev"))
+	c1.Sub(t, "t/#", 1)
+	old := claimOf(sessionOf(srv, "dev"))
+	c1.Disconnect(&paho.Disconnect{})
+	c2 := mqtttest.DialV5(t, addr, persistent("dev")) // a newer claim, same node
+	if !c2.Connack.SessionPresent {
+		t.Fatal("resuming here: session present 0")
+	}
+	srv.takenElsewhere(old) // late: the notice of the older claim
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "hello")
+	c2.Expect(t, "hello")
+}
+
+// TestNoticeDuringResume: a takeover notice that arrives while a CONNECT
+// resumes the session from another node's state (before it is attached)
+// is not lost: the connection is closed with Session taken over and the
+// session is not served here.
+func TestNoticeDuringResume(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	st := &memStates{}
+	sv := savedSession{Saved: time.Now(), ClientID: "dev", Limits: Limits{MaxQueued: 100, MaxInflight: 10}, Expiry: 3600,
+		DisconnectedAt: time.Now(), Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
+	st.take, _ = json.Marshal(&sv)
+	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		select {
+		case entered <- struct{}{}:
+			<-release
+		default:
+		}
+		return nil
+	}
+	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
+	type result struct {
+		c   *mqtttest.V5
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		c, _, err := mqtttest.TryV5(t, addr, persistent("dev"))
+		got <- result{c, err}
+	}()
+	<-entered
+	srv.takenElsewhere(Claim{Key: "dev", Node: srv.opts.Node, Epoch: 1}) // another node took claim 1
+	close(release)
+	r := <-got
+	if r.err == nil {
+		if code := r.c.Disconnected(t, 5*time.Second); code != 0x8E {
+			t.Fatalf("the connection whose claim was taken during its resume ended with 0x%02X, want 0x8E", code)
+		}
+	}
+	testkit.Eventually(t, 5*time.Second, "the session to leave this node", func() bool { return sessionOf(srv, "dev") == nil })
+}
+
+// TestWillAtHandOff: a session resumed on another node within its will
+// delay has no will published here; one that starts clean there ends,
+// and its will is published at once.
+func TestWillAtHandOff(t *testing.T) {
+	for _, fresh := range []bool{false, true} {
+		srv, addr := startStates(t, Options{States: &memStates{}})
+		watcher := mqtttest.DialV5(t, addr, mqtttest.Clean("watcher"))
+		watcher.Sub(t, "will/dev", 1)
+		cp := persistent("dev")
+		delay := uint32(2)
+		cp.WillMessage = &paho.WillMessage{Topic: "will/dev", QoS: 1, Payload: []byte("gone")}
+		cp.WillProperties = &paho.WillProperties{WillDelayInterval: &delay}
+		mqtttest.DialV5(t, addr, cp)
+		old := claimOf(sessionOf(srv, "dev"))
+		old.Fresh = fresh
+		srv.takenElsewhere(old) // connected here; the client came through another node
+		select {
+		case m := <-watcher.Msgs:
+			if !fresh {
+				t.Fatalf("the will %q was published when the session moved on (resumed elsewhere within its delay)", m.Payload)
+			}
+		case <-time.After(3 * time.Second): // past the will delay
+			if fresh {
+				t.Fatal("the will was not published when the session ended (a clean start elsewhere)")
+			}
+		}
+	}
+}
+
+// TestStaleCopyWithoutState: a session this node kept, which another node
+// held since and left no state of (its client started clean there), is
+// not resumed here.
+func TestStaleCopyWithoutState(t *testing.T) {
+	_, addr := startStates(t, Options{States: &memStates{}, Owners: &elsewhere{}})
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	c.Sub(t, "t/#", 1)
+	c.Disconnect(&paho.Disconnect{})
+	c2 := mqtttest.DialV5(t, addr, persistent("dev"))
+	if c2.Connack.SessionPresent {
+		t.Fatal("session present 1: the local copy of a session another node held since (and left no state of) was resumed")
+	}
+}
+
+// TestHandOffNotBehindOtherSaves: a hand-over waits for at most its own
+// session's save, not for a whole round of saves of other sessions.
+func TestHandOffNotBehindOtherSaves(t *testing.T) {
+	st := &memStates{delay: 20 * time.Millisecond}
+	srv, addr := startStates(t, Options{States: st, StatePath: t.TempDir() + "/state.json", SaveInterval: time.Hour})
+	for i := range 60 {
+		mqtttest.DialV5(t, addr, persistent(fmt.Sprintf("dev%02d", i)))
+	}
+	old := claimOf(sessionOf(srv, "dev59")) // the last: its save comes at the end of the round
+	saved := make(chan error, 1)
+	go func() { saved <- srv.Save() }() // 60 saves of 20 ms: 1.2 s
+	testkit.Eventually(t, 5*time.Second, "the round to be under way", func() bool { n, _ := st.counts(); return n > 0 })
+	start := time.Now()
+	srv.takenElsewhere(old)
+	if d := time.Since(start); d > 600*time.Millisecond {
+		t.Fatalf("the hand-over took %v behind the other sessions' saves", d)
+	}
+	if err := <-saved; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRounds: a round of saves is recorded once every session's state is
+// saved or unchanged, and not when a save failed; an unchanged session is
+// not saved again.
+func TestRounds(t *testing.T) {
+	st := &memStates{}
+	srv, addr := startStates(t, Options{States: st, StatePath: t.TempDir() + "/state.json", SaveInterval: time.Hour})
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	c.Sub(t, "t/#", 1)
+	if err := srv.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if saves, rounds := st.counts(); saves != 1 || rounds != 1 {
+		t.Fatalf("after the first save: %d saves, %d rounds; want 1 and 1", saves, rounds)
+	}
+	if err := srv.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if saves, rounds := st.counts(); saves != 1 || rounds != 2 {
+		t.Fatalf("unchanged: %d saves, %d rounds; want 1 (not saved again) and 2", saves, rounds)
+	}
+	c.Sub(t, "u/#", 1)
+	st.mu.Lock()
+	st.fail = true
+	st.mu.Unlock()
+	if err := srv.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if saves, rounds := st.counts(); saves != 2 || rounds != 2 {
+		t.Fatalf("a failed save: %d saves, %d rounds; want 2 and no new round", saves, rounds)
+	}
+	st.mu.Lock()
+	st.fail = false
+	st.mu.Unlock()
+	if err := srv.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if saves, rounds := st.counts(); saves != 3 || rounds != 3 {
+		t.Fatalf("after the failure: %d saves, %d rounds; want the change saved again (3) and a round (3)", saves, rounds)
+	}
+}
