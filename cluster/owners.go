@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +54,7 @@ type Owners struct {
 	nc       *nats.Conn
 	log      *slog.Logger
 	handOffs chan struct{} // a token per notice being handled
+	tenants  tenantSlots   // claims under way per tenant
 }
 
 // NewOwners connects a node's session claims to the NATS for notices.
@@ -78,7 +80,9 @@ func ownersSubject(node string) string {
 // Claim makes node the owner of key and tells the node it replaces; a
 // claim that is not fresh waits for that node's hand-over.
 func (o *Owners) Claim(key, node string, fresh bool) (broker.Claim, error) {
+	release := o.tenants.take(tenantOf(key))
 	epoch, oldNode, oldEpoch, err := o.store.ClaimSession(key, node, fresh)
+	release()
 	if err != nil {
 		return broker.Claim{}, err
 	}
@@ -163,3 +167,55 @@ func (o *Owners) Watch(node string, lost func(old broker.Claim)) (stop func()) {
 
 // Close closes the notices' connection.
 func (o *Owners) Close() { o.nc.Close() }
+
+// claimsPerTenant bounds the claims one tenant has under way on a node at
+// once: a reconnect storm of one account's devices (its node died) takes
+// at most this many of the database connections the claims share with
+// every other account's CONNECTs, whose claims pass beside it.
+const claimsPerTenant = 2
+
+// tenantOf is the tenant of a session key: its namespace (before the NUL)
+// up to its first "/" (a subscriber's namespace is account/credential).
+func tenantOf(key string) string {
+	ns, _, ok := strings.Cut(key, "\x00")
+	if !ok {
+		return ""
+	}
+	account, _, _ := strings.Cut(ns, "/")
+	return account
+}
+
+// tenantSlots bounds work under way per tenant (claimsPerTenant each).
+type tenantSlots struct {
+	mu    sync.Mutex
+	slots map[string]*tenantSlot
+}
+
+type tenantSlot struct {
+	sem   chan struct{}
+	users int // goroutines holding or waiting for sem
+}
+
+// take waits for one of the tenant's slots and returns its release.
+func (t *tenantSlots) take(tenant string) (release func()) {
+	t.mu.Lock()
+	if t.slots == nil {
+		t.slots = make(map[string]*tenantSlot)
+	}
+	sl := t.slots[tenant]
+	if sl == nil {
+		sl = &tenantSlot{sem: make(chan struct{}, claimsPerTenant)}
+		t.slots[tenant] = sl
+	}
+	sl.users++
+	t.mu.Unlock()
+	sl.sem <- struct{}{}
+	return func() {
+		<-sl.sem
+		t.mu.Lock()
+		if sl.users--; sl.users == 0 {
+			delete(t.slots, tenant)
+		}
+		t.mu.Unlock()
+	}
+}
