@@ -3,7 +3,9 @@ package platform
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
@@ -21,15 +23,34 @@ const ReplayScanBudget = 200_000
 // errReplayFull stops a replay that has found its maximum.
 var errReplayFull = errors.New("replay: enough messages")
 
+// ReplaysPerAccount is how many replays of one account run at once on a
+// node: when a node dies, its sessions resuming elsewhere replay their
+// account's history in a line of their own, beside the other accounts'
+// reads of the shared store.
+const ReplaysPerAccount = 2
+
 // Replay is the broker's Options.Replay of a cluster node: a session
 // resumed from another node's saved state gets the QoS 1 and 2 messages
 // of its account in history that its filters match, from since on, in the
 // order they were received. History has every message acknowledged to its
 // publisher, so a session that moved (or whose node died) misses none of
-// them.
-func Replay(h fleetmq.HistoryStore) func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
+// them. At most ReplaysPerAccount replays of an account run at once (the
+// others wait, within ctx), and the store time they take is charged to
+// the account's history reads (slots, when not nil), as its REST reads
+// are.
+func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
+	var lines accountLines
 	return func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
 		account, _, _ := strings.Cut(id.Namespace, "/") // a subscriber's namespace is account/credential
+		release, err := lines.take(ctx, account)
+		if err != nil {
+			return fmt.Errorf("waiting for the account's other replays: %w", err)
+		}
+		defer release()
+		h := h
+		if slots != nil {
+			h = slots.Charged(account, h)
+		}
 		q := &fleetmq.HistoryQuery{AccountID: account, From: since, Ascending: true, ScanBudget: ReplayScanBudget}
 		// The filters go to the store as one expression (rows outside it
 		// come without their payload), and one client's index serves
@@ -50,7 +71,7 @@ func Replay(h fleetmq.HistoryStore) func(ctx context.Context, id *broker.Identit
 		}
 		q.TopicRegex, q.ClientID = strings.Join(res, "|"), client
 		n := 0
-		err := h.QueryHistory(ctx, q,
+		err = h.QueryHistory(ctx, q,
 			func(r *fleetmq.Record) error {
 				if r.QoS == 0 || !matchesAny(filters, r.Topic) {
 					return nil
@@ -93,4 +114,44 @@ func replayed(r *fleetmq.Record) *broker.Message {
 		p.User = append(p.User, packet.UserProperty{Key: u.Key, Value: u.Value})
 	}
 	return m
+}
+
+// accountLines bounds work under way per account (ReplaysPerAccount).
+type accountLines struct {
+	mu    sync.Mutex
+	lines map[string]*accountLine
+}
+
+type accountLine struct {
+	sem   chan struct{}
+	users int
+}
+
+// take waits for one of the account's places, or for ctx to end.
+func (a *accountLines) take(ctx context.Context, account string) (release func(), err error) {
+	a.mu.Lock()
+	if a.lines == nil {
+		a.lines = map[string]*accountLine{}
+	}
+	l := a.lines[account]
+	if l == nil {
+		l = &accountLine{sem: make(chan struct{}, ReplaysPerAccount)}
+		a.lines[account] = l
+	}
+	l.users++
+	a.mu.Unlock()
+	leave := func() {
+		a.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(a.lines, account)
+		}
+		a.mu.Unlock()
+	}
+	select {
+	case l.sem <- struct{}{}:
+		return func() { <-l.sem; leave() }, nil
+	case <-ctx.Done():
+		leave()
+		return nil, ctx.Err()
+	}
 }

@@ -241,7 +241,7 @@ func (a *App) start(ctx context.Context) error {
 		if a.cluster, err = StartCluster(ctx, cfg.Cluster, &opts, a.Store, cfg.Now(), cfg.Logger); err != nil {
 			return err
 		}
-		opts.Replay = platform.Replay(a.Store)
+		opts.Replay = platform.Replay(a.Store, &a.HistorySlots)
 		if err := a.cluster.ShareRates(a.Policy, cfg.Logger); err != nil {
 			return err
 		}

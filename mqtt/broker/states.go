@@ -254,8 +254,10 @@ const replayWindow = time.Second
 // stored in history by then, and only it is added.
 const replayAgain = 3 * time.Second
 
-// replayTimeout bounds each replay of one resumed session.
-const replayTimeout = 5 * time.Second
+// replayTimeout bounds each replay of one resumed session, its wait for
+// the other replays of its account included (a node died and all its
+// sessions resume elsewhere at once).
+const replayTimeout = 20 * time.Second
 
 // replayKey tells one message from another in a replay: its topic and
 // the microsecond it was received (history's precision).

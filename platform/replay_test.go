@@ -1,0 +1,112 @@
+package platform
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/broker"
+)
+
+// heldHistory is a HistoryStore whose queries of account "storm" wait
+// until released, counting how many run at once; it returns recs.
+type heldHistory struct {
+	fleetmq.HistoryStore
+	mu      sync.Mutex
+	running int
+	most    int
+	release chan struct{}
+	recs    []*fleetmq.Record
+	asked   []*fleetmq.HistoryQuery
+}
+
+func (h *heldHistory) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn func(*fleetmq.Record) error) error {
+	h.mu.Lock()
+	h.asked = append(h.asked, q)
+	h.mu.Unlock()
+	if q.AccountID == "storm" {
+		h.mu.Lock()
+		h.running++
+		h.most = max(h.most, h.running)
+		h.mu.Unlock()
+		<-h.release
+		h.mu.Lock()
+		h.running--
+		h.mu.Unlock()
+	}
+	for _, r := range h.recs {
+		if err := fn(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestReplay: a replay gives the QoS 1 and 2 records its filters match,
+// as the messages they were (with the publisher as origin), at most max;
+// one account's replays run ReplaysPerAccount at a time while another
+// account's pass beside them.
+func TestReplay(t *testing.T) {
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	h := &heldHistory{release: make(chan struct{}), recs: []*fleetmq.Record{
+		{AccountID: "calm", ClientID: "d1", Topic: "calm/d1/state/a", QoS: 1, Payload: []byte("one"), ContentType: "text/plain", Received: at},
+		{AccountID: "calm", ClientID: "d1", Topic: "calm/d1/telemetry/x", QoS: 0, Payload: []byte("qos 0"), Received: at},
+		{AccountID: "calm", ClientID: "d2", Topic: "calm/d2/event/b", QoS: 2, Payload: []byte("two"), Received: at},
+		{AccountID: "calm", ClientID: "d3", Topic: "calm/d3/event/c", QoS: 1, Payload: []byte("not matched"), Received: at},
+		{AccountID: "calm", ClientID: "d2", Topic: "calm/d2/event/d", QoS: 1, Payload: []byte("over max"), Received: at},
+	}}
+	replay := Replay(h, nil)
+	var got []*broker.Message
+	id := &broker.Identity{Namespace: "calm/cred", ClientID: "follower"}
+	err := replay(context.Background(), id, []string{"calm/d1/#", "calm/d2/#"}, at, 2, func(m *broker.Message) { got = append(got, m) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || string(got[0].Payload) != "one" || string(got[1].Payload) != "two" {
+		t.Fatalf("replayed %d messages: %v", len(got), got)
+	}
+	if m := got[0]; m.QoS != 1 || m.Origin != "calm\x00d1" || !m.Created.Equal(at) || m.Properties.ContentType != "text/plain" {
+		t.Fatalf("replayed %+v: want QoS 1, origin calm\\x00d1, created %v, content type text/plain", m, at)
+	}
+	if q := h.asked[0]; q.AccountID != "calm" || !q.From.Equal(at) || !q.Ascending || q.TopicRegex == "" {
+		t.Fatalf("asked the store %+v", q)
+	}
+
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			replay(context.Background(), &broker.Identity{Namespace: "storm"}, []string{"storm/#"}, at, 10, func(*broker.Message) {})
+		})
+	}
+	testkit.Eventually(t, 5*time.Second, "the storm's replays to reach the store", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.running == ReplaysPerAccount
+	})
+	done := make(chan error, 1)
+	go func() {
+		done <- replay(context.Background(), id, []string{"calm/#"}, at, 10, func(*broker.Message) {})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("another account's replay waited behind the storm's")
+	}
+	// A replay whose wait ends (its CONNECT's bound) says so.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := replay(ctx, &broker.Identity{Namespace: "storm"}, []string{"storm/#"}, at, 10, func(*broker.Message) {}); err == nil {
+		t.Fatal("a replay that could not wait for its account's line returned no error")
+	}
+	close(h.release)
+	wg.Wait()
+	if h.most != ReplaysPerAccount {
+		t.Fatalf("%d replays of one account ran at once, want %d", h.most, ReplaysPerAccount)
+	}
+}
