@@ -152,8 +152,9 @@ func (s *Store) AddRESTRequests(ctx context.Context, window time.Time, counts ma
 	})
 }
 
-// ReserveRESTRequests adds up to n to the token's count in the window,
-// never past limit, and returns how many it added and the count after
+// ReserveRESTRequests adds up to n to the token's count in the window, at
+// most a sixteenth of what the limit leaves (at least one), never past
+// limit, and returns how many it added and the count after
 // (restauth.Reserver). One transaction holds the count's row from its
 // read to its update, so reservations of several processes at once never
 // pass the limit.
@@ -166,7 +167,7 @@ func (s *Store) ReserveRESTRequests(ctx context.Context, window time.Time, token
 			ON CONFLICT (window_start, token_id) DO UPDATE SET count = rest_requests.count RETURNING count`), w, tokenID).Scan(&count); err != nil {
 			return err
 		}
-		granted = min(n, max(limit-count, 0))
+		granted = min(n, max((limit-count)/16, 1), max(limit-count, 0))
 		if granted <= 0 {
 			granted = 0
 			return nil

@@ -457,6 +457,11 @@ func (a *App) runAPIBookkeeping(ctx context.Context) {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			flush(fctx)
+			// A cluster node gives back the REST requests it reserved and
+			// did not use: the other nodes may use them this hour.
+			if err := a.Limiter.GiveBack(fctx); err != nil {
+				a.cfg.Logger.Error("give back reserved REST requests", "error", err)
+			}
 			cancel()
 			return
 		case <-t.C:

@@ -105,9 +105,10 @@ func RESTCounters(t *testing.T, newShared func(t *testing.T) func(node string) r
 }
 
 // RESTReservations runs the contract of restauth.Reserver: reservations
-// from many processes at once never pass the limit and are granted in
-// full while it allows; a negative add gives requests back; and two
-// shared limiters on the store allow a token exactly the limit in all.
+// from many processes at once never pass the limit, each at most a
+// sixteenth of what is left (at least one); a negative add gives requests
+// back; and two shared limiters on the store allow a token exactly the
+// limit in all.
 func RESTReservations(t *testing.T, newShared func(t *testing.T) func(node string) restauth.Reserver) {
 	w := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	ctx := context.Background()
@@ -127,7 +128,7 @@ func RESTReservations(t *testing.T, newShared func(t *testing.T) func(node strin
 						t.Error(err)
 						return
 					}
-					if got < 0 || got > block || count > limit {
+					if got < 0 || got > max((limit-(count-got))/16, 1) || got > block || count > limit {
 						t.Errorf("ReserveRESTRequests(%d, limit %d) = %d, count %d", block, limit, got, count)
 					}
 					mu.Lock()
@@ -148,11 +149,17 @@ func RESTReservations(t *testing.T, newShared func(t *testing.T) func(node strin
 		if err := node("n1").AddRESTRequests(ctx, w, map[string]int64{"tok": -4}); err != nil {
 			t.Fatal(err)
 		}
-		if got, count, err := node("n0").ReserveRESTRequests(ctx, w, "tok", 10, limit); err != nil || got != 4 || count != limit {
-			t.Fatalf("after 4 were given back: reserved %d, count %d, %v; want 4, %d", got, count, err, limit)
+		for i := range 4 { // near the limit: one at a time
+			if got, count, err := node("n0").ReserveRESTRequests(ctx, w, "tok", 10, limit); err != nil || got != 1 || count != limit-3+int64(i) {
+				t.Fatalf("after 4 were given back, reservation %d: %d, count %d, %v; want 1, %d", i, got, count, err, limit-3+i)
+			}
 		}
-		if got, _, err := node("n0").ReserveRESTRequests(ctx, w.Add(time.Hour), "tok", 10, limit); err != nil || got != 10 {
-			t.Fatalf("the next window: reserved %d, %v; want 10", got, err)
+		// The next window: a sixteenth of the limit at most.
+		if got, _, err := node("n0").ReserveRESTRequests(ctx, w.Add(time.Hour), "tok", 10, limit); err != nil || got != limit/16 {
+			t.Fatalf("the next window: reserved %d, %v; want %d", got, err, limit/16)
+		}
+		if got, _, err := node("n0").ReserveRESTRequests(ctx, w.Add(2*time.Hour), "tok", 3, limit); err != nil || got != 3 {
+			t.Fatalf("a window with room: reserved %d of 3, %v", got, err)
 		}
 	})
 
@@ -177,22 +184,23 @@ func RESTReservations(t *testing.T, newShared func(t *testing.T) func(node strin
 		if allowed > limit || allowed < limit-2 {
 			t.Fatalf("%d requests allowed over two limiters, want the limit %d (less at most one reserved on each)", allowed, limit)
 		}
-		// a stops; two of its Flushes later what it held is back, and b
-		// gets the rest: the limit in all.
+		// a stops; two of its Flushes later what it held is back, and b,
+		// asking the store again a second later, gets the rest: the limit
+		// in all.
 		for range 2 {
 			if err := la.Flush(ctx, now); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for range limit {
-			if lb.Allow("tok", now).Allowed {
+			if lb.Allow("tok", now.Add(time.Second)).Allowed {
 				allowed++
 			}
 		}
 		if allowed != limit {
 			t.Fatalf("%d requests allowed in all once a gave back what it held, want %d", allowed, limit)
 		}
-		if d := lb.Peek("tok", now); d.Allowed || d.Remaining != 0 {
+		if d := lb.Peek("tok", now.Add(time.Second)); d.Allowed || d.Remaining != 0 {
 			t.Fatalf("Peek at the limit: %+v", d)
 		}
 	})

@@ -226,7 +226,7 @@ func (l *Limiter) Flush(ctx context.Context, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.shared != nil {
-		if err := l.release(ctx); err != nil {
+		if err := l.release(ctx, false); err != nil {
 			return fmt.Errorf("restauth: give back reserved requests: %w", err)
 		}
 		return nil

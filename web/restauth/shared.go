@@ -12,11 +12,13 @@ import (
 // one.
 //
 // The contract (internal/contract, RESTCounters, checks it):
-//   - ReserveRESTRequests adds at most n to the token's count in the
-//     window, never past limit, and returns how many it added (0 when the
-//     count had reached limit) and the count after. Reservations from any
-//     number of processes at once never take the count past limit, and
-//     each is granted in full while the limit allows.
+//   - ReserveRESTRequests adds to the token's count in the window at
+//     most n, at most a sixteenth of what the limit leaves (at least one),
+//     never past limit, and returns how many it added (0 when the count
+//     had reached limit) and the count after. Reservations from any number
+//     of processes at once never take the count past limit. (The sixteenth
+//     is read from the count in the store, so near the limit every process
+//     reserves one at a time, whatever it last saw.)
 //   - AddRESTRequests with a negative count gives reserved requests back.
 type Reserver interface {
 	CounterStore
@@ -26,10 +28,10 @@ type Reserver interface {
 // reserveTimeout bounds one reservation: the request waits for it.
 const reserveTimeout = 2 * time.Second
 
-// maxBlock bounds the requests a node reserves at once; a block is also
-// at most a sixteenth of what the window has left, so that near the limit
-// the nodes reserve one request at a time and none is left holding what
-// another needs.
+// maxBlock bounds the requests a node reserves at once; the store also
+// grants at most a sixteenth of what the window has left, so that near
+// the limit the nodes reserve one request at a time and none is left
+// holding what another needs.
 const maxBlock = 50
 
 // reservation is a token's standing on a node of a shared limiter, in the
@@ -40,8 +42,13 @@ type reservation struct {
 	hour             uint64
 	reserved, used   int64
 	count            int64
-	idleSinceRelease bool // nothing was used since the last Flush
+	idleSinceRelease bool      // nothing was used since the last Flush
+	tried            time.Time // the last reservation that found the limit reached
 }
+
+// retryReserve is how often a node asks the store again for a token it
+// found at its limit: another node may have given requests back.
+const retryReserve = time.Second
 
 // NewSharedLimiter returns a limiter of limit requests per token and hour
 // (DefaultRateLimit when limit <= 0) that several processes on one store
@@ -73,11 +80,9 @@ func (l *Limiter) allowShared(tokenID string, now time.Time) Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h := r.roll(hourOf(now))
-	if r.used >= r.reserved {
-		left := int64(l.limit) - r.count
-		want := min(max(left/16, 1), maxBlock)
+	if r.used >= r.reserved && !r.atLimit(int64(l.limit), now) {
 		ctx, cancel := context.WithTimeout(context.Background(), reserveTimeout)
-		got, count, err := l.shared.ReserveRESTRequests(ctx, windowStart(h), tokenID, want, int64(l.limit))
+		got, count, err := l.shared.ReserveRESTRequests(ctx, windowStart(h), tokenID, maxBlock, int64(l.limit))
 		cancel()
 		if err != nil {
 			d := l.decision(false, uint64(max(r.count, 0)), h, now)
@@ -86,9 +91,12 @@ func (l *Limiter) allowShared(tokenID string, now time.Time) Decision {
 		}
 		r.reserved += got
 		r.count = count
+		if got == 0 {
+			r.tried = now
+		}
 	}
 	if r.used >= r.reserved {
-		return l.decision(false, uint64(r.count), h, now)
+		return l.decision(false, uint64(max(r.count, 0)), h, now)
 	}
 	r.used++
 	r.idleSinceRelease = false
@@ -103,11 +111,21 @@ func (l *Limiter) peekShared(tokenID string, now time.Time) Decision {
 	h := r.roll(hourOf(now))
 	used := uint64(max(r.count-(r.reserved-r.used), 0))
 	d := l.decision(true, used, h, now)
-	d.Allowed = used < l.limit
+	// Refused only while this node holds nothing and the store said, a
+	// moment ago, that the limit is reached (Allow asks it again once
+	// retryReserve passed: other nodes may have given requests back).
+	d.Allowed = r.used < r.reserved || !r.atLimit(int64(l.limit), now)
 	if !d.Allowed {
+		d.Remaining = 0
 		d.RetryAfter = d.Reset.Sub(now)
 	}
 	return d
+}
+
+// atLimit reports whether the store said lately that the token's count
+// reached the limit. The caller holds r.mu.
+func (r *reservation) atLimit(limit int64, now time.Time) bool {
+	return r.count >= limit && now.Sub(r.tried) < retryReserve
 }
 
 // roll moves the reservation to window h unless it is in a later one,
@@ -117,22 +135,28 @@ func (r *reservation) roll(h uint64) uint64 {
 		return r.hour // a request stamped later opened the next window
 	}
 	if r.hour < h {
-		r.hour, r.reserved, r.used, r.count = h, 0, 0, 0
+		r.hour, r.reserved, r.used, r.count, r.tried = h, 0, 0, 0, time.Time{}
 	}
 	return h
 }
 
-// release gives back what the processes reserved and did not use, of the
-// tokens that used nothing since the last release. The caller holds
-// l.mu.
-func (l *Limiter) release(ctx context.Context) error {
+// release gives back what this process reserved and did not use, of the
+// tokens that used nothing since the last release (all of them: at
+// shutdown). What the store does not take stays reserved here, to be
+// given back at the next release. The caller holds l.mu.
+func (l *Limiter) release(ctx context.Context, all bool) error {
+	type giving struct {
+		r      *reservation
+		hour   uint64
+		unused int64
+	}
 	back := map[uint64]map[string]int64{}
-	var marks []*reservation
+	var gave []giving
 	l.reservations.Range(func(k, v any) bool {
 		r := v.(*reservation)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if !r.idleSinceRelease {
+		if !r.idleSinceRelease && !all {
 			r.idleSinceRelease = true // given back at the next Flush if still idle
 			return true
 		}
@@ -142,16 +166,38 @@ func (l *Limiter) release(ctx context.Context) error {
 			}
 			back[r.hour][k.(string)] = -unused
 			r.reserved, r.count = r.used, r.count-unused
-			marks = append(marks, r)
+			gave = append(gave, giving{r, r.hour, unused})
 		}
 		return true
 	})
+	var failed error
 	for h, counts := range back {
 		if err := l.store.AddRESTRequests(ctx, windowStart(h), counts); err != nil {
-			// Kept by the store's count: the token may be refused early
-			// this hour by what was not given back.
-			return err
+			failed = err
+			for _, g := range gave {
+				if g.hour != h {
+					continue
+				}
+				g.r.mu.Lock()
+				if g.r.hour == h { // still that window: it holds them again
+					g.r.reserved += g.unused
+					g.r.count += g.unused
+				}
+				g.r.mu.Unlock()
+			}
 		}
 	}
-	return nil
+	return failed
+}
+
+// GiveBack gives back everything a shared limiter reserved and did not
+// use (call it at shutdown, after the last request); a limiter that is
+// not shared has nothing to give back.
+func (l *Limiter) GiveBack(ctx context.Context) error {
+	if l.shared == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.release(ctx, true)
 }

@@ -1,0 +1,186 @@
+package restauth_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq/web/restauth"
+)
+
+// memReserver is a restauth.Reserver in memory, with the store's rules.
+type memReserver struct {
+	mu   sync.Mutex
+	c    map[time.Time]map[string]int64
+	fail bool // AddRESTRequests fails
+}
+
+func newMemReserver() *memReserver { return &memReserver{c: map[time.Time]map[string]int64{}} }
+
+func (m *memReserver) AddRESTRequests(_ context.Context, w time.Time, counts map[string]int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail {
+		return context.DeadlineExceeded
+	}
+	if m.c[w] == nil {
+		m.c[w] = map[string]int64{}
+	}
+	for k, v := range counts {
+		m.c[w][k] += v
+	}
+	return nil
+}
+
+func (m *memReserver) RESTRequests(_ context.Context, w time.Time) (map[string]int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int64{}
+	for k, v := range m.c[w] {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (m *memReserver) ReserveRESTRequests(_ context.Context, w time.Time, tok string, n, limit int64) (int64, int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.c[w] == nil {
+		m.c[w] = map[string]int64{}
+	}
+	count := m.c[w][tok]
+	g := min(n, max((limit-count)/16, 1), max(limit-count, 0))
+	m.c[w][tok] += g
+	return g, m.c[w][tok], nil
+}
+
+func (m *memReserver) count(w time.Time, tok string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.c[w][tok]
+}
+
+var window = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// api asks as the REST API does: Peek, then Allow.
+func api(l *restauth.Limiter, now time.Time) bool {
+	return l.Peek("tok", now).Allowed && l.Allow("tok", now).Allowed
+}
+
+// TestSharedLimiterTakesWhatOthersGaveBack: a node that found a token at
+// its limit asks the store again a second later, and gets what another
+// node gave back: the limit in all, through the API's Peek and Allow.
+func TestSharedLimiterTakesWhatOthersGaveBack(t *testing.T) {
+	store := newMemReserver()
+	ctx := context.Background()
+	now := window.Add(10 * time.Minute)
+	const limit = 100
+	la, lb := restauth.NewSharedLimiter(store, limit), restauth.NewSharedLimiter(store, limit)
+	n := 0
+	for range 60 {
+		if api(la, now) {
+			n++
+		}
+	}
+	for range 100 {
+		if api(lb, now) {
+			n++
+		}
+	}
+	if n > limit {
+		t.Fatalf("%d allowed for a limit of %d", n, limit)
+	}
+	for range 2 { // a idle: what it held goes back
+		if err := la.Flush(ctx, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := lb.Peek("tok", now); d.Allowed {
+		t.Fatalf("b's Peek right after it found the limit: %+v, want refused", d)
+	}
+	later := now.Add(time.Second)
+	for range 100 {
+		if api(lb, later) {
+			n++
+		}
+	}
+	if n != limit {
+		t.Fatalf("%d allowed in all once a gave back, want %d", n, limit)
+	}
+}
+
+// TestSharedLimiterNearTheLimit: near the limit a node reserves at most a
+// sixteenth of what is left, whatever it saw last: one request through a
+// node that was idle all hour holds back at most that from another, and
+// gives it back once idle.
+func TestSharedLimiterNearTheLimit(t *testing.T) {
+	store := newMemReserver()
+	ctx := context.Background()
+	now := window.Add(10 * time.Minute)
+	const limit = 5000
+	la, lb := restauth.NewSharedLimiter(store, limit), restauth.NewSharedLimiter(store, limit)
+	allowed := 0
+	for range limit - 60 {
+		if la.Allow("tok", now).Allowed {
+			allowed++
+		}
+	}
+	if lb.Allow("tok", now).Allowed {
+		allowed++
+	}
+	refused := 0
+	for range 59 {
+		if la.Allow("tok", now).Allowed {
+			allowed++
+		} else {
+			refused++
+		}
+	}
+	if refused > 60/16 {
+		t.Fatalf("a was refused %d of the last 59 requests after b took one: b holds more than a sixteenth of what was left", refused)
+	}
+	for range 2 {
+		if err := lb.Flush(ctx, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := now.Add(time.Second)
+	for range refused {
+		if la.Allow("tok", later).Allowed {
+			allowed++
+		}
+	}
+	if allowed != limit || store.count(window, "tok") != limit {
+		t.Fatalf("%d allowed, the store counts %d; want the limit %d", allowed, store.count(window, "tok"), limit)
+	}
+}
+
+// TestSharedLimiterGivesBackAtShutdown: GiveBack returns everything held,
+// busy tokens' too; a failed give-back keeps it held for the next.
+func TestSharedLimiterGivesBackAtShutdown(t *testing.T) {
+	store := newMemReserver()
+	ctx := context.Background()
+	now := window.Add(10 * time.Minute)
+	l := restauth.NewSharedLimiter(store, 5000)
+	l.Allow("tok", now)
+	store.mu.Lock()
+	store.fail = true
+	store.mu.Unlock()
+	if err := l.GiveBack(ctx); err == nil {
+		t.Fatal("GiveBack into a failing store returned no error")
+	}
+	store.mu.Lock()
+	store.fail = false
+	store.mu.Unlock()
+	if err := l.GiveBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := store.count(window, "tok"); c != 1 {
+		t.Fatalf("after one request and the shutdown's give-back the store counts %d, want 1", c)
+	}
+	// A limiter that is not shared has nothing to give back.
+	if err := restauth.NewLimiter(nil, 10).GiveBack(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
