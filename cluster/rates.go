@@ -13,12 +13,13 @@ import (
 // publish limiters (platform.Policy is one).
 type RateSource interface {
 	// AccountUsage calls fn for each account with a limiter on this node:
-	// its plan's messages per second, and the counts (only growing) of
-	// PUBLISH packets that passed the limiter and that waited for it.
-	AccountUsage(fn func(accountID string, planRate float64, taken, waited uint64))
-	// SetAccountShare sets the part of the account's plan rates this node
-	// allows.
-	SetAccountShare(accountID string, share float64)
+	// its plan's messages and bytes per second (0: unlimited), and the
+	// counts (only growing) of PUBLISH packets that passed the limiter,
+	// their bytes, and those that waited for it.
+	AccountUsage(fn func(accountID string, planMsgs, planBytes float64, taken, bytes, waited uint64))
+	// SetAccountShare sets the parts of the account's plan rates
+	// (messages, bytes) this node allows.
+	SetAccountShare(accountID string, msgs, bytes float64)
 }
 
 // ratesSubject carries each node's report of its accounts' publishing.
@@ -33,23 +34,25 @@ const reportsKept = 3 * RatesEvery
 
 // Rates splits each account's publish rates (messages and bytes per second
 // of its plan, for all its devices together) between the nodes its devices
-// publish through, so that the account gets its plan's rate in the whole
+// publish through, so that the account gets its plan's rates in the whole
 // cluster, not on each node. Every RatesEvery each node reports, on NATS,
-// the rate its accounts' devices published at there and whether they had
+// the rates its accounts' devices published at there and whether they had
 // to wait for the account's limit; then each node gives itself, per
-// account:
+// account and for messages and bytes alike (share):
 //   - all of the rate when no other node reports the account;
-//   - otherwise, when its devices did not wait, what they used plus a
+//   - each node whose devices did not wait needs what they used plus a
 //     quarter and 2% of the plan (room to grow: a node that needs more
-//     waits, reports it, and gets more a second later);
-//   - and when they waited, an equal part, with the other nodes that
-//     waited, of what the nodes that did not wait leave.
+//     waits, reports it, and gets more a second later); the nodes whose
+//     devices waited split equally what those needs leave;
+//   - when the needs alone pass the plan, each node that did not wait gets
+//     its need scaled down so that they sum to the plan (less the floors
+//     of the nodes that waited).
 //
 // No node gets less than a tenth of an equal part, so a node where an
 // account starts publishing is not shut out until the next report. The
-// nodes that did not wait use less than they were given, so the account's
-// rate over the cluster stays within its plan's (within one report
-// interval of a change).
+// shares sum to the plan (with the floors, at most a tenth more), so the
+// account's rates over the cluster stay within its plan's (within one
+// report interval of a change).
 type Rates struct {
 	nc   *nats.Conn
 	node string
@@ -57,26 +60,48 @@ type Rates struct {
 	log  *slog.Logger
 
 	mu      sync.Mutex
-	reports map[string]rateReport // by node, the others'
-	last    map[string][2]uint64  // this node's counts at the previous tick
+	reports map[string]nodeReport // by node, the others'
+	last    map[string]usage      // this node's counts at the previous tick
 	lastAt  time.Time
 
 	stop chan struct{}
 	done chan struct{}
 }
 
-// rateReport is one node's report: per account, messages per second and
-// whether its devices waited.
+// rateReport is (part of) one node's report: per account, messages and
+// bytes per second and whether its devices waited. A node with many
+// active accounts sends several (reportChunk accounts each).
 type rateReport struct {
 	Node     string              `json:"node"`
 	Accounts map[string]rateLoad `json:"accounts"`
-	at       time.Time
+}
+
+// nodeReport is what a node reported lately, by account, each with the
+// time it was heard.
+type nodeReport map[string]heardLoad
+
+type heardLoad struct {
+	rateLoad
+	at time.Time
 }
 
 type rateLoad struct {
 	Rate   float64 `json:"rate"`
+	Bytes  float64 `json:"bytes"`
 	Waited bool    `json:"waited,omitempty"`
 }
+
+// usage is an account's counts at a tick, when they last grew, and
+// whether its devices waited then.
+type usage struct {
+	taken, bytes, waited uint64
+	active               time.Time
+	waitedLast           bool
+}
+
+// reportChunk bounds the accounts of one report message (a few tens of
+// KiB, far below NATS's maximum payload).
+const reportChunk = 500
 
 // StartRates starts sharing src's account rates with the other nodes.
 func StartRates(n *NATS, node string, src RateSource, log *slog.Logger) (*Rates, error) {
@@ -87,7 +112,7 @@ func StartRates(n *NATS, node string, src RateSource, log *slog.Logger) (*Rates,
 	if err != nil {
 		return nil, err
 	}
-	r := &Rates{nc: nc, node: node, src: src, log: log, reports: map[string]rateReport{}, last: map[string][2]uint64{},
+	r := &Rates{nc: nc, node: node, src: src, log: log, reports: map[string]nodeReport{}, last: map[string]usage{},
 		lastAt: time.Now(), stop: make(chan struct{}), done: make(chan struct{})}
 	if _, err := nc.Subscribe(ratesSubject, r.heard); err != nil {
 		nc.Close()
@@ -102,10 +127,17 @@ func (r *Rates) heard(msg *nats.Msg) {
 	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Node == "" || rep.Node == r.node {
 		return
 	}
-	rep.at = time.Now()
+	now := time.Now()
 	r.mu.Lock()
-	r.reports[rep.Node] = rep
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	nr := r.reports[rep.Node]
+	if nr == nil {
+		nr = nodeReport{}
+		r.reports[rep.Node] = nr
+	}
+	for id, l := range rep.Accounts {
+		nr[id] = heardLoad{l, now}
+	}
 }
 
 func (r *Rates) run() {
@@ -126,68 +158,110 @@ func (r *Rates) run() {
 func (r *Rates) tick(now time.Time) {
 	secs := now.Sub(r.lastAt).Seconds()
 	r.lastAt = now
-	mine := rateReport{Node: r.node, Accounts: map[string]rateLoad{}}
-	plans := map[string]float64{}
-	r.src.AccountUsage(func(id string, plan float64, taken, waited uint64) {
-		prev, seen := r.last[id]
-		r.last[id] = [2]uint64{taken, waited}
-		plans[id] = plan
-		if !seen || secs <= 0 || taken == prev[0] {
-			return
+	mine := map[string]rateLoad{}
+	type plan struct{ msgs, bytes float64 }
+	plans := map[string]plan{}
+	seen := make(map[string]usage, len(r.last))
+	r.src.AccountUsage(func(id string, planMsgs, planBytes float64, taken, bytes, waited uint64) {
+		prev, had := r.last[id]
+		u := usage{taken: taken, bytes: bytes, waited: waited, active: prev.active, waitedLast: prev.waitedLast}
+		plans[id] = plan{planMsgs, planBytes}
+		switch {
+		case !had || secs <= 0:
+		case taken != prev.taken:
+			u.active, u.waitedLast = now, waited > prev.waited
+			mine[id] = rateLoad{Rate: float64(taken-prev.taken) / secs, Bytes: float64(bytes-prev.bytes) / secs, Waited: u.waitedLast}
+		case now.Sub(prev.active) <= reportsKept:
+			// Nothing passed this second (its devices may all be
+			// waiting for a small share): still there, as the others
+			// must know.
+			mine[id] = rateLoad{Waited: prev.waitedLast}
 		}
-		mine.Accounts[id] = rateLoad{Rate: float64(taken-prev[0]) / secs, Waited: waited > prev[1]}
+		seen[id] = u
 	})
-	if data, err := json.Marshal(&mine); err == nil {
-		if err := r.nc.Publish(ratesSubject, data); err != nil {
-			r.log.Warn("cluster: report the accounts' publish rates", "error", err)
-		}
-	}
+	r.last = seen // accounts gone from the source are forgotten
+	r.report(mine)
 	r.mu.Lock()
-	var others []rateReport
-	for node, rep := range r.reports {
-		if now.Sub(rep.at) > reportsKept {
-			delete(r.reports, node)
-			continue
+	others := map[string][]rateLoad{}
+	for node, nr := range r.reports {
+		for id, l := range nr {
+			if now.Sub(l.at) > reportsKept {
+				delete(nr, id)
+				continue
+			}
+			others[id] = append(others[id], l.rateLoad)
 		}
-		others = append(others, rep)
+		if len(nr) == 0 {
+			delete(r.reports, node)
+		}
 	}
 	r.mu.Unlock()
-	for id, plan := range plans {
-		r.src.SetAccountShare(id, share(plan, mine.Accounts[id], loadsOf(others, id)))
+	for id, p := range plans {
+		m, o := mine[id], others[id]
+		r.src.SetAccountShare(id, share(p.msgs, m.Rate, m.Waited, o, func(l rateLoad) float64 { return l.Rate }),
+			share(p.bytes, m.Bytes, m.Waited, o, func(l rateLoad) float64 { return l.Bytes }))
 	}
 }
 
-func loadsOf(reports []rateReport, account string) []rateLoad {
-	var out []rateLoad
-	for _, rep := range reports {
-		if l, ok := rep.Accounts[account]; ok {
-			out = append(out, l)
+// report sends this node's loads to the others, reportChunk accounts a
+// message.
+func (r *Rates) report(mine map[string]rateLoad) {
+	chunk := rateReport{Node: r.node, Accounts: map[string]rateLoad{}}
+	send := func() {
+		data, err := json.Marshal(&chunk)
+		if err == nil {
+			err = r.nc.Publish(ratesSubject, data)
+		}
+		if err != nil {
+			r.log.Warn("cluster: report the accounts' publish rates", "error", err)
+		}
+		chunk.Accounts = map[string]rateLoad{}
+	}
+	for id, l := range mine {
+		chunk.Accounts[id] = l
+		if len(chunk.Accounts) == reportChunk {
+			send()
 		}
 	}
-	return out
+	if len(chunk.Accounts) > 0 {
+		send()
+	}
 }
 
-// share is the part of an account's plan rate a node gives itself, with
-// its own load and the other nodes' (see Rates).
-func share(plan float64, mine rateLoad, others []rateLoad) float64 {
+// share is the part of an account's plan rate (messages or bytes per
+// second; 0: unlimited) a node gives itself, with its own use and
+// whether its devices waited, and the other nodes' loads (rate reads the
+// dimension from a load). See Rates.
+func share(plan, mine float64, waited bool, others []rateLoad, rate func(rateLoad) float64) float64 {
 	if len(others) == 0 || plan <= 0 {
 		return 1
 	}
-	need := func(l rateLoad) float64 { return min((l.Rate*1.25+plan*0.02)/plan, 1) }
 	nodes := float64(len(others) + 1)
 	floor := 0.1 / nodes
-	left, waiting := 1.0, 0.0
-	for _, l := range append(others, mine) {
+	need := func(r float64) float64 { return min((r*1.25+plan*0.02)/plan, 1) }
+	needs, waiting := 0.0, 0.0
+	for _, l := range others {
 		if l.Waited {
 			waiting++
 		} else {
-			left -= need(l)
+			needs += need(rate(l))
 		}
 	}
-	if !mine.Waited {
+	if waited {
+		waiting++
+	} else {
+		needs += need(mine)
+	}
+	if !waited {
+		// Scaled down when the needs of the nodes that did not wait pass
+		// what the nodes that waited leave them.
+		room := 1 - waiting*floor
+		if needs > room {
+			return max(need(mine)*room/needs, floor)
+		}
 		return max(need(mine), floor)
 	}
-	return max(left/waiting, floor)
+	return max((1-needs)/waiting, floor)
 }
 
 // Close stops reporting; the node keeps the shares it set last.

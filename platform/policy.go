@@ -95,9 +95,10 @@ type Policy struct {
 	// connections' Identity.GroupLimiter), kept at the rates of the
 	// snapshot in force.
 	rates map[string]*broker.RateLimiter
-	// shares are the parts of accounts' plan publish rates this node
-	// allows (SetAccountShare); an account not here has all of them.
-	shares map[string]float64
+	// shares are the parts of accounts' plan publish rates (messages,
+	// bytes) this node allows (SetAccountShare); an account not here has
+	// all of them.
+	shares map[string][2]float64
 
 	// srv is the broker whose retained messages the live view reads.
 	srv atomic.Pointer[broker.Server]
@@ -119,7 +120,7 @@ func NewPolicy(opts Options, snap *Snapshot) *Policy {
 	}
 	opts.TopicPrefix = strings.Trim(opts.TopicPrefix, "/")
 	p := &Policy{opts: opts, meter: NewMeter(), pools: NewLocalPools(), rates: make(map[string]*broker.RateLimiter),
-		shares: make(map[string]float64)}
+		shares: make(map[string][2]float64)}
 	p.problems.seed = maphash.MakeSeed()
 	p.snap.Store(snap)
 	return p
@@ -185,41 +186,43 @@ func (p *Policy) applyRates(snap *Snapshot) {
 func (p *Policy) sharedRatesLocked(acc *Account) (msgs, bytes float64) {
 	msgs, bytes = float64(acc.AccountPublishRate), float64(acc.AccountPublishBytesRate)
 	if share, ok := p.shares[acc.ID]; ok {
-		msgs, bytes = msgs*share, bytes*share
+		msgs, bytes = msgs*share[0], bytes*share[1]
 	}
 	return msgs, bytes
 }
 
 // AccountUsage calls fn for each account whose devices published through
-// this node since it started: the plan's messages per second for the
-// account, and the PUBLISH packets that passed the account's limiter
-// here, and that had to wait for it (counts that only grow).
-func (p *Policy) AccountUsage(fn func(accountID string, planRate float64, taken, waited uint64)) {
+// this node since it started: the plan's messages and bytes per second for
+// the account (0: unlimited), and the PUBLISH packets that passed the
+// account's limiter here, their bytes, and how many had to wait for it
+// (counts that only grow).
+func (p *Policy) AccountUsage(fn func(accountID string, planMsgs, planBytes float64, taken, bytes, waited uint64)) {
 	snap := p.snap.Load()
 	p.mu.Lock()
 	type use struct {
-		id   string
-		rate float64
-		l    *broker.RateLimiter
+		id          string
+		msgs, bytes float64
+		l           *broker.RateLimiter
 	}
 	var all []use
 	for id, l := range p.rates {
 		if acc := snap.Accounts[id]; acc != nil {
-			all = append(all, use{id, float64(acc.AccountPublishRate), l})
+			all = append(all, use{id, float64(acc.AccountPublishRate), float64(acc.AccountPublishBytesRate), l})
 		}
 	}
 	p.mu.Unlock()
 	for _, u := range all {
-		taken, waited := u.l.Usage()
-		fn(u.id, u.rate, taken, waited)
+		taken, bytes, waited := u.l.Usage()
+		fn(u.id, u.msgs, u.bytes, taken, bytes, waited)
 	}
 }
 
-// SetAccountShare sets the part (0 to 1) of the account's plan publish
-// rates this node allows: a cluster's nodes split an account's rates
-// between them by what its devices publish through each (cluster.Rates).
-func (p *Policy) SetAccountShare(accountID string, share float64) {
-	share = min(max(share, 0.001), 1)
+// SetAccountShare sets the parts (0 to 1) of the account's plan publish
+// rates, messages and bytes, this node allows: a cluster's nodes split an
+// account's rates between them by what its devices publish through each
+// (cluster.Rates).
+func (p *Policy) SetAccountShare(accountID string, msgs, bytes float64) {
+	share := [2]float64{min(max(msgs, 0.001), 1), min(max(bytes, 0.001), 1)}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if old, ok := p.shares[accountID]; ok && old == share {

@@ -96,9 +96,9 @@ func (r *rateBuckets) take(n int, now int64) time.Duration {
 type RateLimiter struct {
 	mu sync.Mutex
 	b  rateBuckets
-	// taken counts the PUBLISH packets that took tokens, waited those
-	// that then had to wait (Usage).
-	taken, waited uint64
+	// taken counts the PUBLISH packets that took tokens and takenBytes
+	// their bytes, waited those that then had to wait (Usage).
+	taken, takenBytes, waited uint64
 }
 
 // NewRateLimiter returns a limiter of messages and bytes per second.
@@ -127,6 +127,7 @@ func (l *RateLimiter) take(n int, now int64) time.Duration {
 	l.mu.Lock()
 	d := l.b.take(n, now)
 	l.taken++
+	l.takenBytes += uint64(n)
 	if d > 0 {
 		l.waited++
 	}
@@ -135,13 +136,13 @@ func (l *RateLimiter) take(n int, now int64) time.Duration {
 }
 
 // Usage returns the PUBLISH packets the group has sent through the
-// limiter since it was made, and how many of them had to wait for it:
-// what a cluster's nodes compare to share a group's rate (the counts only
-// grow).
-func (l *RateLimiter) Usage() (taken, waited uint64) {
+// limiter since it was made, their bytes, and how many of them had to wait
+// for it: what a cluster's nodes compare to share a group's rates (the
+// counts only grow).
+func (l *RateLimiter) Usage() (taken, bytes, waited uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.taken, l.waited
+	return l.taken, l.takenBytes, l.waited
 }
 
 // throttle is a connection's publish limits: its own buckets (owned by
