@@ -124,11 +124,16 @@ func (s *Store) TakeSessionState(key string, epoch int64) (state []byte, through
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.rebind(`UPDATE session_owners SET state_epoch = ? WHERE key = ?`), epoch, []byte(key))
+		// The state is the taker's now; its saver's rounds no longer say
+		// anything of it (the taker may die before it saves).
+		_, err = tx.ExecContext(ctx, s.rebind(`UPDATE session_owners SET state_epoch = ?, state_node = '' WHERE key = ?`), epoch, []byte(key))
 		return err
 	})
 	if err != nil || state == nil {
 		return nil, time.Time{}, false, err
+	}
+	if saver == "" { // taken before, and not saved since
+		return state, time.Time{}, true, nil
 	}
 	var micros int64
 	switch err := s.db.QueryRowContext(ctx, s.rebind(`SELECT saved_at FROM session_rounds WHERE node = ?`), saver).Scan(&micros); {

@@ -88,6 +88,13 @@ func SessionStates(t *testing.T, newShared func(t *testing.T) func(node string) 
 		if err != nil || !ok || string(state) != "a1" || !through.Equal(at) {
 			t.Fatalf("Take = %q, through %v, %v, %v; want a1 through a's round %v", state, through, ok, err, at)
 		}
+		// b dies before it saves: c takes the same state, and a's rounds
+		// say nothing of it any more (b held it since).
+		c := node("c")
+		state, through, ok, err = c.Take(claim(t, c, "k", "c"))
+		if err != nil || !ok || string(state) != "a1" || !through.IsZero() {
+			t.Fatalf("Take after b took it = %q, through %v, %v, %v; want a1 with no round", state, through, ok, err)
+		}
 	})
 
 	t.Run("a fresh claim's notice says so", func(t *testing.T) {

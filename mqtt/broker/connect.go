@@ -139,15 +139,19 @@ func (c *conn) connect(cp *packet.Connect) error {
 			return refuse(packet.ServerUnavailable, "resume the session: "+err.Error(), id)
 		}
 	}
+	if c.srv.lostWhileResuming(claim) {
+		// Another node took the session over while this CONNECT resumed
+		// it: the client is told to try again (and reaches the session
+		// where it is now).
+		return refuse(packet.ServerUnavailable, "another node took the session over meanwhile", id)
+	}
 	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window, claim)
 	c.sess = ss
-	if c.srv.states != nil {
-		if lost, ok := c.srv.lostAfter(claim.Key, claim.Epoch); ok {
-			// Another node took the session over while this CONNECT
-			// was resuming it (the notice found no session here yet).
-			c.srv.handOff(ss, lost)
-			return nil
-		}
+	if c.srv.lostWhileResuming(claim) {
+		// The notice came during attach: the session this CONNECT
+		// attached is gone again, and with it the connection (closed
+		// without a CONNACK, as a refused one: nothing was served).
+		return nil
 	}
 	c.logConnected(cp, present)
 

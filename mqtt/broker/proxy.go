@@ -28,12 +28,14 @@ const maxProxyPending = 4096
 // closed.
 type proxyListener struct {
 	net.Listener
-	from    []netip.Prefix
-	log     *slog.Logger
-	ready   chan accepted
-	pending chan struct{}
-	closed  chan struct{}
-	once    sync.Once
+	from   []netip.Prefix
+	log    *slog.Logger
+	ready  chan accepted
+	closed chan struct{}
+	once   sync.Once
+
+	mu      sync.Mutex
+	pending map[net.Conn]struct{} // connections whose header is being read
 }
 
 type accepted struct {
@@ -43,7 +45,7 @@ type accepted struct {
 
 func newProxyListener(ln net.Listener, from []netip.Prefix, log *slog.Logger) *proxyListener {
 	l := &proxyListener{Listener: ln, from: from, log: log, ready: make(chan accepted),
-		pending: make(chan struct{}, maxProxyPending), closed: make(chan struct{})}
+		pending: make(map[net.Conn]struct{}), closed: make(chan struct{})}
 	go l.run()
 	return l
 }
@@ -81,10 +83,8 @@ func (l *proxyListener) run() {
 			}
 			continue
 		}
-		select {
-		case l.pending <- struct{}{}:
-		default:
-			c.Close() // too many headers under way
+		if !l.track(c) {
+			c.Close() // too many headers under way, or closing
 			continue
 		}
 		go l.header(c)
@@ -94,7 +94,7 @@ func (l *proxyListener) run() {
 // header reads a load balancer's connection's PROXY header and hands the
 // connection on.
 func (l *proxyListener) header(c net.Conn) {
-	defer func() { <-l.pending }()
+	defer l.untrack(c)
 	pc := proxyproto.NewConn(c, proxyproto.WithPolicy(proxyproto.REQUIRE), proxyproto.SetReadHeaderTimeout(proxyHeaderTimeout))
 	pc.RemoteAddr() // reads the header
 	if pc.ProxyHeader() == nil {
@@ -126,7 +126,37 @@ func (l *proxyListener) Accept() (net.Conn, error) {
 	}
 }
 
+// track counts a connection whose header is being read, unless there are
+// maxProxyPending already or the listener closed.
+func (l *proxyListener) track(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	select {
+	case <-l.closed:
+		return false
+	default:
+	}
+	if len(l.pending) >= maxProxyPending {
+		return false
+	}
+	l.pending[c] = struct{}{}
+	return true
+}
+
+func (l *proxyListener) untrack(c net.Conn) {
+	l.mu.Lock()
+	delete(l.pending, c)
+	l.mu.Unlock()
+}
+
+// Close stops accepting and closes the connections whose header is still
+// being read.
 func (l *proxyListener) Close() error {
 	l.once.Do(func() { close(l.closed) })
+	l.mu.Lock()
+	for c := range l.pending {
+		c.Close()
+	}
+	l.mu.Unlock()
 	return l.Listener.Close()
 }

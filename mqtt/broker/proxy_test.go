@@ -1,6 +1,9 @@
 package broker_test
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"testing"
@@ -120,5 +123,37 @@ func TestProxyProtocolSilentBalancer(t *testing.T) {
 	// after the other, the CONNACK would take 15.
 	if d := time.Since(start); d > 4*time.Second {
 		t.Fatalf("a client with a prompt PROXY header got its CONNACK after %v, behind three silent connections", d)
+	}
+}
+
+// TestProxyProtocolCloseEndsHeaderWaits: closing the server closes the
+// connections from the load balancer still waiting for their header.
+func TestProxyProtocolCloseEndsHeaderWaits(t *testing.T) {
+	srv, err := broker.New(broker.Options{ProxyFrom: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := srv.ListenTCP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var silent []net.Conn
+	for range 5 {
+		nc, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		silent = append(silent, nc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	srv.Close(ctx)
+	for i, nc := range silent {
+		// Closed by the server well before the 5 s header wait ends.
+		nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := nc.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("silent connection %d after Close: read %v, want EOF (closed by the server)", i, err)
+		}
 	}
 }

@@ -51,6 +51,24 @@ type SessionStates interface {
 // session that holds a claim later than old (reclaimed here since) is
 // left alone.
 func (s *Server) handOff(ss *session, old Claim) {
+	mode := handSave
+	if s.states == nil || old.Fresh {
+		mode = handEnd
+	}
+	s.endHere(ss, old, mode)
+}
+
+// handMode is how a session ends here when another node has it.
+type handMode int
+
+const (
+	handSave   handMode = iota // resumed elsewhere: its state is saved for that node
+	handEnd                    // started clean elsewhere (or no SessionStates): it ends
+	handForget                 // this node resumed it, and lost it before serving it: the store keeps its state
+)
+
+// endHere ends the session ss held under a claim up to old (see handOff).
+func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 	// After any save of this session under way: its older state must not
 	// land after this one.
 	ss.saveMu.Lock()
@@ -61,9 +79,9 @@ func (s *Server) handOff(ss *session, old Claim) {
 		return
 	}
 	c := ss.c
-	keep := s.states != nil && !old.Fresh
+	served := c != nil && c.connacked
 	var state []byte
-	if keep && ss.expiry > 0 && ss.id != nil {
+	if mode == handSave && ss.expiry > 0 && ss.id != nil {
 		sv := ss.snapshotLocked(s.now())
 		var err error
 		if state, err = json.Marshal(&sv); err != nil {
@@ -77,7 +95,7 @@ func (s *Server) handOff(ss *session, old Claim) {
 		s.unindex(sub, ss.key)
 		delete(ss.subs, wire)
 	}
-	if state != nil {
+	if state != nil || mode == handForget {
 		ss.discardLocked()
 	} else {
 		ss.clearLocked(DropSessionExpired)
@@ -89,18 +107,23 @@ func (s *Server) handOff(ss *session, old Claim) {
 		will := c.will
 		c.will = nil
 		c.wmu.Unlock()
-		if will != nil && (old.Fresh || will.Properties.WillDelay == 0) {
+		// The will of a connection never accepted (no CONNACK yet) is
+		// not published.
+		if will != nil && served && (mode == handEnd || will.Properties.WillDelay == 0) {
 			s.publishWill(c.id, will)
 		}
 		c.taken.Store(true)
-		c.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
-			Detail: "another node took over the session"})
+		d := Disconnection{Reason: CloseTakenOver, Detail: "another node took over the session"}
+		if served {
+			d.Code = packet.SessionTakenOver // no DISCONNECT before the CONNACK [MQTT-3.2.0-1]
+		}
+		c.closeWith(d)
 	}
 	s.mu.Lock()
 	if t, ok := s.wills[ss.key]; ok {
 		// The session was offline, its will delay running: it ends (a
 		// fresh claim), so the will goes now, or it continues elsewhere.
-		if old.Fresh {
+		if mode == handEnd {
 			t.Reset(0)
 		} else {
 			t.Stop()
@@ -111,12 +134,35 @@ func (s *Server) handOff(ss *session, old Claim) {
 		delete(s.sessions, ss.key)
 	}
 	s.mu.Unlock()
-	if !keep {
+	if mode != handSave {
 		return
 	}
 	if err := s.states.Save(old, state); err != nil {
 		s.log.Warn("hand a session over: its state was not saved; the new node resumes the last saved", "session", ss.key, "error", err)
 	}
+}
+
+// lostWhileResuming reports whether another node took over the claim a
+// CONNECT here made before the CONNECT served it (the notice came while
+// it resumed the session), and then ends the session this server made for
+// it without saving anything: the store keeps the state it resumed (the
+// notice's hand-off saved it, or it was never changed), for the node that
+// has the session now.
+func (s *Server) lostWhileResuming(claim Claim) bool {
+	if s.states == nil {
+		return false
+	}
+	lost, ok := s.lostAfter(claim.Key, claim.Epoch)
+	if !ok {
+		return false
+	}
+	s.mu.Lock()
+	ss := s.sessions[claim.Key]
+	s.mu.Unlock()
+	if ss != nil {
+		s.endHere(ss, lost, handForget)
+	}
+	return true
 }
 
 // discardLocked empties the queue and the inflight window of a session

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
@@ -129,8 +131,10 @@ func TestHandOffLeavesANewerClaim(t *testing.T) {
 
 // TestNoticeDuringResume: a takeover notice that arrives while a CONNECT
 // resumes the session from another node's state (before it is attached)
-// is not lost: the connection is closed with Session taken over and the
-// session is not served here.
+// is not lost: the CONNECT is refused with a CONNACK (Server unavailable:
+// the client tries again and reaches the session where it is now), the
+// first and only packet, and the session is not served here. Nothing is
+// saved over what the store holds for the new owner.
 func TestNoticeDuringResume(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	st := &memStates{}
@@ -146,25 +150,37 @@ func TestNoticeDuringResume(t *testing.T) {
 		return nil
 	}
 	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
-	type result struct {
-		c   *mqtttest.V5
-		err error
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
-	got := make(chan result, 1)
-	go func() {
-		c, _, err := mqtttest.TryV5(t, addr, persistent("dev"))
-		got <- result{c, err}
-	}()
+	defer nc.Close()
+	cp := packets.NewControlPacket(packets.CONNECT)
+	c := cp.Content.(*packets.Connect)
+	c.ClientID, c.ProtocolName, c.ProtocolVersion, c.KeepAlive = "dev", "MQTT", 5, 30
+	expiry := uint32(3600)
+	c.Properties = &packets.Properties{SessionExpiryInterval: &expiry}
+	if _, err := cp.WriteTo(nc); err != nil {
+		t.Fatal(err)
+	}
 	<-entered
 	srv.takenElsewhere(Claim{Key: "dev", Node: srv.opts.Node, Epoch: 1}) // another node took claim 1
 	close(release)
-	r := <-got
-	if r.err == nil {
-		if code := r.c.Disconnected(t, 5*time.Second); code != 0x8E {
-			t.Fatalf("the connection whose claim was taken during its resume ended with 0x%02X, want 0x8E", code)
-		}
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	first, err := packets.ReadPacket(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Type != packets.CONNACK {
+		t.Fatalf("the first packet is type %d, not CONNACK [MQTT-3.2.0-1]", first.Type)
+	}
+	if code := first.Content.(*packets.Connack).ReasonCode; code != 0x88 {
+		t.Fatalf("CONNACK 0x%02X, want 0x88 Server unavailable", code)
 	}
 	testkit.Eventually(t, 5*time.Second, "the session to leave this node", func() bool { return sessionOf(srv, "dev") == nil })
+	if saves, _ := st.counts(); saves != 0 {
+		t.Fatalf("%d states saved for a session this node lost before it served it", saves)
+	}
 }
 
 // TestWillAtHandOff: a session resumed on another node within its will
