@@ -1,15 +1,16 @@
 package cluster
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/fleetmq/fleetmq/internal/lines"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 )
 
@@ -54,7 +55,7 @@ type Owners struct {
 	nc       *nats.Conn
 	log      *slog.Logger
 	handOffs chan struct{} // a token per notice being handled
-	tenants  tenantSlots   // claims under way per tenant
+	tenants  lines.Lines   // claims under way per tenant (claimsPerTenant each)
 }
 
 // NewOwners connects a node's session claims to the NATS for notices.
@@ -66,7 +67,7 @@ func NewOwners(n *NATS, node string, store OwnerStore, log *slog.Logger) (*Owner
 	if err != nil {
 		return nil, err
 	}
-	return &Owners{store: store, nc: nc, log: log, handOffs: make(chan struct{}, maxHandOffs)}, nil
+	return &Owners{store: store, nc: nc, log: log, handOffs: make(chan struct{}, maxHandOffs), tenants: lines.Lines{Per: claimsPerTenant}}, nil
 }
 
 // ownersSubject is where a node hears of its claims taken by others.
@@ -80,7 +81,7 @@ func ownersSubject(node string) string {
 // Claim makes node the owner of key and tells the node it replaces; a
 // claim that is not fresh waits for that node's hand-over.
 func (o *Owners) Claim(key, node string, fresh bool) (broker.Claim, error) {
-	release := o.tenants.take(tenantOf(key))
+	release, _ := o.tenants.Take(context.Background(), tenantOf(key))
 	epoch, oldNode, oldEpoch, err := o.store.ClaimSession(key, node, fresh)
 	release()
 	if err != nil {
@@ -183,39 +184,4 @@ func tenantOf(key string) string {
 	}
 	account, _, _ := strings.Cut(ns, "/")
 	return account
-}
-
-// tenantSlots bounds work under way per tenant (claimsPerTenant each).
-type tenantSlots struct {
-	mu    sync.Mutex
-	slots map[string]*tenantSlot
-}
-
-type tenantSlot struct {
-	sem   chan struct{}
-	users int // goroutines holding or waiting for sem
-}
-
-// take waits for one of the tenant's slots and returns its release.
-func (t *tenantSlots) take(tenant string) (release func()) {
-	t.mu.Lock()
-	if t.slots == nil {
-		t.slots = make(map[string]*tenantSlot)
-	}
-	sl := t.slots[tenant]
-	if sl == nil {
-		sl = &tenantSlot{sem: make(chan struct{}, claimsPerTenant)}
-		t.slots[tenant] = sl
-	}
-	sl.users++
-	t.mu.Unlock()
-	sl.sem <- struct{}{}
-	return func() {
-		<-sl.sem
-		t.mu.Lock()
-		if sl.users--; sl.users == 0 {
-			delete(t.slots, tenant)
-		}
-		t.mu.Unlock()
-	}
 }

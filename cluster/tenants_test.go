@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq/internal/lines"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
@@ -39,7 +40,7 @@ func (s *slowClaims) ClaimSession(key, node string, fresh bool) (int64, string, 
 // passes beside it at once.
 func TestClaimsPerTenant(t *testing.T) {
 	st := &slowClaims{release: make(chan struct{})}
-	o := &Owners{store: st}
+	o := &Owners{store: st, tenants: lines.Lines{Per: claimsPerTenant}}
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() { o.Claim(fmt.Sprintf("storm\x00dev-%d", i), "n1", false) })

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/internal/lines"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
@@ -39,10 +39,10 @@ const ReplaysPerAccount = 2
 // the account's history reads (slots, when not nil), as its REST reads
 // are.
 func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
-	var lines accountLines
+	replays := &lines.Lines{Per: ReplaysPerAccount}
 	return func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
 		account, _, _ := strings.Cut(id.Namespace, "/") // a subscriber's namespace is account/credential
-		release, err := lines.take(ctx, account)
+		release, err := replays.Take(ctx, account)
 		if err != nil {
 			return fmt.Errorf("waiting for the account's other replays: %w", err)
 		}
@@ -114,44 +114,4 @@ func replayed(r *fleetmq.Record) *broker.Message {
 		p.User = append(p.User, packet.UserProperty{Key: u.Key, Value: u.Value})
 	}
 	return m
-}
-
-// accountLines bounds work under way per account (ReplaysPerAccount).
-type accountLines struct {
-	mu    sync.Mutex
-	lines map[string]*accountLine
-}
-
-type accountLine struct {
-	sem   chan struct{}
-	users int
-}
-
-// take waits for one of the account's places, or for ctx to end.
-func (a *accountLines) take(ctx context.Context, account string) (release func(), err error) {
-	a.mu.Lock()
-	if a.lines == nil {
-		a.lines = map[string]*accountLine{}
-	}
-	l := a.lines[account]
-	if l == nil {
-		l = &accountLine{sem: make(chan struct{}, ReplaysPerAccount)}
-		a.lines[account] = l
-	}
-	l.users++
-	a.mu.Unlock()
-	leave := func() {
-		a.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(a.lines, account)
-		}
-		a.mu.Unlock()
-	}
-	select {
-	case l.sem <- struct{}{}:
-		return func() { <-l.sem; leave() }, nil
-	case <-ctx.Done():
-		leave()
-		return nil, ctx.Err()
-	}
 }
