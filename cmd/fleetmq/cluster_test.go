@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1236,4 +1238,92 @@ func TestClusterDocsEnvironment(t *testing.T) {
 			t.Errorf("docs/cluster.md sets %s, which fleetmq serve does not read", v[1])
 		}
 	}
+}
+
+// TestClusterNoisyNeighbour: one account floods the cluster (devices
+// publishing QoS 0 telemetry as fast as its plan allows through node 1,
+// to a subscriber on node 2 that stops reading) while another account's
+// device sends QoS 1 messages through node 1 to its subscriber on node 2.
+// The quiet account loses nothing and no message of it waits 2 s, as in
+// the single-node abuse suite; its latencies before and during the flood
+// are logged (the machine is shared: they are not asserted).
+func TestClusterNoisyNeighbour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts fleetmq serve processes")
+	}
+	dsn, dir := pgtest.DSN(t), t.TempDir()
+	victim, vPub, vSub := clusterAccount(t, dir, dsn, "Victim", "dev1")
+	attacker := createAccount(t, dir, "Attacker", "attacker@example.com", "-database", dsn, "-plan", "scale").ID
+	const flooders = 4
+	for i := range flooders {
+		mustCLI(t, dir, "client", "add", attacker, fmt.Sprintf("flood-%d", i), "-database", dsn)
+	}
+	aPub := createCredential(t, dir, attacker, "-kind", "publisher", "-database", dsn)
+	aSub := createCredential(t, dir, attacker, "-kind", "subscriber", "-database", dsn)
+	nodes := startCluster(t, dsn, 2)
+
+	got := connectV3(t, nodes[1].addr, "follower", vSub.Username, vSub.Password).Subscription(t, victim+"/#", 1)
+	dev := connectV3(t, nodes[0].addr, "dev1", vPub.Username, vPub.Password)
+	crossed(t, dev, victim+"/dev1/event/probe", got)
+	// phase sends n QoS 1 messages, one every 20 ms, and returns each
+	// one's latency from publish to delivery on the other node.
+	phase := func(name string, n int) []time.Duration {
+		var lats []time.Duration
+		for i := range n {
+			sent := time.Now()
+			dev.Pub(t, victim+"/dev1/event/quiet", 1, false, fmt.Sprintf("%s %d %d", name, i, sent.UnixNano()))
+			select {
+			case m := <-got:
+				if want := fmt.Sprintf("%s %d %d", name, i, sent.UnixNano()); string(m.Payload()) != want {
+					t.Fatalf("%s: got %q, want %q", name, m.Payload(), want)
+				}
+				lats = append(lats, time.Since(sent))
+			case <-time.After(2 * time.Second):
+				t.Fatalf("%s: message %d of the quiet account did not cross within 2 s", name, i)
+			}
+			time.Sleep(20 * time.Millisecond) // the quiet device's pace, not a wait for an event
+		}
+		return lats
+	}
+	base := phase("baseline", 50)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	stuck := connectV3(t, nodes[1].addr, "stuck", aSub.Username, aSub.Password)
+	mqtttest.Await(t, "the attacker's subscription", stuck.Subscribe(attacker+"/#", 1, func(mqtt3.Client, mqtt3.Message) { <-stop }))
+	var flooded atomic.Int64
+	for i := range flooders {
+		id := fmt.Sprintf("flood-%d", i)
+		c := connectV3(t, nodes[0].addr, id, aPub.Username, aPub.Password)
+		wg.Go(func() {
+			payload := strings.Repeat("x", 200)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.Publish(attacker+"/"+id+"/telemetry/flood", 0, false, payload).WaitTimeout(waitFor)
+				flooded.Add(1)
+			}
+		})
+	}
+	eventually(t, "the flood to be under way", func() bool { return flooded.Load() > 2000 })
+	during := phase("flood", 50)
+	t.Logf("quiet account across nodes: p50 %v / max %v before, p50 %v / max %v during a flood (%d messages sent by the flooders)",
+		percentile(base, 50), percentile(base, 100), percentile(during, 50), percentile(during, 100), flooded.Load())
+}
+
+// percentile returns the p-th percentile of ds (100: the largest).
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, len(s)*p/100)]
 }
