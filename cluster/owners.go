@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -81,7 +82,12 @@ func ownersSubject(node string) string {
 // Claim makes node the owner of key and tells the node it replaces; a
 // claim that is not fresh waits for that node's hand-over.
 func (o *Owners) Claim(key, node string, fresh bool) (broker.Claim, error) {
-	release, _ := o.tenants.Take(context.Background(), tenantOf(key))
+	ctx, cancel := context.WithTimeout(context.Background(), claimWait)
+	release, err := o.tenants.Take(ctx, tenantOf(key))
+	cancel()
+	if err != nil {
+		return broker.Claim{}, fmt.Errorf("waiting for the account's other claims: %w", err)
+	}
 	epoch, oldNode, oldEpoch, err := o.store.ClaimSession(key, node, fresh)
 	release()
 	if err != nil {
@@ -168,6 +174,10 @@ func (o *Owners) Watch(node string, lost func(old broker.Claim)) (stop func()) {
 
 // Close closes the notices' connection.
 func (o *Owners) Close() { o.nc.Close() }
+
+// claimWait bounds a CONNECT's wait for its account's line of claims
+// (refused with Server unavailable past it: the client tries again).
+const claimWait = 10 * time.Second
 
 // claimsPerTenant bounds the claims one tenant has under way on a node at
 // once: a reconnect storm of one account's devices (its node died) takes

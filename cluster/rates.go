@@ -39,20 +39,21 @@ const reportsKept = 3 * RatesEvery
 // the rates its accounts' devices published at there and whether they had
 // to wait for the account's limit; then each node gives itself, per
 // account and for messages and bytes alike (share):
-//   - all of the rate when no other node reports the account;
-//   - each node whose devices did not wait needs what they used plus a
-//     quarter and 2% of the plan (room to grow: a node that needs more
-//     waits, reports it, and gets more a second later); the nodes whose
-//     devices waited split equally what those needs leave;
-//   - when the needs alone pass the plan, each node that did not wait gets
-//     its need scaled down so that they sum to the plan (less the floors
-//     of the nodes that waited).
+//   - all of the rate when no other node reports the account, and 1% of
+//     it when its own devices did not publish (devices that need more
+//     wait; the node reports it, and gets a part a second later);
+//   - when no node waited: what its devices used plus a quarter and 2% of
+//     the plan (room to grow), scaled down with the others' when together
+//     they would pass the plan;
+//   - when some node waited: a node that did not wait keeps what it used
+//     and the room to grow, up to an equal part; the nodes that waited
+//     split what the others leave.
 //
-// No node gets less than a tenth of an equal part, so a node where an
-// account starts publishing is not shut out until the next report. The
-// shares sum to the plan (with the floors, at most a tenth more), so the
-// account's rates over the cluster stay within its plan's (within one
-// report interval of a change).
+// The parts of the nodes whose devices publish sum to the plan (nodes
+// where the account is idle hold 1% each), so the account's rates over
+// the cluster stay within its plan's (within one report interval of a
+// change), and they settle at a max-min fair split whatever node started
+// first.
 type Rates struct {
 	nc   *nats.Conn
 	node string
@@ -228,17 +229,40 @@ func (r *Rates) report(mine map[string]rateLoad) {
 	}
 }
 
+// idleShare is the part of a plan a node gives itself for an account
+// whose devices publish elsewhere and not here: enough for an occasional
+// message (and a burst of a second's worth); devices that need more wait,
+// the node reports it, and it gets a part a second later. Ten such nodes
+// hold a tenth of the plan that no one uses.
+const idleShare = 0.01
+
 // share is the part of an account's plan rate (messages or bytes per
 // second; 0: unlimited) a node gives itself, with its own use and
-// whether its devices waited, and the other nodes' loads (rate reads the
-// dimension from a load). See Rates.
+// whether its devices waited, and the loads the other nodes reported
+// (rate reads the dimension from a load). See Rates. When a node waits,
+// no node that does not wait keeps more than an equal part (it waits in
+// turn if it needs more, and then they split what is left): the parts
+// settle where each node gets what it needs up to an equal part and the
+// nodes that need more split the rest, whatever node started first.
 func share(plan, mine float64, waited bool, others []rateLoad, rate func(rateLoad) float64) float64 {
 	if len(others) == 0 || plan <= 0 {
 		return 1
 	}
-	nodes := float64(len(others) + 1)
-	floor := 0.1 / nodes
-	need := func(r float64) float64 { return min((r*1.25+plan*0.02)/plan, 1) }
+	if mine == 0 && !waited {
+		return idleShare
+	}
+	equal := 1 / float64(len(others)+1)
+	anyWaited := waited
+	for _, l := range others {
+		anyWaited = anyWaited || l.Waited
+	}
+	need := func(r float64) float64 {
+		n := min((r*1.25+plan*0.02)/plan, 1)
+		if anyWaited {
+			n = min(n, equal)
+		}
+		return n
+	}
 	needs, waiting := 0.0, 0.0
 	for _, l := range others {
 		if l.Waited {
@@ -247,21 +271,15 @@ func share(plan, mine float64, waited bool, others []rateLoad, rate func(rateLoa
 			needs += need(rate(l))
 		}
 	}
-	if waited {
-		waiting++
-	} else {
-		needs += need(mine)
-	}
 	if !waited {
-		// Scaled down when the needs of the nodes that did not wait pass
-		// what the nodes that waited leave them.
-		room := 1 - waiting*floor
-		if needs > room {
-			return max(need(mine)*room/needs, floor)
+		needs += need(mine)
+		if needs > 1 { // no node waits: scaled to the plan
+			return need(mine) / needs
 		}
-		return max(need(mine), floor)
+		return need(mine)
 	}
-	return max((1-needs)/waiting, floor)
+	waiting++
+	return max((1-needs)/waiting, idleShare)
 }
 
 // Close stops reporting; the node keeps the shares it set last.

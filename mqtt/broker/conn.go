@@ -65,6 +65,9 @@ type conn struct {
 	// routed to the session while it attaches cannot come first
 	// [MQTT-3.2.0-1].
 	connacked bool
+	// served is set once the CONNACK is written: before it, no
+	// DISCONNECT may be [MQTT-3.2.0-1].
+	served atomic.Bool
 
 	// Time limits, enforced by the server's watchdog (watch.go), in real
 	// Unix nanoseconds: when the connection was accepted, when bytes last
@@ -682,7 +685,7 @@ func (c *conn) closeWith(d Disconnection) {
 		return
 	}
 	var p packet.Packet
-	if id := c.identity(); id != nil && d.Code >= 0x80 && c.version == packet.Version5 {
+	if c.served.Load() && d.Code >= 0x80 && c.version == packet.Version5 {
 		dp := &packet.Disconnect{ReasonCode: d.Code}
 		if d.Detail != "" && c.problemInfo {
 			dp.Properties.SetReasonString(d.Detail)

@@ -120,12 +120,12 @@ func (c *conn) connect(cp *packet.Connect) error {
 	}
 
 	c.info.ProtocolLevel = c.version
-	// Past this point the connection is authenticated: the watchdog
-	// applies the keep alive (from now) instead of the connect timeout.
+	// Past this point the connection is authenticated: the watchdog no
+	// longer applies the connect timeout, and applies the keep alive once
+	// the CONNACK is written (until then the client cannot send; what
+	// the CONNECT waits for, a claim or a session's hand-over, has bounds
+	// of its own).
 	c.lastRead.Store(time.Now().UnixNano())
-	if ka > 0 {
-		c.kaLimit.Store(int64(time.Duration(ka) * time.Second * 3 / 2))
-	}
 	c.logb = c.srv.events.limits(id.SessionKey())
 	c.id = id
 	c.idp.Store(id)
@@ -133,13 +133,14 @@ func (c *conn) connect(cp *packet.Connect) error {
 	if err != nil {
 		return refuse(packet.ServerUnavailable, "session ownership: "+err.Error(), id)
 	}
-	if !cp.CleanStart && c.srv.resumes(claim) {
+	resumed := !cp.CleanStart && c.srv.resumes(claim)
+	if resumed {
 		// The session was another node's: its state comes from there.
 		if err := c.srv.resume(claim); err != nil {
 			return refuse(packet.ServerUnavailable, "resume the session: "+err.Error(), id)
 		}
 	}
-	if c.srv.lostWhileResuming(claim) {
+	if c.srv.lostWhileResuming(claim, resumed) {
 		// Another node took the session over while this CONNECT resumed
 		// it: the client is told to try again (and reaches the session
 		// where it is now).
@@ -147,7 +148,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 	}
 	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window, claim)
 	c.sess = ss
-	if c.srv.lostWhileResuming(claim) {
+	if c.srv.lostWhileResuming(claim, resumed) {
 		// The notice came during attach: the session this CONNECT
 		// attached is gone again, and with it the connection (closed
 		// without a CONNACK, as a refused one: nothing was served).
@@ -178,10 +179,19 @@ func (c *conn) connect(cp *packet.Connect) error {
 			pr.SetString(packet.PropResponseInfo, id.ResponseInfo)
 		}
 	}
-	c.writePacket(ack)
-	// Resend what the resumed session had in flight, then queued messages.
+	// The CONNACK and the session's first sends, under the session's
+	// lock: a takeover ending the connection meanwhile sees it served or
+	// not, never in between.
 	ss.mu.Lock()
+	c.writePacket(ack)
+	c.served.Store(true)
+	c.lastRead.Store(time.Now().UnixNano())
+	if ka > 0 {
+		c.kaLimit.Store(int64(time.Duration(ka) * time.Second * 3 / 2))
+	}
 	if ss.c == c {
+		// Resend what the resumed session had in flight, then queued
+		// messages.
 		c.connacked = true
 		ss.resendLocked()
 		ss.pumpLocked(ss.c)

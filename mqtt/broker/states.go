@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"hash/fnv"
 	"time"
 
@@ -79,7 +80,7 @@ func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 		return
 	}
 	c := ss.c
-	served := c != nil && c.connacked
+	served := c != nil && c.served.Load() // the CONNACK is written under ss.mu
 	var state []byte
 	if mode == handSave && ss.expiry > 0 && ss.id != nil {
 		sv := ss.snapshotLocked(s.now())
@@ -143,12 +144,14 @@ func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 }
 
 // lostWhileResuming reports whether another node took over the claim a
-// CONNECT here made before the CONNECT served it (the notice came while
-// it resumed the session), and then ends the session this server made for
-// it without saving anything: the store keeps the state it resumed (the
-// notice's hand-off saved it, or it was never changed), for the node that
-// has the session now.
-func (s *Server) lostWhileResuming(claim Claim) bool {
+// CONNECT here made before the CONNECT served it, and then ends the
+// session this server holds for the key under that claim. A session the
+// CONNECT resumed from the store (resumed) ends without saving anything:
+// the store keeps the state it resumed (the notice's hand-off saved it,
+// or it was never changed), for the node that has the session now. A
+// session this server held before (no resume) is handed over as any
+// other, its state saved.
+func (s *Server) lostWhileResuming(claim Claim, resumed bool) bool {
 	if s.states == nil {
 		return false
 	}
@@ -159,10 +162,22 @@ func (s *Server) lostWhileResuming(claim Claim) bool {
 	s.mu.Lock()
 	ss := s.sessions[claim.Key]
 	s.mu.Unlock()
-	if ss != nil {
+	if ss == nil {
+		return true
+	}
+	if resumed && claimOfLocked(ss).Epoch == claim.Epoch {
 		s.endHere(ss, lost, handForget)
+	} else {
+		s.handOff(ss, lost)
 	}
 	return true
+}
+
+// claimOfLocked reads the session's claim (taking its lock).
+func claimOfLocked(ss *session) Claim {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.claim
 }
 
 // discardLocked empties the queue and the inflight window of a session
@@ -247,15 +262,7 @@ func (s *Server) resume(claim Claim) error {
 	delete(s.sessions, claim.Key)
 	s.mu.Unlock()
 	if prev != nil {
-		prev.mu.Lock()
-		pc := prev.c
-		prev.mu.Unlock()
-		if pc != nil {
-			pc.taken.Store(true)
-			pc.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
-				Detail: "another node took over the session"})
-		}
-		s.endSession(prev, false, DropSessionExpired)
+		s.endStale(prev)
 	}
 	data, through, ok, err := s.states.Take(claim)
 	if err != nil || !ok || len(data) == 0 {
@@ -283,10 +290,88 @@ func (s *Server) resume(claim Claim) error {
 	if s.opts.Replay != nil {
 		s.replay(ss, &sv, through)
 	}
-	s.mu.Lock()
-	s.sessions[ss.key] = ss
-	s.mu.Unlock()
-	return nil
+	return s.install(ss, claim)
+}
+
+// errSuperseded refuses a CONNECT whose resume finished after a later
+// CONNECT of the same session on this server (a client that gave up
+// waiting and tried again).
+var errSuperseded = errors.New("a later connection of this client took the session meanwhile")
+
+// install makes ss, resumed for claim, the server's session for its key,
+// unless a session with a later claim is there already (then ss ends and
+// errSuperseded says why). A session with an earlier claim there ends.
+func (s *Server) install(ss *session, claim Claim) error {
+	for {
+		s.mu.Lock()
+		cur := s.sessions[ss.key]
+		s.mu.Unlock()
+		if cur != nil && claimOfLocked(cur).Epoch > claim.Epoch {
+			s.dropResumed(ss, cur)
+			return errSuperseded
+		}
+		s.mu.Lock()
+		if s.sessions[ss.key] != cur {
+			s.mu.Unlock()
+			continue // changed meanwhile: look again
+		}
+		s.sessions[ss.key] = ss
+		s.mu.Unlock()
+		if cur != nil {
+			s.endStale(cur)
+		}
+		return nil
+	}
+}
+
+// dropResumed ends ss, a session resumed here that a later one of the
+// same key (cur) superseded before it was installed. Both indexed their
+// subscriptions under the key: ss takes out only the filters cur does not
+// hold (cur's entries are cur's now).
+func (s *Server) dropResumed(ss, cur *session) {
+	cur.mu.Lock()
+	held := make(map[string]bool, len(cur.subs))
+	for wire := range cur.subs {
+		held[wire] = true
+	}
+	cur.mu.Unlock()
+	ss.mu.Lock()
+	ss.ended = true
+	ss.stopReplayLocked()
+	shared := map[string]bool{}
+	for wire, sub := range ss.subs {
+		if held[wire] {
+			shared[wire] = true
+		} else {
+			s.unindex(sub, ss.key)
+		}
+		delete(ss.subs, wire)
+	}
+	ss.discardLocked() // the store keeps them for cur
+	ss.end2Locked()
+	ss.mu.Unlock()
+	// Entries both indexed are cur's again, whichever indexed last.
+	cur.mu.Lock()
+	for wire, sub := range cur.subs {
+		if shared[wire] {
+			s.index(sub)
+		}
+	}
+	cur.mu.Unlock()
+}
+
+// endStale ends a copy of a session this server kept that another claim
+// replaced: its connection, if any, closes with Session taken over.
+func (s *Server) endStale(prev *session) {
+	prev.mu.Lock()
+	pc := prev.c
+	prev.mu.Unlock()
+	if pc != nil {
+		pc.taken.Store(true)
+		pc.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
+			Detail: "another node took over the session"})
+	}
+	s.endSession(prev, false, DropSessionExpired)
 }
 
 // replayWindow is how far before its state was saved a resumed session's

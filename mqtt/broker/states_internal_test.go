@@ -288,3 +288,48 @@ func TestRounds(t *testing.T) {
 		t.Fatalf("after the failure: %d saves, %d rounds; want the change saved again (3) and a round (3)", saves, rounds)
 	}
 }
+
+// TestResumeAfterARetry: a client that gave up on a CONNECT stuck in its
+// resume connects again and is served; the first resume, finishing late,
+// does not take the session from under it (that CONNECT is refused).
+func TestResumeAfterARetry(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	st := &memStates{}
+	sv := savedSession{Saved: time.Now(), ClientID: "dev", Limits: Limits{MaxQueued: 100, MaxInflight: 10}, Expiry: 3600,
+		DisconnectedAt: time.Now(), Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
+	st.take, _ = json.Marshal(&sv)
+	first := true
+	var mu sync.Mutex
+	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		mu.Lock()
+		hold := first
+		first = false
+		mu.Unlock()
+		if hold {
+			close(entered)
+			<-release
+		}
+		return nil
+	}
+	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
+	stuck := make(chan error, 1)
+	go func() {
+		_, _, err := mqtttest.TryV5(t, addr, persistent("dev"))
+		stuck <- err
+	}()
+	<-entered
+	retry := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !retry.Connack.SessionPresent {
+		t.Fatal("the retry did not resume the session")
+	}
+	close(release)
+	if err := <-stuck; err == nil {
+		t.Fatal("the CONNECT that finished its resume after the retry was served too")
+	}
+	if c := claimOf(sessionOf(srv, "dev")); c.Epoch != 2 {
+		t.Fatalf("the server's session holds claim %d, want the retry's (2)", c.Epoch)
+	}
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "still here")
+	retry.Expect(t, "still here")
+}
