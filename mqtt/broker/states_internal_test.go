@@ -74,6 +74,51 @@ func (o *elsewhere) Release(Claim) (bool, error)             { return true, nil 
 func (o *elsewhere) Owner(string) (Claim, bool, error)       { return Claim{}, false, nil }
 func (o *elsewhere) Watch(string, func(Claim)) (stop func()) { return func() {} }
 
+// resumable returns states that hold a saved session "dev" with a QoS 1
+// subscription to t/#, for a CONNECT from another node's client to take.
+func resumable() *memStates {
+	sv := savedSession{Saved: time.Now(), ClientID: "dev", Limits: Limits{MaxQueued: 100, MaxInflight: 10}, Expiry: 3600,
+		DisconnectedAt: time.Now(), Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
+	st := &memStates{}
+	st.take, _ = json.Marshal(&sv)
+	return st
+}
+
+// connectRaw sends an MQTT 5 CONNECT of a persistent session for id with
+// keepAlive and returns the connection.
+func connectRaw(t *testing.T, addr, id string, keepAlive uint16) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	cp := packets.NewControlPacket(packets.CONNECT)
+	c := cp.Content.(*packets.Connect)
+	c.ClientID, c.ProtocolName, c.ProtocolVersion, c.KeepAlive = id, "MQTT", 5, keepAlive
+	expiry := uint32(3600)
+	c.Properties = &packets.Properties{SessionExpiryInterval: &expiry}
+	if _, err := cp.WriteTo(nc); err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// connack reads the first packet from nc and fails unless it is a CONNACK
+// [MQTT-3.2.0-1]; it returns its reason code.
+func connack(t *testing.T, nc net.Conn) byte {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	first, err := packets.ReadPacket(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Type != packets.CONNACK {
+		t.Fatalf("the first packet is type %d, not CONNACK [MQTT-3.2.0-1]", first.Type)
+	}
+	return first.Content.(*packets.Connack).ReasonCode
+}
+
 func startStates(t *testing.T, opts Options) (*Server, string) {
 	t.Helper()
 	opts.Logger = slog.New(slog.DiscardHandler)
@@ -137,10 +182,7 @@ func TestHandOffLeavesANewerClaim(t *testing.T) {
 // saved over what the store holds for the new owner.
 func TestNoticeDuringResume(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
-	st := &memStates{}
-	sv := savedSession{Saved: time.Now(), ClientID: "dev", Limits: Limits{MaxQueued: 100, MaxInflight: 10}, Expiry: 3600,
-		DisconnectedAt: time.Now(), Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
-	st.take, _ = json.Marshal(&sv)
+	st := resumable()
 	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
 		select {
 		case entered <- struct{}{}:
@@ -150,31 +192,11 @@ func TestNoticeDuringResume(t *testing.T) {
 		return nil
 	}
 	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	cp := packets.NewControlPacket(packets.CONNECT)
-	c := cp.Content.(*packets.Connect)
-	c.ClientID, c.ProtocolName, c.ProtocolVersion, c.KeepAlive = "dev", "MQTT", 5, 30
-	expiry := uint32(3600)
-	c.Properties = &packets.Properties{SessionExpiryInterval: &expiry}
-	if _, err := cp.WriteTo(nc); err != nil {
-		t.Fatal(err)
-	}
+	nc := connectRaw(t, addr, "dev", 30)
 	<-entered
 	srv.takenElsewhere(Claim{Key: "dev", Node: srv.opts.Node, Epoch: 1}) // another node took claim 1
 	close(release)
-	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	first, err := packets.ReadPacket(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if first.Type != packets.CONNACK {
-		t.Fatalf("the first packet is type %d, not CONNACK [MQTT-3.2.0-1]", first.Type)
-	}
-	if code := first.Content.(*packets.Connack).ReasonCode; code != 0x88 {
+	if code := connack(t, nc); code != 0x88 {
 		t.Fatalf("CONNACK 0x%02X, want 0x88 Server unavailable", code)
 	}
 	testkit.Eventually(t, 5*time.Second, "the session to leave this node", func() bool { return sessionOf(srv, "dev") == nil })
@@ -294,10 +316,7 @@ func TestRounds(t *testing.T) {
 // does not take the session from under it (that CONNECT is refused).
 func TestResumeAfterARetry(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
-	st := &memStates{}
-	sv := savedSession{Saved: time.Now(), ClientID: "dev", Limits: Limits{MaxQueued: 100, MaxInflight: 10}, Expiry: 3600,
-		DisconnectedAt: time.Now(), Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
-	st.take, _ = json.Marshal(&sv)
+	st := resumable()
 	first := true
 	var mu sync.Mutex
 	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
