@@ -312,8 +312,11 @@ func setRateHeaders(ctx huma.Context, d restauth.Decision) {
 // hourlyRefusal is the 429 of a token that spent its hour.
 func (a *API) hourlyRefusal(ctx huma.Context, d restauth.Decision) {
 	setRateHeaders(ctx, d)
-	p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited,
-		"this token made "+strconv.Itoa(d.Used)+" requests this hour, the limit is "+strconv.Itoa(d.Limit)+"; the window resets at "+d.Reset.UTC().Format(time.RFC3339))
+	detail := "this token made " + strconv.Itoa(d.Used) + " requests this hour, the limit is " + strconv.Itoa(d.Limit) + "; the window resets at " + d.Reset.UTC().Format(time.RFC3339)
+	if d.Unavailable {
+		detail = "this token's hourly limit cannot be checked now (the database is out of reach); try again in a second"
+	}
+	p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited, detail)
 	p.GetHeaders().Set("Retry-After", retryAfter(d.RetryAfter))
 	a.refuse(ctx, p, d.RetryAfter)
 }

@@ -42,6 +42,10 @@ type Decision struct {
 	Used       int           // requests counted in the window, this one included when allowed
 	Reset      time.Time     // end of the window (X-RateLimit-Reset, epoch seconds)
 	RetryAfter time.Duration // denied: until Reset; allowed: 0
+	// Unavailable says a shared limiter refused because its store could
+	// not be asked (RetryAfter one second), not because the token used
+	// its hour.
+	Unavailable bool
 }
 
 // Limiter limits requests per token in fixed windows of one UTC hour. A

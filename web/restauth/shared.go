@@ -85,8 +85,10 @@ func (l *Limiter) allowShared(tokenID string, now time.Time) Decision {
 		got, count, err := l.shared.ReserveRESTRequests(ctx, windowStart(h), tokenID, maxBlock, int64(l.limit))
 		cancel()
 		if err != nil {
+			// The store cannot be asked: refused for a second, without
+			// pretending the token used its hour.
 			d := l.decision(false, uint64(max(r.count, 0)), h, now)
-			d.RetryAfter = time.Second
+			d.Remaining, d.RetryAfter, d.Unavailable = 0, time.Second, true
 			return d
 		}
 		r.reserved += got

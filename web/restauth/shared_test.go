@@ -184,3 +184,21 @@ func TestSharedLimiterGivesBackAtShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// failingReserver cannot be asked.
+type failingReserver struct{ *memReserver }
+
+func (failingReserver) ReserveRESTRequests(context.Context, time.Time, string, int64, int64) (int64, int64, error) {
+	return 0, 0, context.DeadlineExceeded
+}
+
+// TestSharedLimiterStoreOutOfReach: a request that needs a reservation
+// while the store cannot be asked is refused for a second, and the
+// decision says so instead of claiming the token used its hour.
+func TestSharedLimiterStoreOutOfReach(t *testing.T) {
+	l := restauth.NewSharedLimiter(failingReserver{newMemReserver()}, 5000)
+	d := l.Allow("tok", window.Add(time.Minute))
+	if d.Allowed || !d.Unavailable || d.RetryAfter != time.Second || d.Remaining != 0 {
+		t.Fatalf("Allow with the store out of reach: %+v; want refused, unavailable, retry after 1 s, nothing remaining", d)
+	}
+}
