@@ -60,13 +60,10 @@ type conn struct {
 	sendWill bool
 	// taken is set when a newer connection took the session over.
 	taken atomic.Bool
-	// connacked is set (with the session's mu held) once the CONNACK is
+	// served is set (with the session's mu held) once the CONNACK is
 	// written: until then the pump leaves deliveries queued, so a message
-	// routed to the session while it attaches cannot come first
-	// [MQTT-3.2.0-1].
-	connacked bool
-	// served is set once the CONNACK is written: before it, no
-	// DISCONNECT may be [MQTT-3.2.0-1].
+	// routed to the session while it attaches cannot come first, and an
+	// ending connection gets no DISCONNECT [MQTT-3.2.0-1].
 	served atomic.Bool
 
 	// Time limits, enforced by the server's watchdog (watch.go), in real

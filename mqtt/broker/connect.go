@@ -192,7 +192,6 @@ func (c *conn) connect(cp *packet.Connect) error {
 	if ss.c == c {
 		// Resend what the resumed session had in flight, then queued
 		// messages.
-		c.connacked = true
 		ss.resendLocked()
 		ss.pumpLocked(ss.c)
 	}
@@ -400,15 +399,8 @@ func (s *Server) endSession(ss *session, remove bool, why DropReason) {
 		ss.mu.Unlock()
 		return // already ended, or reconnected meanwhile
 	}
-	ss.ended = true
-	ss.stopReplayLocked()
 	claim := ss.claim
-	for wire, sub := range ss.subs {
-		s.unindex(sub, ss.key)
-		delete(ss.subs, wire)
-	}
-	ss.clearLocked(why)
-	ss.end2Locked()
+	ss.retireLocked(why, false, nil)
 	ss.mu.Unlock()
 	s.mu.Lock()
 	mine := s.sessions[ss.key] == ss

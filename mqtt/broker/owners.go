@@ -44,9 +44,10 @@ func (c Claim) Same(o Claim) bool { return c.Key == o.Key && c.Node == o.Node &&
 //     the new claim, whose Epoch is greater than that of every earlier
 //     claim of key, and whose From names the node of the claim it
 //     replaced. A fresh claim (a clean start) also discards the state
-//     saved for key (SessionStates), and a later claim never finds it. Claims of one key from any number of goroutines or nodes at
-//     once are ordered: each gets a distinct epoch, and Owner reports the
-//     one with the greatest.
+//     saved for key (SessionStates), and a later claim never finds it.
+//     Claims of one key from any number of goroutines or nodes at once
+//     are ordered: each gets a distinct epoch, and Owner reports the one
+//     with the greatest.
 //   - When a claim replaces a claim of another node, the lost function
 //     that node registered with Watch is called once with the replaced
 //     claim, within a bounded time (single node: before Claim returns;

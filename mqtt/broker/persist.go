@@ -220,15 +220,15 @@ func (s *Server) saveState(path string) error {
 		st.Sessions = append(st.Sessions, ss.snapshotLocked(now))
 		ss.mu.Unlock()
 	}
-	if s.states != nil {
-		// After the file below: a database out of reach delays it.
-		defer s.saveStates(sessions)
-	}
 	data, err := json.Marshal(&st)
-	if err != nil {
-		return err
+	if err == nil {
+		err = writeFileAtomic(path, data)
 	}
-	return writeFileAtomic(path, data)
+	if s.states != nil {
+		// After the file: a database out of reach delays it.
+		s.saveStates(sessions)
+	}
+	return err
 }
 
 func writeFileAtomic(path string, data []byte) error {

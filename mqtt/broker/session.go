@@ -142,9 +142,10 @@ type session struct {
 	// saveMu orders the saves of the session's state to SessionStates
 	// (periodic and at a hand-over); taken before mu.
 	saveMu sync.Mutex
-	// sent are the QoS 1 and 2 messages sent lately (cluster nodes only,
-	// oldest first, at most maxSent), saved with the state so that a
-	// replay where the session resumes does not send them again.
+	// sent are the QoS 1 and 2 messages sent lately (persistent sessions
+	// of cluster nodes only, oldest first, at most maxSent), saved with
+	// the state so that a replay where the session resumes does not send
+	// them again.
 	sent []replayKey
 
 	expiry         uint32 // session expiry interval, seconds
@@ -263,7 +264,7 @@ func (ss *session) dropLocked(m *Message, r DropReason) {
 // before it next blocks (see conn.flushes).
 func (ss *session) pumpLocked(from *conn) {
 	c := ss.c
-	if c == nil || !c.connacked {
+	if c == nil || !c.served.Load() {
 		return // offline, or the CONNACK is not written yet: stays queued
 	}
 	now := ss.srv.now()
@@ -281,8 +282,8 @@ func (ss *session) pumpLocked(from *conn) {
 			return
 		}
 		ss.pop()
-		if ss.srv.states != nil && d.msg.QoS > 0 {
-			ss.noteSentLocked(d.msg)
+		if ss.srv.states != nil && ss.expiry > 0 && d.msg.QoS > 0 {
+			ss.noteSentLocked(d.msg) // a persistent session may move (states.go)
 		}
 		if d.qos > 0 {
 			d.pid = ss.allocPID()

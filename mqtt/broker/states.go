@@ -80,7 +80,7 @@ func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 		return
 	}
 	c := ss.c
-	served := c != nil && c.served.Load() // the CONNACK is written under ss.mu
+	served := c != nil && c.served.Load() // set under ss.mu
 	var state []byte
 	if mode == handSave && ss.expiry > 0 && ss.id != nil {
 		sv := ss.snapshotLocked(s.now())
@@ -90,18 +90,7 @@ func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 			state = nil
 		}
 	}
-	ss.ended = true
-	ss.stopReplayLocked()
-	for wire, sub := range ss.subs {
-		s.unindex(sub, ss.key)
-		delete(ss.subs, wire)
-	}
-	if state != nil || mode == handForget {
-		ss.discardLocked()
-	} else {
-		ss.clearLocked(DropSessionExpired)
-	}
-	ss.end2Locked()
+	ss.retireLocked(DropSessionExpired, state != nil || mode == handForget, nil)
 	ss.mu.Unlock()
 	if c != nil {
 		c.wmu.Lock()
@@ -165,7 +154,7 @@ func (s *Server) lostWhileResuming(claim Claim, resumed bool) bool {
 	if ss == nil {
 		return true
 	}
-	if resumed && claimOfLocked(ss).Epoch == claim.Epoch {
+	if resumed && ss.currentClaim().Epoch == claim.Epoch {
 		s.endHere(ss, lost, handForget)
 	} else {
 		s.handOff(ss, lost)
@@ -173,11 +162,34 @@ func (s *Server) lostWhileResuming(claim Claim, resumed bool) bool {
 	return true
 }
 
-// claimOfLocked reads the session's claim (taking its lock).
-func claimOfLocked(ss *session) Claim {
+// currentClaim reads the session's claim (taking its lock).
+func (ss *session) currentClaim() Claim {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.claim
+}
+
+// retireLocked ends the session's part in the server: its replay stops,
+// its subscriptions leave the index (except the wires in others', whose
+// entries another session of the same key holds), its queued and
+// inflight messages go (counted as dropped for why, or handed on with
+// its state: kept) and its inbound QoS 2 ids with them. The caller holds
+// ss.mu.
+func (ss *session) retireLocked(why DropReason, kept bool, others map[string]bool) {
+	ss.ended = true
+	ss.stopReplayLocked()
+	for wire, sub := range ss.subs {
+		if !others[wire] {
+			ss.srv.unindex(sub, ss.key)
+		}
+		delete(ss.subs, wire)
+	}
+	if kept {
+		ss.discardLocked()
+	} else {
+		ss.clearLocked(why)
+	}
+	ss.end2Locked()
 }
 
 // discardLocked empties the queue and the inflight window of a session
@@ -306,7 +318,7 @@ func (s *Server) install(ss *session, claim Claim) error {
 		s.mu.Lock()
 		cur := s.sessions[ss.key]
 		s.mu.Unlock()
-		if cur != nil && claimOfLocked(cur).Epoch > claim.Epoch {
+		if cur != nil && cur.currentClaim().Epoch > claim.Epoch {
 			s.dropResumed(ss, cur)
 			return errSuperseded
 		}
@@ -336,26 +348,12 @@ func (s *Server) dropResumed(ss, cur *session) {
 	}
 	cur.mu.Unlock()
 	ss.mu.Lock()
-	ss.ended = true
-	ss.stopReplayLocked()
-	shared := map[string]bool{}
-	for wire, sub := range ss.subs {
-		if held[wire] {
-			shared[wire] = true
-		} else {
-			s.unindex(sub, ss.key)
-		}
-		delete(ss.subs, wire)
-	}
-	ss.discardLocked() // the store keeps them for cur
-	ss.end2Locked()
+	ss.retireLocked(DropSessionExpired, true, held) // the store keeps its messages for cur
 	ss.mu.Unlock()
 	// Entries both indexed are cur's again, whichever indexed last.
 	cur.mu.Lock()
-	for wire, sub := range cur.subs {
-		if shared[wire] {
-			s.index(sub)
-		}
+	for _, sub := range cur.subs {
+		s.index(sub)
 	}
 	cur.mu.Unlock()
 }

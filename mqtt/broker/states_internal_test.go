@@ -149,12 +149,6 @@ func sessionOf(s *Server, key string) *session {
 	return s.sessions[key]
 }
 
-func claimOf(ss *session) Claim {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return ss.claim
-}
-
 // TestHandOffLeavesANewerClaim: a takeover notice of a claim the session
 // no longer holds (its client came back here since, with a newer claim)
 // ends nothing: the client keeps its subscription.
@@ -162,7 +156,7 @@ func TestHandOffLeavesANewerClaim(t *testing.T) {
 	srv, addr := startStates(t, Options{States: &memStates{}})
 	c1 := mqtttest.DialV5(t, addr, persistent("dev"))
 	c1.Sub(t, "t/#", 1)
-	old := claimOf(sessionOf(srv, "dev"))
+	old := sessionOf(srv, "dev").currentClaim()
 	c1.Disconnect(&paho.Disconnect{})
 	c2 := mqtttest.DialV5(t, addr, persistent("dev")) // a newer claim, same node
 	if !c2.Connack.SessionPresent {
@@ -183,12 +177,12 @@ func TestHandOffLeavesANewerClaim(t *testing.T) {
 func TestNoticeDuringResume(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	st := resumable()
+	var once sync.Once
 	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
-		select {
-		case entered <- struct{}{}:
+		once.Do(func() { // the first replay waits for the notice
+			close(entered)
 			<-release
-		default:
-		}
+		})
 		return nil
 	}
 	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
@@ -218,7 +212,7 @@ func TestWillAtHandOff(t *testing.T) {
 		cp.WillMessage = &paho.WillMessage{Topic: "will/dev", QoS: 1, Payload: []byte("gone")}
 		cp.WillProperties = &paho.WillProperties{WillDelayInterval: &delay}
 		mqtttest.DialV5(t, addr, cp)
-		old := claimOf(sessionOf(srv, "dev"))
+		old := sessionOf(srv, "dev").currentClaim()
 		old.Fresh = fresh
 		srv.takenElsewhere(old) // connected here; the client came through another node
 		select {
@@ -256,7 +250,7 @@ func TestHandOffNotBehindOtherSaves(t *testing.T) {
 	for i := range 60 {
 		mqtttest.DialV5(t, addr, persistent(fmt.Sprintf("dev%02d", i)))
 	}
-	old := claimOf(sessionOf(srv, "dev59")) // the last: its save comes at the end of the round
+	old := sessionOf(srv, "dev59").currentClaim() // the last: its save comes at the end of the round
 	saved := make(chan error, 1)
 	go func() { saved <- srv.Save() }() // 60 saves of 20 ms: 1.2 s
 	testkit.Eventually(t, 5*time.Second, "the round to be under way", func() bool { n, _ := st.counts(); return n > 0 })
@@ -345,7 +339,7 @@ func TestResumeAfterARetry(t *testing.T) {
 	if err := <-stuck; err == nil {
 		t.Fatal("the CONNECT that finished its resume after the retry was served too")
 	}
-	if c := claimOf(sessionOf(srv, "dev")); c.Epoch != 2 {
+	if c := sessionOf(srv, "dev").currentClaim(); c.Epoch != 2 {
 		t.Fatalf("the server's session holds claim %d, want the retry's (2)", c.Epoch)
 	}
 	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
