@@ -57,6 +57,10 @@ type Owners struct {
 	log      *slog.Logger
 	handOffs chan struct{} // a token per notice being handled
 	tenants  lines.Lines   // claims under way per tenant (claimsPerTenant each)
+	// Tenant names the tenant of a session key, whose claims wait in a
+	// line of their own (the platform's: the account; default: the
+	// key's namespace).
+	Tenant func(key string) string
 }
 
 // NewOwners connects a node's session claims to the NATS for notices.
@@ -83,7 +87,7 @@ func ownersSubject(node string) string {
 // claim that is not fresh waits for that node's hand-over.
 func (o *Owners) Claim(key, node string, fresh bool) (broker.Claim, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), claimWait)
-	release, err := o.tenants.Take(ctx, tenantOf(key))
+	release, err := o.tenants.Take(ctx, o.tenant(key))
 	cancel()
 	if err != nil {
 		return broker.Claim{}, fmt.Errorf("waiting for the account's other claims: %w", err)
@@ -185,13 +189,11 @@ const claimWait = 10 * time.Second
 // every other account's CONNECTs, whose claims pass beside it.
 const claimsPerTenant = 2
 
-// tenantOf is the tenant of a session key: its namespace (before the NUL)
-// up to its first "/" (a subscriber's namespace is account/credential).
-func tenantOf(key string) string {
-	ns, _, ok := strings.Cut(key, "\x00")
-	if !ok {
-		return ""
+// tenant is the tenant of a session key (Tenant, or its namespace).
+func (o *Owners) tenant(key string) string {
+	if o.Tenant != nil {
+		return o.Tenant(key)
 	}
-	account, _, _ := strings.Cut(ns, "/")
-	return account
+	ns, _, _ := strings.Cut(key, "\x00")
+	return ns
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ type slowClaims struct {
 }
 
 func (s *slowClaims) ClaimSession(key, node string, fresh bool) (int64, string, int64, error) {
-	if tenantOf(key) != "storm" {
+	if ns, _, _ := strings.Cut(key, "\x00"); ns != "storm" {
 		return 1, "", 0, nil
 	}
 	s.mu.Lock()
@@ -65,7 +66,7 @@ func TestClaimsPerTenant(t *testing.T) {
 	if st.maxStorm != claimsPerTenant {
 		t.Fatalf("%d of one account's claims were under way at once, want %d", st.maxStorm, claimsPerTenant)
 	}
-	if tenantOf("calm/cred\x00follower") != "calm" || tenantOf("nokey") != "" {
-		t.Fatal("tenantOf")
+	if got := o.tenant("calm\x00follower"); got != "calm" {
+		t.Fatalf("the tenant of calm\x00follower is %q, want its namespace", got)
 	}
 }

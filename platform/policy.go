@@ -711,6 +711,14 @@ var (
 // the namespace is "{account_id}/{credential_id}".
 func subscriberNamespace(accountID, credID string) string { return accountID + "/" + credID }
 
+// SessionAccount is the account of a session key (broker
+// Identity.SessionKey: the namespace, NUL, the client id): the tenant a
+// cluster node lines its session claims up by.
+func SessionAccount(key string) string {
+	ns, _, _ := strings.Cut(key, "\x00")
+	return namespaceAccount(ns)
+}
+
 // namespaceAccount is the account of a session namespace.
 func namespaceAccount(ns string) string {
 	acc, _, _ := strings.Cut(ns, "/")

@@ -41,7 +41,7 @@ const ReplaysPerAccount = 2
 func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
 	replays := &lines.Lines{Per: ReplaysPerAccount}
 	return func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
-		account, _, _ := strings.Cut(id.Namespace, "/") // a subscriber's namespace is account/credential
+		account := namespaceAccount(id.Namespace)
 		release, err := replays.Take(ctx, account)
 		if err != nil {
 			return fmt.Errorf("waiting for the account's other replays: %w", err)

@@ -110,3 +110,13 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("%d replays of one account ran at once, want %d", h.most, ReplaysPerAccount)
 	}
 }
+
+// TestSessionAccount: a session key's account, for a device's session and
+// a subscriber credential's.
+func TestSessionAccount(t *testing.T) {
+	for key, want := range map[string]string{"acct\x00dev1": "acct", "acct/cred\x00follower": "acct", "acct": "acct"} {
+		if got := SessionAccount(key); got != want {
+			t.Errorf("SessionAccount(%q) = %q, want %q", key, got, want)
+		}
+	}
+}

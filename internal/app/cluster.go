@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetmq/fleetmq/internal/metrics"
+	"github.com/fleetmq/fleetmq/platform"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -161,6 +162,7 @@ func StartCluster(ctx context.Context, c ClusterConfig, opts *broker.Options, st
 			n.Close()
 			return nil, fmt.Errorf("connect to NATS: %w", err)
 		}
+		n.owners.Tenant = platform.SessionAccount // claims line up by account
 		opts.Owners, opts.States = n.owners, n.owners
 	}
 	return n, nil
