@@ -48,6 +48,9 @@ func TestMain(m *testing.M) {
 		for i < len(os.Args) && os.Args[i] != "--" {
 			i++
 		}
+		if i+1 < len(os.Args) {
+			quietRuntimeMonitor(os.Args[i+1], os.Args) // as main does
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err := runStdin(ctx, os.Args[min(i+1, len(os.Args)):], os.Stdin, os.Stdout, os.Stderr)
 		stop()

@@ -24,6 +24,9 @@ import (
 
 func main() {
 	control.ServeKeyWorkerIfAsked() // the child "fleetmq serve" hashes passwords in
+	if len(os.Args) > 1 {
+		quietRuntimeMonitor(os.Args[1], os.Args)
+	}
 	keyWorkers = true
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
