@@ -32,7 +32,8 @@ import (
 // ended by the interest goroutine as the counts of Subscribed and
 // Unsubscribed calls go above zero and back. What they bring is read by
 // one receiver goroutine, in the order it arrives, and delivered to this
-// node's non-shared subscriptions (Server.DeliverLocalUnshared). A message
+// node's non-shared subscriptions (broker.Deliverer, whose writes it makes
+// together when no more messages wait). A message
 // matching several of the node's filters arrives once per NATS
 // subscription; the receiver keeps the last sequence number seen from
 // each node and delivers each message once.
@@ -293,19 +294,44 @@ func readString(b []byte) (s string, rest []byte, ok bool) {
 	return string(b[k : k+int(n)]), b[k+int(n):], true
 }
 
+// receiveFlush is the most messages the receiver delivers before it
+// makes their writes (broker.Deliverer.Flush); it makes them sooner when
+// no more messages are waiting.
+const receiveFlush = 64
+
 func (r *Router) receive() {
 	defer r.wg.Done()
+	var (
+		srv *broker.Server
+		d   *broker.Deliverer
+		n   int
+	)
 	for {
 		select {
 		case msg := <-r.in:
-			r.deliver(msg)
+			if s := r.server.Load(); s != srv && s != nil {
+				if d != nil {
+					d.Flush()
+				}
+				srv, d, n = s, s.NewDeliverer(), 0
+			}
+			r.deliver(msg, d)
+			if n++; d != nil && (n == receiveFlush || len(r.in) == 0) {
+				d.Flush()
+				n = 0
+			}
 		case <-r.done:
+			if d != nil {
+				d.Flush()
+			}
 			return
 		}
 	}
 }
 
-func (r *Router) deliver(msg *nats.Msg) {
+// deliver delivers a message from another node through d (nil before the
+// router is attached to its server: the message is then dropped).
+func (r *Router) deliver(msg *nats.Msg, d *broker.Deliverer) {
 	node, seq, m, err := decode(msg.Data)
 	if err != nil {
 		r.stats.Malformed.Add(1)
@@ -329,8 +355,8 @@ func (r *Router) deliver(msg *nats.Msg) {
 			}
 		}
 	}
-	if s := r.server.Load(); s != nil {
-		s.DeliverLocalUnshared(m)
+	if d != nil {
+		d.DeliverLocalUnshared(m)
 	}
 }
 

@@ -66,6 +66,30 @@ func Router(t *testing.T, newRouter func(t *testing.T) broker.Router) {
 		}
 	})
 
+	t.Run("a Deliverer's messages arrive in order, its writes made at Flush", func(t *testing.T) {
+		srv, rec, addr := routerServer(t, newRouter(t))
+		got := subscriber(t, addr, "deliverer-sub", "rt/#")
+		d := srv.NewDeliverer()
+		now := time.Now()
+		const n = 100 // more than the inflight window: the rest follow the acknowledgements
+		for i := range n {
+			d.DeliverLocalUnshared(&broker.Message{Topic: "rt/remote", QoS: 1, Payload: fmt.Appendf(nil, "%d", i),
+				Created: now, Expiry: now.Add(time.Hour)})
+			if i%7 == 6 {
+				d.Flush() // as a receiver does when no more messages wait
+			}
+		}
+		d.Flush()
+		for i := range n {
+			if p := next(t, got); p != fmt.Sprint(i) {
+				t.Fatalf("message %d: got %q, want %q (lost, repeated or reordered)", i, p, fmt.Sprint(i))
+			}
+		}
+		if r := rec.routes.Load(); r != 0 {
+			t.Fatalf("a Deliverer called Route %d times, want 0", r)
+		}
+	})
+
 	t.Run("interest follows subscriptions", func(t *testing.T) {
 		_, rec, addr := routerServer(t, newRouter(t))
 		a := dial(t, addr, "interest-a", true)

@@ -65,8 +65,31 @@ func (l Local) DeliverUnshared(m *Message) { l.s.deliverLocal(m, l.from, scope{u
 // from there).
 func (s *Server) DeliverLocal(m *Message) { s.deliverLocal(m, nil, scope{}) }
 
-// DeliverLocalUnshared is DeliverLocal without the shared subscriptions.
-func (s *Server) DeliverLocalUnshared(m *Message) { s.deliverLocal(m, nil, scope{unshared: true}) }
+// A Deliverer delivers messages, as DeliverLocal does but to non-shared
+// subscriptions only, for one
+// goroutine outside the server's connections (a cluster router's
+// receiver), and leaves the writes they make to Flush: one non-blocking
+// write per connection written to, on the caller's goroutine, as a
+// publisher's reader flushes its routed messages (what a socket does not
+// take at once goes on in a writer goroutine). Delivered without it, each
+// message to an idle connection would start a goroutine to write it. The caller must Flush before it waits for more
+// messages, and never use a Deliverer from two goroutines at once.
+type Deliverer struct {
+	s    *Server
+	from conn // stands for the delivering goroutine: only its flushes are used
+}
+
+// NewDeliverer returns a Deliverer for one goroutine.
+func (s *Server) NewDeliverer() *Deliverer { return &Deliverer{s: s} }
+
+// DeliverLocalUnshared is DeliverLocal without the shared subscriptions,
+// its writes left to Flush.
+func (d *Deliverer) DeliverLocalUnshared(m *Message) {
+	d.s.deliverLocal(m, &d.from, scope{unshared: true})
+}
+
+// Flush makes the writes of the messages delivered since the last Flush.
+func (d *Deliverer) Flush() { d.from.flushes.flush() }
 
 // DeliverShared delivers m to one member of this server's shared
 // subscription share, named as Router.Subscribed names it
