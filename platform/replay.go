@@ -29,12 +29,12 @@ var errReplayFull = errors.New("replay: enough messages")
 // reads of the shared store.
 const ReplaysPerAccount = 2
 
-// Replay is the broker's Options.Replay of a cluster node: a session
-// resumed from another node's saved state gets the QoS 1 and 2 messages
-// of its account in history that its filters match, from since on, in the
-// order they were received. History has every message acknowledged to its
-// publisher, so a session that moved (or whose node died) misses none of
-// them. At most ReplaysPerAccount replays of an account run at once (the
+// Replay is the broker's Options.Replay: a session resumed from another
+// node's saved state, or restored from the state file at start, gets the
+// QoS 1 and 2 messages of its account in history that its filters match,
+// from since on, in the order they were received. History has every
+// message acknowledged to its publisher, so a session that moved, or
+// whose server crashed or was down, misses none of them. At most ReplaysPerAccount replays of an account run at once (the
 // others wait, within ctx), and the store time they take is charged to
 // the account's history reads (slots, when not nil), as its REST reads
 // are.

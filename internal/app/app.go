@@ -232,6 +232,9 @@ func (a *App) start(ctx context.Context) error {
 		httpConns += HTTPLimits{}.withDefaults().MaxConns
 	}
 	cfg.Listeners.Limit(&opts, httpConns)
+	// Sessions resumed from another node's state, and those restored from
+	// the state file at start, get what they missed from history.
+	opts.Replay = platform.Replay(a.Store, &a.HistorySlots)
 	if cfg.Cluster.On() {
 		if cfg.Cluster.NodeID == "" {
 			if cfg.Cluster.NodeID, err = dataDirNodeID(cfg.DataDir); err != nil {
@@ -241,7 +244,6 @@ func (a *App) start(ctx context.Context) error {
 		if a.cluster, err = StartCluster(ctx, cfg.Cluster, &opts, a.Store, cfg.Now(), cfg.Logger); err != nil {
 			return err
 		}
-		opts.Replay = platform.Replay(a.Store, &a.HistorySlots)
 		if err := a.cluster.ShareRates(a.Policy, cfg.Logger); err != nil {
 			return err
 		}

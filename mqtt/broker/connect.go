@@ -146,6 +146,9 @@ func (c *conn) connect(cp *packet.Connect) error {
 		// where it is now).
 		return refuse(packet.ServerUnavailable, "another node took the session over meanwhile", id)
 	}
+	if !cp.CleanStart {
+		c.srv.awaitRestored(id.SessionKey())
+	}
 	ss, present := c.srv.attach(c, id, cp.CleanStart, expiry, window, claim)
 	c.sess = ss
 	if c.srv.lostWhileResuming(claim, resumed) {

@@ -33,11 +33,12 @@ type Options struct {
 	// SaveInterval and at a takeover). Default: none (one node; the
 	// sessions are saved at StatePath).
 	States SessionStates
-	// Replay, with States, reads the messages a session resumed from
-	// another node may have missed: the QoS 1 and 2 messages matching
-	// one of filters published from since on, oldest first, at most max,
-	// each given to fn (the platform reads them from history). Default:
-	// none (a resumed session has what the other node saved).
+	// Replay reads the messages a session resumed from another node's
+	// state (States), or restored from StatePath at start, may have
+	// missed: the QoS 1 and 2 messages matching one of filters published
+	// from since on, oldest first, at most max, each given to fn (the
+	// platform reads them from history). Default: none (a session has
+	// what was saved).
 	Replay func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error
 	// Logger receives connection-level events. Default: slog.Default().
 	Logger *slog.Logger

@@ -152,7 +152,13 @@ func (sd *savedDelivery) subIDs() []uint32 {
 // session is saved as if it had just disconnected. The caller holds
 // ss.mu; the session has an identity.
 func (ss *session) snapshotLocked(now time.Time) savedSession {
-	sv := savedSession{Saved: now, Namespace: ss.id.Namespace, ClientID: ss.id.ClientID, Username: ss.id.Username,
+	saved := now
+	if !ss.replayFrom.IsZero() && ss.replayFrom.Before(now) {
+		// What the session missed since its restored state was saved is
+		// not all in it yet: a replay from this state must cover it.
+		saved = ss.replayFrom
+	}
+	sv := savedSession{Saved: saved, Namespace: ss.id.Namespace, ClientID: ss.id.ClientID, Username: ss.id.Username,
 		DeliverPrefix: ss.id.DeliverPrefix, Limits: ss.limits, Expiry: ss.expiry, DisconnectedAt: ss.disconnectedAt,
 		NextPID: ss.nextPID}
 	if ss.c != nil {
@@ -173,7 +179,7 @@ func (ss *session) snapshotLocked(now time.Time) savedSession {
 	}
 	sv.Inbound2 = ss.saved2Locked()
 	if ss.sent != nil {
-		sv.Sent = ss.sentSinceLocked(now.Add(-replayWindow))
+		sv.Sent = ss.sentSinceLocked(saved.Add(-replayWindow))
 	}
 	return sv
 }
@@ -337,6 +343,10 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 		}
 		ss.restoreLocked(&sv)
 		s.sessions[ss.key] = ss
+		if s.opts.Replay != nil && !sv.Saved.IsZero() {
+			ss.replayFrom, ss.restored = sv.Saved, make(chan struct{})
+			s.restarts = append(s.restarts, restart{ss, sv})
+		}
 	}
 }
 

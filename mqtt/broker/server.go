@@ -59,6 +59,12 @@ type Server struct {
 
 	wg   sync.WaitGroup // serve loops, connections, background loops
 	done chan struct{}
+	// life ends (endLife) when Close begins: the replays' queries stop.
+	life    context.Context
+	endLife context.CancelFunc
+	// restarts are the sessions restored at start whose replay is to run
+	// (restart.go); New hands them to their workers.
+	restarts []restart
 	// stopWatch ends the watchdog, after the connections ended (it bounds
 	// their last writes during Close).
 	stopWatch chan struct{}
@@ -89,6 +95,7 @@ func New(opts Options) (*Server, error) {
 		done:      make(chan struct{}),
 		stopWatch: make(chan struct{}),
 	}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	if s.retained == nil {
 		s.local = NewMemoryRetained()
 		s.retained = s.local
@@ -103,6 +110,7 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.unwatch = s.owners.Watch(opts.Node, s.takenElsewhere)
+	s.replayRestarts()
 	s.wg.Add(1)
 	go s.background()
 	go s.watch(s.stopWatch)
@@ -256,6 +264,7 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 	s.closed = true
 	close(s.done)
+	s.endLife()
 	lns := s.listeners
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {

@@ -142,11 +142,17 @@ type session struct {
 	// saveMu orders the saves of the session's state to SessionStates
 	// (periodic and at a hand-over); taken before mu.
 	saveMu sync.Mutex
-	// sent are the QoS 1 and 2 messages sent lately (persistent sessions
-	// of cluster nodes only, oldest first, at most maxSent), saved with
+	// sent are the QoS 1 and 2 messages sent lately (persistent sessions,
+	// with Options.Replay only; oldest first, at most maxSent), saved with
 	// the state so that a replay where the session resumes does not send
 	// them again.
 	sent []replayKey
+	// replayFrom is when the state the session was restored from at
+	// start was saved, while the replay of what it missed since then
+	// runs (restart.go); zero otherwise. restored is closed when that
+	// replay is in (nil for a session not restored that way).
+	replayFrom time.Time
+	restored   chan struct{}
 
 	expiry         uint32 // session expiry interval, seconds
 	disconnectedAt time.Time
@@ -282,7 +288,7 @@ func (ss *session) pumpLocked(from *conn) {
 			return
 		}
 		ss.pop()
-		if ss.srv.states != nil && ss.expiry > 0 && d.msg.QoS > 0 {
+		if ss.srv.opts.Replay != nil && ss.expiry > 0 && d.msg.QoS > 0 {
 			ss.noteSentLocked(d.msg) // a persistent session may move (states.go)
 		}
 		if d.qos > 0 {

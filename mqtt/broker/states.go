@@ -461,6 +461,9 @@ func (s *Server) replay(ss *session, sv *savedSession, through time.Time) {
 	got := s.replayed(ss, filters, since)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	if ss.ended {
+		return // handed over or expired meanwhile (a restart's replay)
+	}
 	seen := make(map[replayKey]struct{}, ss.qlen()+len(ss.inflight)+len(sv.Sent)+len(got))
 	for _, k := range sv.Sent {
 		seen[replayKey{k.Topic, k.At}] = struct{}{}
@@ -544,10 +547,10 @@ func (s *Server) replayed(ss *session, filters []string, since time.Time) []*Mes
 	ss.mu.Lock()
 	id, limit := ss.id, ss.limits.MaxQueued
 	ss.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
+	ctx, cancel := context.WithTimeout(s.life, replayTimeout)
 	defer cancel()
 	var got []*Message
-	if err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) }); err != nil {
+	if err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) }); err != nil && s.life.Err() == nil {
 		s.log.Warn("resume a session: history could not be replayed in full", "session", ss.key, "replayed", len(got), "error", err)
 	}
 	return got

@@ -1,0 +1,116 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
+)
+
+// TestRestartReplay: a persistent session restored from the state file
+// at start replays what it missed from history (Options.Replay, here a
+// stand-in that waits to be let go). Until that replay is in, the state
+// saved keeps the restored state's time, so that a replay from a save made
+// meanwhile still covers what it has not added; a CONNECT that resumes the
+// session waits for it, and gets the restored queue, then what history
+// had, then what was published live meanwhile, each once.
+func TestRestartReplay(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	t0 := time.Now().Add(-time.Minute).Round(time.Millisecond)
+	sv := savedSession{Saved: t0, ClientID: "w", Limits: Limits{MaxQueued: 100, MaxInflight: 10}, Expiry: 3600,
+		DisconnectedAt: t0, Subs: []savedSub{{Wire: "r/#", Filter: "r/#", QoS: 1}},
+		Queue: []savedDelivery{{QoS: 1, Message: savedMessage{Topic: "r/q", Payload: []byte("queued"), QoS: 1, Created: t0.Add(-time.Second)}}}}
+	data, err := json.Marshal(&stateFile{Version: stateVersion, Saved: t0, Sessions: []savedSession{sv}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	called, release := make(chan time.Time, 4), make(chan struct{})
+	replay := func(ctx context.Context, _ *Identity, filters []string, since time.Time, _ int, fn func(*Message)) error {
+		called <- since
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		// Twice (the replay runs again later): given once.
+		fn(&Message{Topic: "r/missed", QoS: 1, Payload: []byte("missed"), Created: t0.Add(time.Second)})
+		fn(&Message{Topic: "r/q", QoS: 1, Payload: []byte("queued"), Created: t0.Add(-time.Second)}) // in the file already
+		return nil
+	}
+	srv, addr := startStates(t, Options{StatePath: path, SaveInterval: time.Hour, Replay: replay})
+	select {
+	case since := <-called:
+		if want := t0.Add(-replayWindow); !since.Equal(want) {
+			t.Fatalf("the replay reads from %v, want %v (the save, less the window)", since, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the restored session's replay did not start")
+	}
+	savedTime := func() time.Time {
+		t.Helper()
+		if err := srv.Save(); err != nil {
+			t.Fatal(err)
+		}
+		st, err := readStateFile(path)
+		if err != nil || len(st.Sessions) != 1 {
+			t.Fatalf("state file: %v, %d sessions", err, len(st.Sessions))
+		}
+		return st.Sessions[0].Saved
+	}
+	if got := savedTime(); !got.Equal(t0) {
+		t.Fatalf("saved during the replay with time %v, want the restored state's %v", got, t0)
+	}
+	srv.Publish(&Message{Topic: "r/live", QoS: 1, Payload: []byte("live")})
+
+	resumed := make(chan *mqtttest.V5, 1)
+	go func() { resumed <- mqtttest.DialV5(t, addr, persistent("w")) }()
+	testkit.Eventually(t, 10*time.Second, "the CONNECT read (it then waits for the replay)", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		for c := range srv.conns {
+			if c.idp.Load() != nil {
+				return true
+			}
+		}
+		return false
+	})
+	close(release)
+	c := <-resumed
+	for _, want := range []string{"queued", "missed", "live"} {
+		select {
+		case m := <-c.Msgs:
+			if string(m.Payload) != want {
+				t.Fatalf("got %q, want %q (restored queue, then history, then live; each once)", m.Payload, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %q", want)
+		}
+	}
+	if got := savedTime(); !got.After(t0) {
+		t.Fatalf("saved after the replay with time %v, want now", got)
+	}
+	// The second pass gives "missed" again: it is not sent twice.
+	ss := sessionOf(srv, (&Identity{ClientID: "w"}).SessionKey())
+	testkit.Eventually(t, 10*time.Second, "the replay's second pass", func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return len(called) > 0 && ss.replayTimer == nil
+	})
+	srv.Publish(&Message{Topic: "r/end", QoS: 1, Payload: []byte("end")})
+	select {
+	case m := <-c.Msgs:
+		if string(m.Payload) != "end" {
+			t.Fatalf("got %q, want end (a replayed message came twice)", m.Payload)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no end")
+	}
+}
