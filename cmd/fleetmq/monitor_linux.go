@@ -25,17 +25,34 @@ import (
 // time (and one at start on a machine up for longer).
 const monitorSetting = "schedtrace=2147483647"
 
+// monitorMark, in the environment, tells the re-executed program that it
+// added monitorSetting itself.
+const monitorMark = "FLEETMQ_RUNTIME_MONITOR_SET"
+
 // quietRuntimeMonitor re-executes this program (its arguments argv, from
 // the program's name on), when command is one of the long-running servers,
 // with monitorSetting added to GODEBUG: the runtime reads it only at
 // start. It returns, and the program runs as it is, when GODEBUG names
 // schedtrace already (GODEBUG=schedtrace=0 keeps the Go runtime's default
 // behaviour) or the re-execution fails.
+//
+// Once re-executed, it takes the setting out of the environment again (the
+// runtime has read it), so that the processes the server starts (its
+// password-hashing workers) do not print the scheduler's line.
 func quietRuntimeMonitor(command string, argv []string) {
 	if command != "serve" && command != "broker" {
 		return
 	}
 	godebug := os.Getenv("GODEBUG")
+	if before, ok := strings.CutSuffix(godebug, monitorSetting); ok && os.Getenv(monitorMark) == "1" {
+		os.Unsetenv(monitorMark)
+		if before = strings.TrimSuffix(before, ","); before == "" {
+			os.Unsetenv("GODEBUG")
+		} else {
+			os.Setenv("GODEBUG", before)
+		}
+		return
+	}
 	for _, kv := range strings.Split(godebug, ",") {
 		if strings.HasPrefix(strings.TrimSpace(kv), "schedtrace=") {
 			return
@@ -44,14 +61,19 @@ func quietRuntimeMonitor(command string, argv []string) {
 	if godebug != "" {
 		godebug += ","
 	}
-	env := []string{"GODEBUG=" + godebug + monitorSetting}
+	env := []string{"GODEBUG=" + godebug + monitorSetting, monitorMark + "=1"}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GODEBUG=") { // the runtime reads the first
+		if !strings.HasPrefix(kv, "GODEBUG=") && !strings.HasPrefix(kv, monitorMark+"=") { // the first counts
 			env = append(env, kv)
 		}
 	}
-	// /proc/self/exe is this very program even if its file was replaced
-	// since it started.
-	err := syscall.Exec("/proc/self/exe", argv, env)
+	// The program's own path, so that it keeps its name (ps, pgrep); that
+	// of /proc/self/exe when its file is gone (replaced since it started),
+	// which is this very program under the name "exe".
+	path, err := os.Executable()
+	if err != nil || strings.HasSuffix(path, " (deleted)") {
+		path = "/proc/self/exe"
+	}
+	err = syscall.Exec(path, argv, env)
 	fmt.Fprintln(os.Stderr, "fleetmq: running with the Go runtime's default monitor: re-executing with GODEBUG="+monitorSetting+":", err)
 }

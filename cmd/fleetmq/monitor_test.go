@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -34,6 +36,18 @@ func TestServeQuietsTheRuntimeMonitor(t *testing.T) {
 			}
 			if len(got) != 1 || got[0] != tc.want {
 				t.Fatalf("serve runs with GODEBUG %q, want one, %q", got, tc.want)
+			}
+			// It keeps its name (ps, pgrep -x): the test binary's here.
+			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.cmd.Process.Pid))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := filepath.Base(os.Args[0])
+			if len(want) > 15 {
+				want = want[:15] // the kernel keeps 15 bytes
+			}
+			if got := strings.TrimSpace(string(comm)); got != want {
+				t.Fatalf("serve runs as %q, want %q", got, want)
 			}
 		})
 	}

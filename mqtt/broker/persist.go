@@ -84,8 +84,14 @@ type savedSession struct {
 	Queue     []savedDelivery `json:"queue,omitempty"`
 	Inbound2  []uint16        `json:"inbound_qos2,omitempty"`
 	// Sent are the QoS 1 and 2 messages sent shortly before the save
-	// (cluster nodes): a replay where the session resumes skips them.
+	// (with Options.Replay): a replay where the session resumes skips
+	// them.
 	Sent []savedSent `json:"sent,omitempty"`
+	// Pending says the session's restart replay (restart.go) was not in
+	// when it was saved: Saved is the time of the state it was restored
+	// from, and a replay from this state starts there, whatever rounds
+	// of saves its node recorded since.
+	Pending bool `json:"replay_pending,omitempty"`
 }
 
 func saveMessage(m *Message) savedMessage {
@@ -152,13 +158,13 @@ func (sd *savedDelivery) subIDs() []uint32 {
 // session is saved as if it had just disconnected. The caller holds
 // ss.mu; the session has an identity.
 func (ss *session) snapshotLocked(now time.Time) savedSession {
-	saved := now
+	saved, pending := now, false
 	if !ss.replayFrom.IsZero() && ss.replayFrom.Before(now) {
 		// What the session missed since its restored state was saved is
 		// not all in it yet: a replay from this state must cover it.
-		saved = ss.replayFrom
+		saved, pending = ss.replayFrom, true
 	}
-	sv := savedSession{Saved: saved, Namespace: ss.id.Namespace, ClientID: ss.id.ClientID, Username: ss.id.Username,
+	sv := savedSession{Saved: saved, Pending: pending, Namespace: ss.id.Namespace, ClientID: ss.id.ClientID, Username: ss.id.Username,
 		DeliverPrefix: ss.id.DeliverPrefix, Limits: ss.limits, Expiry: ss.expiry, DisconnectedAt: ss.disconnectedAt,
 		NextPID: ss.nextPID}
 	if ss.c != nil {
@@ -344,8 +350,9 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 		ss.restoreLocked(&sv)
 		s.sessions[ss.key] = ss
 		if s.opts.Replay != nil && !sv.Saved.IsZero() {
-			ss.replayFrom, ss.restored = sv.Saved, make(chan struct{})
-			s.restarts = append(s.restarts, restart{ss, sv})
+			ss.replayFrom = sv.Saved
+			ss.restart = &restart{ss: ss, sv: sv, done: make(chan struct{})}
+			s.restarts = append(s.restarts, ss.restart)
 		}
 	}
 }
@@ -382,4 +389,11 @@ func (ss *session) restoreLocked(sv *savedSession) {
 		ss.push(newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs()))
 	}
 	ss.restore2(sv.Inbound2)
+	if s.opts.Replay != nil {
+		// Saved again with the state, so that a replay from a save
+		// before this session's own replay is in skips them too.
+		for _, k := range sv.Sent {
+			ss.sent = append(ss.sent, replayKey{topic: k.Topic, at: k.At})
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sync/atomic"
 	"time"
 )
 
@@ -13,21 +14,30 @@ import (
 // node's state does (states.go: replay), from shortly before its save.
 //
 // The replays run in the background, restartReplays at a time, so that
-// the server serves at once. A client that resumes its session meanwhile
-// waits for the session's replay (at most replayTimeout), so that what
-// it missed comes before what is published after. Until its replay is
-// in, a session's saves keep the restored state's time (replayFrom), so
-// that a replay from a state saved meanwhile, on another node or after
-// another restart, still covers what this one has not added yet.
+// the server serves at once. A CONNECT that resumes a session whose
+// replay has not started runs it itself; one whose replay is running
+// waits for it (a replay ends within replayTimeout). Either way what the
+// session missed comes before what is published after, once.
+//
+// Until its replay is in, a session's saves keep the restored state's
+// time and say that it is pending (savedSession.Pending), so that a
+// replay from a state saved meanwhile (on another node taking the
+// session, or after another restart) covers what this one has not added
+// yet, whatever rounds of saves this node recorded since. A replay that
+// fails (history out of reach, or slower than replayTimeout) leaves the
+// session pending, so that the next replay of it tries again: messages
+// may then come twice, never not at all.
 
 // restart is a session restored at start, with the state it came from.
 type restart struct {
-	ss *session
-	sv savedSession
+	ss    *session
+	sv    savedSession
+	taken atomic.Bool   // a worker or a CONNECT runs the replay
+	done  chan struct{} // closed when the replay is in (or the server closes)
 }
 
 // restartReplays bounds the replays of restored sessions that run at once
-// (Options.Replay also bounds those of one account).
+// in the background (Options.Replay also bounds those of one account).
 const restartReplays = 4
 
 // replayRestarts starts the replays of the sessions loadSessions restored.
@@ -37,13 +47,15 @@ func (s *Server) replayRestarts() {
 	if len(todo) == 0 {
 		return
 	}
-	next := make(chan restart)
+	next := make(chan *restart)
 	for range min(restartReplays, len(todo)) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
 			for r := range next {
-				s.replayRestored(r)
+				if r.taken.CompareAndSwap(false, true) {
+					s.runRestart(r)
+				}
 			}
 		}()
 	}
@@ -52,23 +64,27 @@ func (s *Server) replayRestarts() {
 		defer s.wg.Done()
 		defer close(next)
 		for _, r := range todo {
-			next <- r
+			select {
+			case next <- r:
+			case <-s.done:
+				return // the sessions left stay pending: the next start replays them
+			}
 		}
 	}()
 }
 
-// replayRestored runs one restored session's replay (or, once the server
-// is closing, lets the session go without it: its saved time stays, so
-// the next start replays it) and lets the CONNECTs waiting for it go on.
-func (s *Server) replayRestored(r restart) {
+// runRestart runs one restored session's replay (the caller took it),
+// unless the server is closing, and lets the CONNECTs waiting for it go
+// on. A replay that completed ends the session's pending state.
+func (s *Server) runRestart(r *restart) {
 	ss := r.ss
-	defer close(ss.restored)
+	defer close(r.done)
 	select {
 	case <-s.done:
 		return
 	default:
 	}
-	s.replay(ss, &r.sv, time.Time{})
+	err := s.replay(ss, &r.sv, time.Time{})
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	select {
@@ -76,28 +92,32 @@ func (s *Server) replayRestored(r restart) {
 		return // the replay may have been cut short: the next start runs it again
 	default:
 	}
+	if err != nil {
+		return // logged by replayed; still pending, so the next replay tries again
+	}
 	ss.replayFrom = time.Time{}
 	if !ss.ended {
-		ss.pumpLocked(nil) // a client that stopped waiting is connected
+		ss.pumpLocked(nil)
 	}
 }
 
-// awaitRestored waits, for a CONNECT that resumes the session key, until
-// the replay of the session restored at start is in, at most
-// replayTimeout and a little.
+// awaitRestored makes sure, for a CONNECT that resumes the session key,
+// that the replay of the session restored at start is in: it runs it now
+// if no one has started it, and waits for it otherwise.
 func (s *Server) awaitRestored(key string) {
 	s.mu.Lock()
 	ss := s.sessions[key]
 	s.mu.Unlock()
-	if ss == nil || ss.restored == nil {
+	if ss == nil || ss.restart == nil {
 		return
 	}
-	t := time.NewTimer(replayTimeout + time.Second)
-	defer t.Stop()
+	r := ss.restart
+	if r.taken.CompareAndSwap(false, true) {
+		s.runRestart(r)
+		return
+	}
 	select {
-	case <-ss.restored:
-	case <-t.C:
-		s.log.Warn("resume a restored session: its replay from history is not in yet; it goes on behind", "session", key)
+	case <-r.done:
 	case <-s.done:
 	}
 }

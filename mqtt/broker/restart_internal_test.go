@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,7 +25,8 @@ func TestRestartReplay(t *testing.T) {
 	t0 := time.Now().Add(-time.Minute).Round(time.Millisecond)
 	sv := savedSession{Saved: t0, ClientID: "w", Limits: Limits{MaxQueued: 100, MaxInflight: 10}, Expiry: 3600,
 		DisconnectedAt: t0, Subs: []savedSub{{Wire: "r/#", Filter: "r/#", QoS: 1}},
-		Queue: []savedDelivery{{QoS: 1, Message: savedMessage{Topic: "r/q", Payload: []byte("queued"), QoS: 1, Created: t0.Add(-time.Second)}}}}
+		Queue: []savedDelivery{{QoS: 1, Message: savedMessage{Topic: "r/q", Payload: []byte("queued"), QoS: 1, Created: t0.Add(-time.Second)}}},
+		Sent:  []savedSent{{Topic: "r/s", At: t0.Add(-500 * time.Millisecond).UnixMicro()}}} // sent and acknowledged before the save
 	data, err := json.Marshal(&stateFile{Version: stateVersion, Saved: t0, Sessions: []savedSession{sv}})
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +45,7 @@ func TestRestartReplay(t *testing.T) {
 		// Twice (the replay runs again later): given once.
 		fn(&Message{Topic: "r/missed", QoS: 1, Payload: []byte("missed"), Created: t0.Add(time.Second)})
 		fn(&Message{Topic: "r/q", QoS: 1, Payload: []byte("queued"), Created: t0.Add(-time.Second)}) // in the file already
+		fn(&Message{Topic: "r/s", QoS: 1, Payload: []byte("sent"), Created: t0.Add(-500 * time.Millisecond)})
 		return nil
 	}
 	srv, addr := startStates(t, Options{StatePath: path, SaveInterval: time.Hour, Replay: replay})
@@ -54,7 +57,7 @@ func TestRestartReplay(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the restored session's replay did not start")
 	}
-	savedTime := func() time.Time {
+	saved := func() savedSession {
 		t.Helper()
 		if err := srv.Save(); err != nil {
 			t.Fatal(err)
@@ -63,10 +66,11 @@ func TestRestartReplay(t *testing.T) {
 		if err != nil || len(st.Sessions) != 1 {
 			t.Fatalf("state file: %v, %d sessions", err, len(st.Sessions))
 		}
-		return st.Sessions[0].Saved
+		return st.Sessions[0]
 	}
-	if got := savedTime(); !got.Equal(t0) {
-		t.Fatalf("saved during the replay with time %v, want the restored state's %v", got, t0)
+	if got := saved(); !got.Saved.Equal(t0) || !got.Pending || len(got.Sent) != 1 || got.Sent[0].Topic != "r/s" {
+		t.Fatalf("saved during the replay: time %v, pending %v, sent %v; want the restored state's %v, pending, and its sent r/s",
+			got.Saved, got.Pending, got.Sent, t0)
 	}
 	srv.Publish(&Message{Topic: "r/live", QoS: 1, Payload: []byte("live")})
 
@@ -94,8 +98,8 @@ func TestRestartReplay(t *testing.T) {
 			t.Fatalf("no %q", want)
 		}
 	}
-	if got := savedTime(); !got.After(t0) {
-		t.Fatalf("saved after the replay with time %v, want now", got)
+	if got := saved(); !got.Saved.After(t0) || got.Pending {
+		t.Fatalf("saved after the replay: time %v, pending %v; want now, not pending", got.Saved, got.Pending)
 	}
 	// The second pass gives "missed" again: it is not sent twice.
 	ss := sessionOf(srv, (&Identity{ClientID: "w"}).SessionKey())
@@ -112,5 +116,100 @@ func TestRestartReplay(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no end")
+	}
+}
+
+// writeState writes a state file holding sessions.
+func writeState(t *testing.T, path string, saved time.Time, sessions ...savedSession) {
+	t.Helper()
+	data, err := json.Marshal(&stateFile{Version: stateVersion, Saved: saved, Sessions: sessions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartReplayByTheConnect: a CONNECT resuming a restored session
+// whose replay no background worker has started (they are all busy) runs
+// it itself instead of waiting behind them.
+func TestRestartReplayByTheConnect(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	t0 := time.Now().Add(-time.Minute)
+	var sessions []savedSession
+	for i := range restartReplays + 1 {
+		sessions = append(sessions, savedSession{Saved: t0, ClientID: fmt.Sprintf("w%d", i), Limits: Limits{MaxQueued: 100, MaxInflight: 10},
+			Expiry: 3600, DisconnectedAt: t0, Subs: []savedSub{{Wire: "r/#", Filter: "r/#", QoS: 1}}})
+	}
+	writeState(t, path, t0, sessions...)
+	last := sessions[restartReplays].ClientID
+	busy, release := make(chan struct{}, restartReplays), make(chan struct{})
+	replay := func(ctx context.Context, id *Identity, _ []string, _ time.Time, _ int, fn func(*Message)) error {
+		if id.ClientID != last {
+			busy <- struct{}{}
+			select { // the workers stay busy until the test ends
+			case <-release:
+			case <-ctx.Done():
+			}
+			return ctx.Err()
+		}
+		fn(&Message{Topic: "r/missed", QoS: 1, Payload: []byte("missed"), Created: t0.Add(time.Second)})
+		return nil
+	}
+	t.Cleanup(func() { close(release) })
+	_, addr := startStates(t, Options{StatePath: path, SaveInterval: time.Hour, Replay: replay})
+	for range restartReplays {
+		select {
+		case <-busy:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the workers did not start their replays")
+		}
+	}
+	c := mqtttest.DialV5(t, addr, persistent(last))
+	select {
+	case m := <-c.Msgs:
+		if string(m.Payload) != "missed" {
+			t.Fatalf("got %q, want missed", m.Payload)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session's replay did not run for its CONNECT")
+	}
+}
+
+// TestPendingStateIgnoresRounds: a replay from a state saved while its
+// restart replay was pending starts from that state's time, not from its
+// node's later round of saves (which found it current only as far as it
+// went).
+func TestPendingStateIgnoresRounds(t *testing.T) {
+	t0 := time.Now().Add(-time.Minute)
+	since := make(chan time.Time, 2)
+	replay := func(_ context.Context, _ *Identity, _ []string, from time.Time, _ int, _ func(*Message)) error {
+		since <- from
+		return nil
+	}
+	srv, _ := startStates(t, Options{Replay: replay})
+	sv := savedSession{Saved: t0, ClientID: "p", Limits: Limits{MaxQueued: 10, MaxInflight: 10}, Expiry: 3600,
+		Subs: []savedSub{{Wire: "r/#", Filter: "r/#", QoS: 1}}}
+	for _, pending := range []bool{true, false} {
+		sv.Pending = pending
+		ss := srv.savedSession(&sv)
+		ss.mu.Lock()
+		ss.restoreLocked(&sv)
+		ss.mu.Unlock()
+		round := time.Now()
+		if err := srv.replay(ss, &sv, round); err != nil {
+			t.Fatal(err)
+		}
+		want := round.Add(-replayWindow)
+		if pending {
+			want = t0.Add(-replayWindow)
+		}
+		if got := <-since; !got.Equal(want) {
+			t.Errorf("pending %v: the replay reads from %v, want %v", pending, got, want)
+		}
+		ss.mu.Lock()
+		ss.retireLocked(DropSessionExpired, true, nil)
+		ss.mu.Unlock()
 	}
 }

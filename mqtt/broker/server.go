@@ -64,7 +64,7 @@ type Server struct {
 	endLife context.CancelFunc
 	// restarts are the sessions restored at start whose replay is to run
 	// (restart.go); New hands them to their workers.
-	restarts []restart
+	restarts []*restart
 	// stopWatch ends the watchdog, after the connections ended (it bounds
 	// their last writes during Close).
 	stopWatch chan struct{}

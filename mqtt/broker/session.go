@@ -148,11 +148,11 @@ type session struct {
 	// them again.
 	sent []replayKey
 	// replayFrom is when the state the session was restored from at
-	// start was saved, while the replay of what it missed since then
-	// runs (restart.go); zero otherwise. restored is closed when that
-	// replay is in (nil for a session not restored that way).
+	// start was saved, until the replay of what it missed since then is
+	// in (restart.go); zero otherwise. restart is that replay (nil for a
+	// session not restored at start); set before the session is shared.
 	replayFrom time.Time
-	restored   chan struct{}
+	restart    *restart
 
 	expiry         uint32 // session expiry interval, seconds
 	disconnectedAt time.Time

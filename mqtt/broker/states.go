@@ -300,7 +300,14 @@ func (s *Server) resume(claim Claim) error {
 	ss.restoreLocked(&sv)
 	ss.mu.Unlock()
 	if s.opts.Replay != nil {
-		s.replay(ss, &sv, through)
+		if err := s.replay(ss, &sv, through); err != nil {
+			// Not all of it could be read (logged): the session's saves
+			// stay pending from the state's time, so that the next replay
+			// of it (where it moves next) tries again.
+			ss.mu.Lock()
+			ss.replayFrom = sv.Saved
+			ss.mu.Unlock()
+		}
 	}
 	return s.install(ss, claim)
 }
@@ -447,22 +454,26 @@ type savedSent struct {
 // subscriptions were indexed; a message the state holds, says it sent,
 // or that already arrived is not added twice. The replay runs again
 // replayAgain later for what was published during the move and had not
-// reached history yet.
-func (s *Server) replay(ss *session, sv *savedSession, through time.Time) {
+// reached history yet. It returns the first reading's error (what it
+// read is added all the same).
+func (s *Server) replay(ss *session, sv *savedSession, through time.Time) error {
 	if sv.Saved.IsZero() {
-		return
+		return nil
 	}
 	since := sv.Saved
-	if through.After(since) {
+	if through.After(since) && !sv.Pending {
+		// The saver's later round found the state current then. A
+		// pending state was not (restart.go): it misses what its own
+		// replay had not added.
 		since = through
 	}
 	since = since.Add(-replayWindow)
 	filters := ss.replayFilters()
-	got := s.replayed(ss, filters, since)
+	got, err := s.replayed(ss, filters, since)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
-		return // handed over or expired meanwhile (a restart's replay)
+		return err // handed over or expired meanwhile (a restart's replay)
 	}
 	seen := make(map[replayKey]struct{}, ss.qlen()+len(ss.inflight)+len(sv.Sent)+len(got))
 	for _, k := range sv.Sent {
@@ -502,7 +513,7 @@ func (s *Server) replay(ss *session, sv *savedSession, through time.Time) {
 			return // closing
 		default:
 		}
-		again := s.replayed(ss, filters, since)
+		again, _ := s.replayed(ss, filters, since)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
@@ -511,6 +522,7 @@ func (s *Server) replay(ss *session, sv *savedSession, through time.Time) {
 		}
 		ss.recent, ss.replayTimer = nil, nil
 	})
+	return err
 }
 
 // stopReplayLocked ends a replay under way (the session ends). The
@@ -539,10 +551,10 @@ func (ss *session) replayFilters() []string {
 }
 
 // replayed reads the messages since that filters match (at most the
-// session's queue bound).
-func (s *Server) replayed(ss *session, filters []string, since time.Time) []*Message {
+// session's queue bound); on an error, what it read before it.
+func (s *Server) replayed(ss *session, filters []string, since time.Time) ([]*Message, error) {
 	if len(filters) == 0 {
-		return nil
+		return nil, nil
 	}
 	ss.mu.Lock()
 	id, limit := ss.id, ss.limits.MaxQueued
@@ -550,10 +562,11 @@ func (s *Server) replayed(ss *session, filters []string, since time.Time) []*Mes
 	ctx, cancel := context.WithTimeout(s.life, replayTimeout)
 	defer cancel()
 	var got []*Message
-	if err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) }); err != nil && s.life.Err() == nil {
+	err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) })
+	if err != nil && s.life.Err() == nil {
 		s.log.Warn("resume a session: history could not be replayed in full", "session", ss.key, "replayed", len(got), "error", err)
 	}
-	return got
+	return got, err
 }
 
 // addReplayedLocked queues the replayed messages seen does not hold yet
