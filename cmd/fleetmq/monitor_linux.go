@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 )
@@ -67,13 +69,17 @@ func quietRuntimeMonitor(command string, argv []string) {
 			env = append(env, kv)
 		}
 	}
-	// The program's own path, so that it keeps its name (ps, pgrep); that
-	// of /proc/self/exe when its file is gone (replaced since it started),
-	// which is this very program under the name "exe".
-	path, err := os.Executable()
-	if err != nil || strings.HasSuffix(path, " (deleted)") {
-		path = "/proc/self/exe"
+	// By the path it was started with, so that it keeps its name (ps,
+	// pgrep -x; a symbolic link's name included); if that fails (its file
+	// is gone), by /proc/self/exe, this very program, which the kernel
+	// then names "exe".
+	path, err := argv[0], error(nil)
+	if !strings.Contains(path, "/") {
+		path, err = exec.LookPath(path)
 	}
-	err = syscall.Exec(path, argv, env)
+	if err == nil {
+		err = syscall.Exec(path, argv, env)
+	}
+	err = errors.Join(err, syscall.Exec("/proc/self/exe", argv, env))
 	fmt.Fprintln(os.Stderr, "fleetmq: running with the Go runtime's default monitor: re-executing with GODEBUG="+monitorSetting+":", err)
 }

@@ -24,9 +24,11 @@ import (
 // replay from a state saved meanwhile (on another node taking the
 // session, or after another restart) covers what this one has not added
 // yet, whatever rounds of saves this node recorded since. A replay that
-// fails (history out of reach, or slower than replayTimeout) leaves the
-// session pending, so that the next replay of it tries again: messages
-// may then come twice, never not at all.
+// fails (history out of reach, slower than replayTimeout, or more rows
+// to examine than the platform's budget) is logged with what it read
+// added, and the session goes on without the rest: kept pending, its
+// later replays would start ever further back while it is served, and
+// the messages it was sent meanwhile would crowd out those it missed.
 
 // restart is a session restored at start, with the state it came from.
 type restart struct {
@@ -74,8 +76,8 @@ func (s *Server) replayRestarts() {
 }
 
 // runRestart runs one restored session's replay (the caller took it),
-// unless the server is closing, and lets the CONNECTs waiting for it go
-// on. A replay that completed ends the session's pending state.
+// unless the server is closing, ends the session's pending state, and
+// lets the CONNECTs waiting for it go on.
 func (s *Server) runRestart(r *restart) {
 	ss := r.ss
 	defer close(r.done)
@@ -84,16 +86,16 @@ func (s *Server) runRestart(r *restart) {
 		return
 	default:
 	}
-	err := s.replay(ss, &r.sv, time.Time{})
+	if err := s.replay(ss, &r.sv, time.Time{}); err != nil && s.life.Err() == nil {
+		s.log.Error("restore a session: what it missed since its state was saved could not all be read from history; it goes on without the rest",
+			"session", ss.key, "saved", r.sv.Saved, "error", err)
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	select {
 	case <-s.done:
 		return // the replay may have been cut short: the next start runs it again
 	default:
-	}
-	if err != nil {
-		return // logged by replayed; still pending, so the next replay tries again
 	}
 	ss.replayFrom = time.Time{}
 	if !ss.ended {

@@ -180,17 +180,18 @@ func TestRestartReplayByTheConnect(t *testing.T) {
 // TestPendingStateIgnoresRounds: a replay from a state saved while its
 // restart replay was pending starts from that state's time, not from its
 // node's later round of saves (which found it current only as far as it
-// went).
+// went); it reads room for the messages the state says were sent.
 func TestPendingStateIgnoresRounds(t *testing.T) {
 	t0 := time.Now().Add(-time.Minute)
-	since := make(chan time.Time, 2)
-	replay := func(_ context.Context, _ *Identity, _ []string, from time.Time, _ int, _ func(*Message)) error {
+	since, maxes := make(chan time.Time, 2), make(chan int, 2)
+	replay := func(_ context.Context, _ *Identity, _ []string, from time.Time, max int, _ func(*Message)) error {
 		since <- from
+		maxes <- max
 		return nil
 	}
 	srv, _ := startStates(t, Options{Replay: replay})
 	sv := savedSession{Saved: t0, ClientID: "p", Limits: Limits{MaxQueued: 10, MaxInflight: 10}, Expiry: 3600,
-		Subs: []savedSub{{Wire: "r/#", Filter: "r/#", QoS: 1}}}
+		Subs: []savedSub{{Wire: "r/#", Filter: "r/#", QoS: 1}}, Sent: []savedSent{{Topic: "r/s", At: t0.UnixMicro()}}}
 	for _, pending := range []bool{true, false} {
 		sv.Pending = pending
 		ss := srv.savedSession(&sv)
@@ -207,6 +208,11 @@ func TestPendingStateIgnoresRounds(t *testing.T) {
 		}
 		if got := <-since; !got.Equal(want) {
 			t.Errorf("pending %v: the replay reads from %v, want %v", pending, got, want)
+		}
+		// What the state says it sent comes back and is skipped: it does
+		// not take the room of what the session missed.
+		if got := <-maxes; got != 10+1 {
+			t.Errorf("the replay reads at most %d messages, want the queue bound and the one sent, 11", got)
 		}
 		ss.mu.Lock()
 		ss.retireLocked(DropSessionExpired, true, nil)

@@ -300,14 +300,7 @@ func (s *Server) resume(claim Claim) error {
 	ss.restoreLocked(&sv)
 	ss.mu.Unlock()
 	if s.opts.Replay != nil {
-		if err := s.replay(ss, &sv, through); err != nil {
-			// Not all of it could be read (logged): the session's saves
-			// stay pending from the state's time, so that the next replay
-			// of it (where it moves next) tries again.
-			ss.mu.Lock()
-			ss.replayFrom = sv.Saved
-			ss.mu.Unlock()
-		}
+		s.replay(ss, &sv, through) // an error is logged: it goes on with what was read
 	}
 	return s.install(ss, claim)
 }
@@ -469,7 +462,10 @@ func (s *Server) replay(ss *session, sv *savedSession, through time.Time) error 
 	}
 	since = since.Add(-replayWindow)
 	filters := ss.replayFilters()
-	got, err := s.replayed(ss, filters, since)
+	// What the state holds or says it sent comes back too (and is
+	// skipped): room for it beside the session's queue bound.
+	seenBefore := len(sv.Sent) + len(sv.Queue) + len(sv.Inflight)
+	got, err := s.replayed(ss, filters, since, seenBefore)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
@@ -513,7 +509,7 @@ func (s *Server) replay(ss *session, sv *savedSession, through time.Time) error 
 			return // closing
 		default:
 		}
-		again, _ := s.replayed(ss, filters, since)
+		again, _ := s.replayed(ss, filters, since, seenBefore+len(got))
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
@@ -550,14 +546,15 @@ func (ss *session) replayFilters() []string {
 	return filters
 }
 
-// replayed reads the messages since that filters match (at most the
-// session's queue bound); on an error, what it read before it.
-func (s *Server) replayed(ss *session, filters []string, since time.Time) ([]*Message, error) {
+// replayed reads the messages since that filters match: at most the
+// session's queue bound, and seen more, the messages the caller knows the
+// session has (they are skipped); on an error, what it read before it.
+func (s *Server) replayed(ss *session, filters []string, since time.Time, seen int) ([]*Message, error) {
 	if len(filters) == 0 {
 		return nil, nil
 	}
 	ss.mu.Lock()
-	id, limit := ss.id, ss.limits.MaxQueued
+	id, limit := ss.id, ss.limits.MaxQueued+seen
 	ss.mu.Unlock()
 	ctx, cancel := context.WithTimeout(s.life, replayTimeout)
 	defer cancel()
