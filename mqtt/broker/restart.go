@@ -44,35 +44,21 @@ const restartReplays = 4
 
 // replayRestarts starts the replays of the sessions loadSessions restored.
 func (s *Server) replayRestarts() {
-	todo := s.restarts
-	s.restarts = nil
-	if len(todo) == 0 {
-		return
+	todo := make(chan *restart, len(s.restarts))
+	for _, r := range s.restarts {
+		todo <- r
 	}
-	next := make(chan *restart)
-	for range min(restartReplays, len(todo)) {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			for r := range next {
+	close(todo)
+	for range min(restartReplays, len(s.restarts)) {
+		s.wg.Go(func() {
+			for r := range todo {
 				if r.taken.CompareAndSwap(false, true) {
-					s.runRestart(r)
+					s.runRestart(r) // returns at once once the server closes
 				}
 			}
-		}()
+		})
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(next)
-		for _, r := range todo {
-			select {
-			case next <- r:
-			case <-s.done:
-				return // the sessions left stay pending: the next start replays them
-			}
-		}
-	}()
+	s.restarts = nil
 }
 
 // runRestart runs one restored session's replay (the caller took it),
@@ -81,22 +67,18 @@ func (s *Server) replayRestarts() {
 func (s *Server) runRestart(r *restart) {
 	ss := r.ss
 	defer close(r.done)
-	select {
-	case <-s.done:
-		return
-	default:
+	if s.life.Err() != nil {
+		return // closing: the next start replays it
 	}
 	if err := s.replay(ss, &r.sv, time.Time{}); err != nil && s.life.Err() == nil {
 		s.log.Error("restore a session: what it missed since its state was saved could not all be read from history; it goes on without the rest",
 			"session", ss.key, "saved", r.sv.Saved, "error", err)
 	}
+	if s.life.Err() != nil {
+		return // the replay may have been cut short: the next start runs it again
+	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	select {
-	case <-s.done:
-		return // the replay may have been cut short: the next start runs it again
-	default:
-	}
 	ss.replayFrom = time.Time{}
 	if !ss.ended {
 		ss.pumpLocked(nil)

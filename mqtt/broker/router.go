@@ -66,13 +66,13 @@ func (l Local) DeliverUnshared(m *Message) { l.s.deliverLocal(m, l.from, scope{u
 func (s *Server) DeliverLocal(m *Message) { s.deliverLocal(m, nil, scope{}) }
 
 // A Deliverer delivers messages, as DeliverLocal does but to non-shared
-// subscriptions only, for one
-// goroutine outside the server's connections (a cluster router's
-// receiver), and leaves the writes they make to Flush: one non-blocking
-// write per connection written to, on the caller's goroutine, as a
-// publisher's reader flushes its routed messages (what a socket does not
-// take at once goes on in a writer goroutine). Delivered without it, each
-// message to an idle connection would start a goroutine to write it. The caller must Flush before it waits for more
+// subscriptions only, for one goroutine outside the server's connections
+// (a cluster router's receiver), and leaves the writes they make to
+// Flush: one non-blocking write per connection written to, on the
+// caller's goroutine, as a publisher's reader flushes its routed messages
+// (what a socket does not take at once goes on in a writer goroutine).
+// Delivered without it, each message to an idle connection would start a
+// goroutine to write it. The caller must Flush before it waits for more
 // messages, and never use a Deliverer from two goroutines at once.
 type Deliverer struct {
 	s    *Server

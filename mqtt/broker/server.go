@@ -57,11 +57,11 @@ type Server struct {
 	wills     map[string]*time.Timer // delayed wills by session key
 	attached  uint64                 // connections attached so far (Connection.Seq)
 
-	wg   sync.WaitGroup // serve loops, connections, background loops
-	done chan struct{}
-	// life ends (endLife) when Close begins: the replays' queries stop.
+	wg sync.WaitGroup // serve loops, connections, background loops
+	// life ends (endLife) when Close begins; done is its Done channel.
 	life    context.Context
 	endLife context.CancelFunc
+	done    <-chan struct{}
 	// restarts are the sessions restored at start whose replay is to run
 	// (restart.go); New hands them to their workers.
 	restarts []*restart
@@ -92,10 +92,10 @@ func New(opts Options) (*Server, error) {
 		conns:     make(map[*conn]struct{}),
 		wills:     make(map[string]*time.Timer),
 		lost:      make(map[string]lostNotice),
-		done:      make(chan struct{}),
 		stopWatch: make(chan struct{}),
 	}
 	s.life, s.endLife = context.WithCancel(context.Background())
+	s.done = s.life.Done()
 	if s.retained == nil {
 		s.local = NewMemoryRetained()
 		s.retained = s.local
@@ -263,7 +263,6 @@ func (s *Server) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed = true
-	close(s.done)
 	s.endLife()
 	lns := s.listeners
 	conns := make([]*conn, 0, len(s.conns))

@@ -63,9 +63,25 @@ func (m *memReserver) count(w time.Time, tok string) int64 {
 
 var window = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// api asks as the REST API does: Peek, then Allow.
-func api(l *restauth.Limiter, now time.Time) bool {
-	return l.Peek("tok", now).Allowed && l.Allow("tok", now).Allowed
+// api makes n requests as the REST API does (Peek, then Allow) and
+// returns how many were allowed.
+func api(l *restauth.Limiter, now time.Time, n int) (allowed int) {
+	for range n {
+		if l.Peek("tok", now).Allowed && l.Allow("tok", now).Allowed {
+			allowed++
+		}
+	}
+	return allowed
+}
+
+// allows calls Allow n times and returns how many were allowed.
+func allows(l *restauth.Limiter, now time.Time, n int) (allowed int) {
+	for range n {
+		if l.Allow("tok", now).Allowed {
+			allowed++
+		}
+	}
+	return allowed
 }
 
 // TestSharedLimiterTakesWhatOthersGaveBack: a node that found a token at
@@ -77,17 +93,7 @@ func TestSharedLimiterTakesWhatOthersGaveBack(t *testing.T) {
 	now := window.Add(10 * time.Minute)
 	const limit = 100
 	la, lb := restauth.NewSharedLimiter(store, limit), restauth.NewSharedLimiter(store, limit)
-	n := 0
-	for range 60 {
-		if api(la, now) {
-			n++
-		}
-	}
-	for range 100 {
-		if api(lb, now) {
-			n++
-		}
-	}
+	n := api(la, now, 60) + api(lb, now, 100)
 	if n > limit {
 		t.Fatalf("%d allowed for a limit of %d", n, limit)
 	}
@@ -99,13 +105,7 @@ func TestSharedLimiterTakesWhatOthersGaveBack(t *testing.T) {
 	if d := lb.Peek("tok", now); d.Allowed {
 		t.Fatalf("b's Peek right after it found the limit: %+v, want refused", d)
 	}
-	later := now.Add(time.Second)
-	for range 100 {
-		if api(lb, later) {
-			n++
-		}
-	}
-	if n != limit {
+	if n += api(lb, now.Add(time.Second), 100); n != limit {
 		t.Fatalf("%d allowed in all once a gave back, want %d", n, limit)
 	}
 }
@@ -120,23 +120,10 @@ func TestSharedLimiterNearTheLimit(t *testing.T) {
 	now := window.Add(10 * time.Minute)
 	const limit = 5000
 	la, lb := restauth.NewSharedLimiter(store, limit), restauth.NewSharedLimiter(store, limit)
-	allowed := 0
-	for range limit - 60 {
-		if la.Allow("tok", now).Allowed {
-			allowed++
-		}
-	}
-	if lb.Allow("tok", now).Allowed {
-		allowed++
-	}
-	refused := 0
-	for range 59 {
-		if la.Allow("tok", now).Allowed {
-			allowed++
-		} else {
-			refused++
-		}
-	}
+	allowed := allows(la, now, limit-60) + allows(lb, now, 1)
+	last := allows(la, now, 59)
+	allowed += last
+	refused := 59 - last
 	if refused > 60/16 {
 		t.Fatalf("a was refused %d of the last 59 requests after b took one: b holds more than a sixteenth of what was left", refused)
 	}
@@ -145,13 +132,7 @@ func TestSharedLimiterNearTheLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	later := now.Add(time.Second)
-	for range refused {
-		if la.Allow("tok", later).Allowed {
-			allowed++
-		}
-	}
-	if allowed != limit || store.count(window, "tok") != limit {
+	if allowed += allows(la, now.Add(time.Second), refused); allowed != limit || store.count(window, "tok") != limit {
 		t.Fatalf("%d allowed, the store counts %d; want the limit %d", allowed, store.count(window, "tok"), limit)
 	}
 }
