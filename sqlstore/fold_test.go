@@ -242,7 +242,7 @@ func TestCommitsFold(t *testing.T) {
 	defer func() { s.Close() }()
 	s.foldRows = 10
 	unfolded := func() int {
-		n := sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE `+unfoldedRows)
+		n := sumTables(t, s, `SELECT COUNT(*) FROM `+notFolded)
 		if n != s.tail.len() {
 			t.Fatalf("%d unfolded rows, the store lists %d", n, s.tail.len())
 		}
@@ -286,38 +286,43 @@ func TestCommitsFold(t *testing.T) {
 		t.Fatalf("latest after the fold: %v, want the record of %v", latest, t0)
 	}
 
-	// A fleet's rows, each of another client, gathered unfolded; then
-	// commits of one record fold foldMaxClients clients at a time, oldest
-	// first, so that what one commit carries is bounded.
-	s.foldRows = 1000
-	var fleet []*fleetmq.Record
-	for b := range 6 {
-		fleet = append(fleet, appendN(50, func(i int) string { return fmt.Sprintf("fleet-%d", b*50+i) })...)
+	// A fleet's rows, each device's in several commits, gather unfolded
+	// until there are foldSpread per client; then commits of one record
+	// fold foldMaxClients clients at a time, each with all its rows,
+	// oldest first, so that what one commit carries is bounded.
+	s.foldRows = 1 << 20
+	var fleet [][]*fleetmq.Record // by round
+	for range foldSpread + 1 {
+		fleet = append(fleet, appendN(300, func(i int) string { return fmt.Sprintf("fleet-%d", i) }))
 	}
 	s.foldRows = 100
+	per := foldSpread + 1
 	for step, want := range []struct{ unfolded, oldest int }{
-		{300 + 1 - foldMaxClients, foldMaxClients},         // the oldest 128 clients folded
-		{300 + 2 - 2*foldMaxClients, 2 * foldMaxClients},   // 128 more
-		{300 + 3 - 2*foldMaxClients, 2 * foldMaxClients}} { // under FoldRows: none
+		{300*per + 1 - foldMaxClients*per, foldMaxClients},       // the oldest 128 clients folded
+		{300*per + 2 - 2*foldMaxClients*per, 2 * foldMaxClients}, // 128 more
+	} {
 		appendN(1, func(int) string { return "dev-2" })
-		oldest := int64(sumTables(t, s, `SELECT COALESCE(MIN(id), 0) FROM %s WHERE `+unfoldedRows))
-		if got := unfolded(); got != want.unfolded || oldest != fleet[want.oldest].ID {
+		oldest := int64(sumTables(t, s, `SELECT COALESCE(MIN(id), 0) FROM `+notFolded))
+		if got := unfolded(); got != want.unfolded || oldest != fleet[0][want.oldest].ID {
 			t.Fatalf("step %d: %d unfolded rows from id %d, want %d from %d (the fleet's record %d)",
-				step, got, oldest, want.unfolded, fleet[want.oldest].ID, want.oldest)
+				step, got, oldest, want.unfolded, fleet[0][want.oldest].ID, want.oldest)
 		}
+	}
+	if _, err := s.FoldHistory(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := unfolded(); got != 0 {
+		t.Fatalf("%d unfolded rows after FoldHistory, want 0", got)
 	}
 
 	// Retention deleted unfolded rows the store still lists: the next fold
 	// reads the rows from the table, and indexes only those that exist.
-	if _, err := s.FoldHistory(ctx); err != nil {
-		t.Fatal(err)
-	}
 	s.foldRows = 10
 	appendN(8, func(i int) string { return fmt.Sprintf("gone-%d", i%3) })
 	if _, err := s.DeleteHistory(ctx, foldAccA, t0.Add(-3*time.Millisecond), 10_000); err != nil {
 		t.Fatal(err)
 	}
-	appendN(4, func(int) string { return "dev-3" })
+	appendN(4*foldSpread-8, func(int) string { return "dev-3" }) // foldSpread rows per listed client
 	rows, indexed := sumTables(t, s, `SELECT COUNT(*) FROM %s`), sumTables(t, s, `SELECT COUNT(*) FROM %s_client`)
 	if got := unfolded(); got != 0 || indexed != rows {
 		t.Fatalf("after a fold over deleted rows: %d unfolded, %d rows, %d in the client index (want 0 and as many as rows)", got, rows, indexed)
@@ -372,14 +377,14 @@ func TestFoldSurprises(t *testing.T) {
 			ref.recs = append(ref.recs, *r)
 		}
 	}
-	unfolded := func() int { return sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE `+unfoldedRows) }
+	unfolded := func() int { return sumTables(t, s, `SELECT COUNT(*) FROM `+notFolded) }
 	write(6)
 	// Folded behind the list's back, as by a commit whose success was lost.
 	noErr(t, s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
 		_, _, err := foldIn(ctx, tx, math.MaxInt64, s.days.list())
 		return err
 	}))
-	write(6) // 12 listed: folds the 6 not yet folded
+	write(4*foldSpread - 6) // foldSpread listed per client: folds the rows not yet folded
 	if n := unfolded(); n != 0 || s.tail.len() != 0 {
 		t.Fatalf("%d rows unfolded, %d listed after the fold, want none", n, s.tail.len())
 	}
@@ -388,10 +393,10 @@ func TestFoldSurprises(t *testing.T) {
 	// A fold that fails (a trigger refuses the client index's inserts).
 	noErr(t, exec(s.db, `CREATE TRIGGER refuse_fold BEFORE INSERT ON `+clientTable(dayTable(dayStart(t0.UnixMicro())))+` BEGIN SELECT RAISE(ABORT, 'injected'); END`))
 	write(3)
-	write(8)
+	write(4*foldSpread - 3) // a fold is due
 	rows := sumTables(t, s, `SELECT COUNT(*) FROM %s`)
-	if rows != len(ref.recs) || unfolded() != 11 {
-		t.Fatalf("%d records stored, %d unfolded; want %d and 11: a failed fold took its commit's records with it", rows, unfolded(), len(ref.recs))
+	if rows != len(ref.recs) || unfolded() != 4*foldSpread {
+		t.Fatalf("%d records stored, %d unfolded; want %d and %d: a failed fold took its commit's records with it", rows, unfolded(), len(ref.recs), 4*foldSpread)
 	}
 	checkFoldAnswers(t, s, ref, t0, "after a failed fold")
 	noErr(t, exec(s.db, `DROP TRIGGER refuse_fold`))
@@ -468,7 +473,7 @@ func TestFoldsKeepUp(t *testing.T) {
 				QoS: 1, PublishedQoS: 1, Payload: []byte("{}"), Received: t0}
 		}
 		noErr(t, s.AppendHistory(ctx, recs))
-		if n := sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE `+unfoldedRows); n > 2*512 {
+		if n := sumTables(t, s, `SELECT COUNT(*) FROM `+notFolded); n > foldSpread*512 {
 			t.Fatalf("commit %d: %d rows unfolded: folds fall behind commits of 512 devices", c, n)
 		}
 	}
@@ -524,6 +529,11 @@ func TestNewRowsAfterDeletedNewest(t *testing.T) {
 
 // sumTables sums a number that query (with %s for the table) reads from
 // each table of a SQLite store's history.
+// notFolded is the rows of a day's table (%[1]s in a sumTables query)
+// that its client index does not have.
+const notFolded = `%[1]s h WHERE NOT EXISTS (SELECT 1 FROM %[1]s_client c WHERE c.account_id = h.account_id AND c.client_id = h.client_id
+	AND c.received_us = h.received_us AND c.id = h.id)`
+
 func sumTables(t *testing.T, s *Store, query string) int {
 	t.Helper()
 	parts, err := readSQLiteDays(context.Background(), s.db)
@@ -625,4 +635,99 @@ func noErr(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestFleetFoldsKeepAnswers: a fleet's rows fold client by client (each
+// client with all its listed rows, the mark moving past the oldest), and
+// the client queries and latest values answer the same at every step:
+// read by the ids the store lists, by the range of their ids when a client
+// has more than maxListedIDs unfolded, and from the tables (every row
+// after the mark) in another process that gave no ids itself.
+func TestFleetFoldsKeepAnswers(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	s, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer s.Close()
+	s.foldRows = 64
+	other, err := OpenSQLite(ctx, path)
+	noErr(t, err)
+	defer other.Close()
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	ref := &foldRef{}
+	n := 0
+	rec := func(acc, client string) *fleetmq.Record {
+		n++
+		at := t0.Add(time.Duration(n) * 100 * time.Microsecond)
+		topic := acc + "/" + client + "/state/" + strconv.Itoa(n%2)
+		return &fleetmq.Record{AccountID: acc, ClientID: client, Topic: topic, Class: "state", QoS: 1, PublishedQoS: 1,
+			Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at}
+	}
+	write := func(recs []*fleetmq.Record) {
+		t.Helper()
+		noErr(t, s.AppendHistory(ctx, recs))
+		for _, r := range recs {
+			ref.recs = append(ref.recs, *r)
+		}
+	}
+	folds, pastMark := 0, 0 // commits that folded; that left folded rows after the mark
+	for round := range 30 {
+		// Every client of both accounts once, and 200 others, in batches
+		// of 12, as a fleet's commits come.
+		var recs []*fleetmq.Record
+		for c := range 4 {
+			recs = append(recs, rec(foldAccA, fmt.Sprintf("dev-%d", c)), rec(foldAccB, fmt.Sprintf("dev-%d", c)))
+		}
+		for c := range 200 { // more than a fold takes (foldMaxClients)
+			recs = append(recs, rec(foldAccA, fmt.Sprintf("fleet-%d", c)))
+		}
+		for start := 0; start < len(recs); start += 12 {
+			before := s.tail.len()
+			write(recs[start:min(start+12, len(recs))])
+			if s.tail.len() < before {
+				folds++
+			}
+			if sumTables(t, s, `SELECT COUNT(*) FROM %s WHERE `+unfoldedRows) > s.tail.len() {
+				// Folded rows after the mark: another process, which
+				// reads every row after it, passes over those.
+				if pastMark++; pastMark <= 3 {
+					checkFoldAnswers(t, other, ref, t0, fmt.Sprintf("round %d, from another process", round))
+				}
+			}
+		}
+		if round%3 == 2 {
+			checkFoldAnswers(t, s, ref, t0, fmt.Sprintf("round %d", round))
+		}
+	}
+	if folds == 0 || pastMark == 0 || s.tail.len() == 0 {
+		t.Fatalf("%d folds, %d commits left folded rows after the mark, %d rows listed unfolded: the test does not cover partly folded clients",
+			folds, pastMark, s.tail.len())
+	}
+
+	// One client with more unfolded rows than a query names.
+	s.foldRows = 1 << 20
+	var many []*fleetmq.Record
+	for range maxListedIDs + 200 {
+		many = append(many, rec(foldAccA, "dev-1"))
+		if len(many) == 100 {
+			write(many)
+			many = nil
+		}
+	}
+	write(append(many, rec(foldAccB, "dev-1")))
+	if ids := s.tail.unfoldedIDs(foldAccA, "dev-1", dayTable(dayStart(t0.UnixMicro()))); len(ids) <= maxListedIDs {
+		t.Fatalf("dev-1 has %d listed rows, want more than %d", len(ids), maxListedIDs)
+	}
+	checkFoldAnswers(t, s, ref, t0, "a client with many unfolded rows")
+
+	// Another process reads what this one wrote after it opened.
+	write([]*fleetmq.Record{rec(foldAccA, "dev-2"), rec(foldAccB, "dev-3")})
+	if listed, err := other.tail.current(ctx, other.reads); err != nil || listed {
+		t.Fatalf("the other store's list is current (%v, %v) after this one wrote", listed, err)
+	}
+	checkFoldAnswers(t, other, ref, t0, "from another process")
+	_, err = s.FoldHistory(ctx)
+	noErr(t, err)
+	checkFoldAnswers(t, s, ref, t0, "folded")
+	checkFoldAnswers(t, other, ref, t0, "folded, from another process")
 }

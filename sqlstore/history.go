@@ -120,10 +120,21 @@ func (s *Store) latestSQLite(ctx context.Context, q queryer, accountID, clientID
 	// topic kept.
 	type entry struct{ at, id int64 }
 	newest := map[string]entry{}
+	listed, err := s.tail.current(ctx, q)
+	if err != nil {
+		return nil, err
+	}
 	var arms []string
 	for _, t := range tables {
-		if !t.clustered {
-			arms = append(arms, `SELECT id, topic, received_us FROM `+t.name+` NOT INDEXED WHERE `+unfoldedRows+` AND account_id = ?1 AND client_id = ?2`)
+		if t.clustered {
+			continue
+		}
+		rows := unfoldedRows
+		if listed {
+			rows = s.tail.unfoldedCond("id", accountID, clientID, t.name)
+		}
+		if rows != "" {
+			arms = append(arms, `SELECT id, topic, received_us FROM `+t.name+` NOT INDEXED WHERE `+rows+` AND account_id = ?1 AND client_id = ?2`)
 		}
 	}
 	for first := true; first || len(arms) > 0; first = false {
@@ -161,7 +172,6 @@ func (s *Store) latestSQLite(ctx context.Context, q queryer, accountID, clientID
 	for _, e := range newest {
 		at, ids = append(at, e.at), append(ids, e.id)
 	}
-	var err error
 	var out []*fleetmq.Record
 	for _, t := range tables {
 		// By id; in a day in client order, by its key.

@@ -4,202 +4,404 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"hash/maphash"
+	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/fleetmq/fleetmq"
 )
 
-// FoldRows is how many unfolded history rows a SQLite store lets gather
+// FoldRows is the fewest unfolded history rows a SQLite store lets gather
 // before its history commits start folding them into the client indexes
 // of their days (history_dYYYYMMDD_client) and history_latest. A commit
-// appends its rows where the day's table and its time-ordered indexes end; a fold rewrites each page of the
-// client-ordered tables once for all the rows it gains there, where every
-// commit used to rewrite a page per client of its batch. Queries by client
-// and latest values read the unfolded rows too, by their ids: a few
-// thousand at most. A store reads it when it opens.
+// appends its rows where the day's table and its time-ordered indexes end;
+// a fold rewrites each page of the client-ordered tables once for all the
+// rows it gains there, where every commit used to rewrite a page per
+// client of its batch. So that a fleet's folds find several rows of each
+// device, the rows gather until there are foldSpread of them per client
+// listed (at most foldMaxTail): a fleet of 15,000 devices folds about 8
+// rows per page. Queries by client and latest values read the unfolded
+// rows by their ids, which the store keeps in memory. A store reads it
+// when it opens.
 var FoldRows = 2048
 
-// A commit that folds takes the oldest unfolded rows, at most foldMaxRows
-// of them and no more than foldMaxClients distinct clients, or twice as
-// many as the commit has records if that is more (so folds keep up with
-// commits of many devices' records): a fold costs about a page per client
-// (35 µs each on this machine's SQLite), so that of a fleet, where nearly
-// every row is another device's, adds a few milliseconds to its commit,
-// not the 150 ms of 4,096 devices' rows at once, while a few busy
-// clients' rows fold thousands at a time.
+const (
+	// foldSpread is how many unfolded rows per listed client a store
+	// gathers before it folds, beyond FoldRows.
+	foldSpread = 8
+	// foldMaxTail bounds the unfolded rows, in FoldRows: a fold starts
+	// there whatever the number of clients (a fleet of more than 16,384
+	// devices folds fewer rows per page).
+	foldMaxTail = 64
+)
+
+// A commit that folds takes the clients of the oldest unfolded rows, each
+// with all its listed rows, at most foldMaxRows rows and no more than
+// foldMaxClients clients, or twice as many as the commit has records if
+// that is more (so folds keep up with commits of many devices' records):
+// a fold costs about a page per client (35 µs each on this machine's
+// SQLite), so that of a fleet adds a few milliseconds to its commit, not
+// the 150 ms of 4,096 devices' rows at once, while a few busy clients'
+// rows fold thousands at a time.
 const (
 	foldMaxRows    = 4096
 	foldMaxClients = 128
 )
 
 // unfoldedRows is the condition on history rows (unqualified columns) that
-// keeps those not yet folded: the ids after the fold's mark, a range SQLite
-// scans from there (NOT INDEXED on a day's table, so that it never prefers
-// an index's order to that), a few thousand rows at most.
+// keeps those after the fold's mark: every row up to the mark is folded;
+// after it, rows are folded client by client, so some are (queries by
+// client skip those their client index has). SQLite scans the range from
+// the mark (NOT INDEXED on a day's table, so that it never prefers an
+// index's order to that).
 const unfoldedRows = `id > (SELECT value FROM meta WHERE key = 'history_folded')`
 
-// foldTail is what a SQLite store knows of its unfolded rows: their ids
-// and a hash of each one's client, to choose how far the next fold goes.
-// The store's history commits keep it. It is only a guide: a fold reads
-// the rows from the table, between the mark in meta and the id chosen, so
-// a list that is off (rows retention deleted) costs a fold's size, never
-// a record.
+// foldTail is what a SQLite store knows of its unfolded rows, listed as
+// its commits add them: their ids, days and clients, in id order and by
+// client. Folds choose their rows from it, and queries by client read the
+// client's unfolded rows by the ids it lists. A row committed by a
+// commit whose success was not reported is not listed: the next commit
+// reads the list again from the tables (stale).
 type foldTail struct {
-	mu   sync.Mutex
-	seed maphash.Seed
-	rows []tailRow
-	// through is the id the last fold of this process went up to.
-	through int64
+	mu sync.Mutex
+	// rows are the listed rows in id order, rows[i] at position base+i;
+	// those before head are folded (trimmed now and then).
+	rows       []tailRow
+	base, head int
+	clients    map[string]*tailClient
+	unfolded   int
+	// stale: the list may miss committed rows, or list rows that are not
+	// (read it again before use).
+	stale bool
+	// known is the largest id this process listed or read from the
+	// counter: a larger one in the database was given by another process,
+	// whose rows the list does not have (current).
+	known int64
 }
 
+// tailRow is a listed row; c is nil once it is folded.
 type tailRow struct {
-	id     int64
-	client uint64 // hash of account and client
-	day    int64  // the start of its UTC day, in received_us units
+	id int64
+	c  *tailClient
 }
 
-func (t *foldTail) clientHash(account, client string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(t.seed)
-	h.WriteString(account)
-	h.WriteByte(0)
-	h.WriteString(client)
-	return h.Sum64()
+// tailClient is a client's unfolded rows, by id, with their positions in
+// foldTail.rows.
+type tailClient struct {
+	key  string // account, NUL, client
+	rows []tailRef
 }
 
-func (t *foldTail) row(r *fleetmq.Record) tailRow {
-	return tailRow{id: r.ID, client: t.clientHash(r.AccountID, r.ClientID), day: dayStart(r.Received.UnixMicro())}
+type tailRef struct {
+	id    int64
+	table string // the day's table
+	pos   int
 }
 
-// add lists a committed batch's rows.
-func (t *foldTail) add(recs []*fleetmq.Record) {
+func tailKey(account, client string) string { return account + "\x00" + client }
+
+// add lists a committed batch's rows, in id order, each of the day's
+// table tables gives (those of days in client order, "", are in their
+// client index already).
+func (t *foldTail) add(recs []*fleetmq.Record, tables []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, r := range recs {
-		t.rows = append(t.rows, t.row(r))
+	if t.clients == nil {
+		t.clients = map[string]*tailClient{}
+	}
+	for i, r := range recs {
+		t.known = max(t.known, r.ID)
+		if tables[i] == "" {
+			continue
+		}
+		key := tailKey(r.AccountID, r.ClientID)
+		c := t.clients[key]
+		if c == nil {
+			c = &tailClient{key: key}
+			t.clients[key] = c
+		}
+		c.rows = append(c.rows, tailRef{id: r.ID, table: tables[i], pos: t.base + len(t.rows)})
+		t.rows = append(t.rows, tailRow{id: r.ID, c: c})
+		t.unfolded++
 	}
 }
 
+// len is the number of listed unfolded rows.
 func (t *foldTail) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.rows)
+	return t.unfolded
 }
 
-// next is the last id of the next fold, over the listed rows followed by
-// those of a batch about to commit (their ids set): the oldest, up to
-// foldMaxRows rows or maxClients distinct clients (0 when there is none);
-// and the days of the rows it takes.
-func (t *foldTail) next(batch []*fleetmq.Record, maxClients int) (int64, []int64) {
+// due reports whether a commit of batch more rows folds: once foldRows
+// rows are unfolded, and foldSpread per client (or foldMaxTail times
+// foldRows) with the batch's.
+func (t *foldTail) due(batch, foldRows int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	seen := make(map[uint64]struct{}, maxClients)
-	var (
-		last int64
-		days []int64
-	)
-	n := 0
-	take := func(r tailRow) bool {
-		if n == foldMaxRows {
-			return false
-		}
-		if _, ok := seen[r.client]; !ok {
-			if len(seen) == maxClients {
-				return false
-			}
-			seen[r.client] = struct{}{}
-		}
-		last, n = max(last, r.id), n+1
-		if !slices.Contains(days, r.day) {
-			days = append(days, r.day)
-		}
-		return true
-	}
-	for _, r := range t.rows {
-		if !take(r) {
-			return last, days
-		}
-	}
-	for _, r := range batch {
-		if !take(t.row(r)) {
-			return last, days
-		}
-	}
-	return last, days
+	n := t.unfolded + batch
+	return n >= foldRows && (n >= foldSpread*len(t.clients) || n >= foldMaxTail*foldRows)
 }
 
-// folded drops the rows up to id from the list.
+// foldStep is the rows one fold takes: their ids by day, and the mark it
+// sets (the id before the oldest listed row it leaves unfolded).
+type foldStep struct {
+	ids  map[string][]int64 // by table
+	pos  []int              // their positions in the list
+	mark int64
+}
+
+// next chooses the next fold: the clients of the oldest listed rows, each
+// with its oldest listed rows, up to maxRows rows and maxClients clients.
+// It returns nil when nothing is listed.
+func (t *foldTail) next(maxClients, maxRows int) *foldStep {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.unfolded == 0 {
+		return nil
+	}
+	st := &foldStep{ids: map[string][]int64{}}
+	taken := map[*tailClient]int{}
+	rows := 0
+	for i := t.head; i < len(t.rows) && len(taken) < maxClients && rows < maxRows; i++ {
+		c := t.rows[i].c
+		if c == nil {
+			continue
+		}
+		if _, ok := taken[c]; ok {
+			continue
+		}
+		n := min(len(c.rows), maxRows-rows)
+		taken[c] = n
+		rows += n
+		for _, r := range c.rows[:n] {
+			st.ids[r.table] = append(st.ids[r.table], r.id)
+			st.pos = append(st.pos, r.pos)
+		}
+	}
+	// The mark: up to the oldest listed row not taken, or the newest
+	// taken when it takes them all.
+	for i := t.head; i < len(t.rows); i++ {
+		r := t.rows[i]
+		if r.c == nil {
+			continue
+		}
+		if taken[r.c] > 0 {
+			taken[r.c]--
+			st.mark = r.id
+			continue
+		}
+		st.mark = r.id - 1
+		break
+	}
+	return st
+}
+
+// done unlists the rows of a fold that committed.
+func (t *foldTail) done(st *foldStep) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, pos := range st.pos {
+		t.unlist(pos)
+	}
+	t.trim()
+}
+
+// unlist marks the row at position pos folded (if it is still listed).
+func (t *foldTail) unlist(pos int) {
+	i := pos - t.base
+	if i < 0 || i >= len(t.rows) || t.rows[i].c == nil {
+		return
+	}
+	c := t.rows[i].c
+	t.rows[i].c = nil
+	t.unfolded--
+	if len(c.rows) > 0 && c.rows[0].pos == pos {
+		c.rows = c.rows[1:] // the oldest, as folds take them
+	} else {
+		c.rows = slices.DeleteFunc(c.rows, func(r tailRef) bool { return r.pos == pos })
+	}
+	if len(c.rows) == 0 {
+		delete(t.clients, c.key)
+	}
+}
+
+// trim drops the folded rows at the start of the list, copying the rest
+// down once they are half of it.
+func (t *foldTail) trim() {
+	for t.head < len(t.rows) && t.rows[t.head].c == nil {
+		t.head++
+	}
+	if t.head == len(t.rows) {
+		t.base += len(t.rows)
+		t.rows, t.head = t.rows[:0], 0
+		return
+	}
+	if t.head > len(t.rows)/2 {
+		t.base += t.head
+		t.rows = append(t.rows[:0], t.rows[t.head:]...)
+		t.head = 0
+	}
+}
+
+// folded unlists the rows up to id through (every row of them folded by
+// a fold of all, as a day's reorder makes).
 func (t *foldTail) folded(through int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.rows = slices.DeleteFunc(t.rows, func(r tailRow) bool { return r.id <= through })
-	t.through = max(t.through, through)
+	for i := t.head; i < len(t.rows) && t.rows[i].id <= through; i++ {
+		t.unlist(t.base + i)
+	}
+	t.trim()
 }
 
-// foldedThrough is the id the last fold of this process went up to.
-func (t *foldTail) foldedThrough() int64 {
+// unfoldedIDs returns the ids of a client's listed rows of a day's table,
+// in id order.
+func (t *foldTail) unfoldedIDs(account, client, table string) []int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.through
+	c := t.clients[tailKey(account, client)]
+	if c == nil {
+		return nil
+	}
+	var ids []int64
+	for _, r := range c.rows {
+		if r.table == table {
+			ids = append(ids, r.id)
+		}
+	}
+	return ids
 }
 
-// load lists the unfolded rows of the given tables (when the store opens).
+// maxListedIDs bounds the ids a query names in SQL; a client with more
+// unfolded rows in a day has them read by the range of their ids.
+const maxListedIDs = 1000
+
+// unfoldedCond is the condition on col (a day's table's id) that picks a
+// client's unfolded rows of the table, by the ids listed; "" when none is
+// listed. The rows of a commit that ended after the list was
+// read may be missing: a query that runs beside a commit sees it or not.
+// It may also pick rows folded since (queries by client pass over those
+// their client index has).
+func (t *foldTail) unfoldedCond(col, account, client, table string) string {
+	ids := t.unfoldedIDs(account, client, table)
+	switch {
+	case len(ids) == 0:
+		return ""
+	case len(ids) > maxListedIDs:
+		return fmt.Sprintf("%s BETWEEN %d AND %d", col, ids[0], ids[len(ids)-1])
+	}
+	list := make([]string, len(ids))
+	for i, id := range ids {
+		list[i] = strconv.FormatInt(id, 10)
+	}
+	return col + " IN (" + strings.Join(list, ", ") + ")"
+}
+
+// markStale notes that the list may miss committed rows.
+func (t *foldTail) markStale() {
+	t.mu.Lock()
+	t.stale = true
+	t.mu.Unlock()
+}
+
+// isStale reports whether the list must be read again.
+func (t *foldTail) isStale() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stale
+}
+
+// current reports whether the list has every committed row: no other
+// process gave ids since it was read. (A query that finds it is not reads
+// every row after the fold's mark.)
+func (t *foldTail) current(ctx context.Context, q queryer) (bool, error) {
+	rows, err := q.QueryContext(ctx, `SELECT value FROM meta WHERE key = 'history_last_id'`)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	var last int64
+	if rows.Next() {
+		if err := rows.Scan(&last); err != nil {
+			return false, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.stale && last <= t.known, nil
+}
+
+// load lists the unfolded rows of the given tables (when the store opens,
+// and when the list may have missed rows): those after the fold's mark
+// that are not in their client index.
 func (t *foldTail) load(ctx context.Context, db *sql.DB, parts []dayPartition) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.seed = maphash.MakeSeed()
+	var last int64
+	if err := db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_last_id'`).Scan(&last); err != nil {
+		return err
+	}
+	var rows []listedRow
 	for _, p := range parts {
 		if p.clustered {
 			continue // nothing unfolded: see upsertLatestSQLite and reorderSQLiteDay
 		}
-		if err := t.loadTable(ctx, db, p.name); err != nil {
+		var err error
+		if rows, err = unfoldedOf(ctx, db, p.name, rows); err != nil {
 			return err
 		}
 	}
-	slices.SortFunc(t.rows, func(a, b tailRow) int { return cmp.Compare(a.id, b.id) })
+	// In id order across the days (a late record's day comes before its
+	// neighbours' in time, after them in ids).
+	slices.SortFunc(rows, func(a, b listedRow) int { return cmp.Compare(a.r.ID, b.r.ID) })
+	recs, tables := make([]*fleetmq.Record, len(rows)), make([]string, len(rows))
+	for i := range rows {
+		recs[i], tables[i] = &rows[i].r, rows[i].table
+	}
+	var fresh foldTail
+	fresh.add(recs, tables)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rows, t.base, t.head, t.clients, t.unfolded, t.stale = fresh.rows, t.base+len(t.rows), 0, fresh.clients, fresh.unfolded, false
+	t.known = max(t.known, last, fresh.known)
+	// Positions go on from the old list's, so that a fold chosen from it
+	// unlists nothing of the new one.
+	for _, c := range t.clients {
+		for i := range c.rows {
+			c.rows[i].pos += t.base
+		}
+	}
 	return nil
 }
 
-func (t *foldTail) loadTable(ctx context.Context, db *sql.DB, table string) error {
-	rows, err := db.QueryContext(ctx, `SELECT id, account_id, client_id, received_us FROM `+table+` NOT INDEXED WHERE `+unfoldedRows+` ORDER BY id`)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r fleetmq.Record
-		var received int64
-		if err := rows.Scan(&r.ID, &r.AccountID, &r.ClientID, &received); err != nil {
-			return err
-		}
-		r.Received = time.UnixMicro(received)
-		t.rows = append(t.rows, t.row(&r))
-	}
-	return rows.Err()
+// listedRow is an unfolded row read from a day's table.
+type listedRow struct {
+	table string
+	r     fleetmq.Record
 }
 
-// foldParts are the tables a fold reads: those that hold the given days
-// (the fold list's), and every table this process has given ids after its
-// last fold's (written by a commit, whether or not it was reported), so
-// that rows the list missed (a commit reported as failed that went in)
-// are folded all the same. A table that another process dropped since is
-// passed over by the fold.
-func (s *Store) foldParts(days []int64) []dayPartition {
-	written := s.appendStmts.writtenAfter(s.tail.foldedThrough())
-	var parts []dayPartition
-	for _, p := range s.days.list() {
-		if p.clustered {
-			continue
-		}
-		if slices.Contains(written, p.name) || slices.ContainsFunc(days, func(d int64) bool { return p.lo <= d && d < p.hi }) {
-			parts = append(parts, p)
-		}
+// unfoldedOf appends the unfolded rows of a day's table to rows.
+func unfoldedOf(ctx context.Context, db *sql.DB, table string, rows []listedRow) ([]listedRow, error) {
+	res, err := db.QueryContext(ctx, `SELECT id, account_id, client_id FROM `+table+` h NOT INDEXED WHERE `+unfoldedRows+
+		` AND NOT EXISTS (SELECT 1 FROM `+clientTable(table)+` c WHERE c.account_id = h.account_id AND c.client_id = h.client_id
+			AND c.received_us = h.received_us AND c.id = h.id) ORDER BY id`)
+	if err != nil {
+		return nil, err
 	}
-	return parts
+	defer res.Close()
+	for res.Next() {
+		row := listedRow{table: table}
+		if err := res.Scan(&row.r.ID, &row.r.AccountID, &row.r.ClientID); err != nil {
+			return nil, err
+		}
+		rows = append(rows, row)
+	}
+	return rows, res.Err()
 }
 
 // FoldHistory folds every unfolded history row of a SQLite store into the
@@ -247,35 +449,62 @@ func foldIn(ctx context.Context, tx *sql.Tx, through int64, parts []dayPartition
 		if p.clustered {
 			continue // nothing unfolded: see upsertLatestSQLite
 		}
-		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO `+clientTable(p.name)+` (account_id, client_id, received_us, id)
-			SELECT account_id, client_id, received_us, id FROM `+p.name+` NOT INDEXED WHERE id > ? AND id <= ? ORDER BY 1, 2, 3, 4`, mark, through)
+		rows, err := foldRows(ctx, tx, p.name, `id > ? AND id <= ?`, mark, through)
 		if noSuchTable(err) {
 			continue // dropped by another process (or reordered): nothing of it to fold
 		}
 		if err != nil {
 			return 0, 0, err
 		}
-		rows, err := res.RowsAffected()
-		if err != nil {
-			return 0, 0, err
-		}
 		n += rows
-		// The newest row of each topic (the later row of two received in
-		// the same microsecond), replacing the stored one unless that is
-		// newer, as a commit of these rows would have.
-		if _, err := tx.ExecContext(ctx, `INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us)
-			SELECT account_id, client_id, topic, id, received_us FROM (
-				SELECT account_id, client_id, topic, id, received_us, ROW_NUMBER() OVER (
-					PARTITION BY account_id, client_id, topic ORDER BY received_us DESC, id DESC) AS newest
-				FROM `+p.name+` NOT INDEXED WHERE id > ? AND id <= ?)
-			WHERE newest = 1 ORDER BY account_id, client_id, topic
-			ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
-			WHERE excluded.received_us >= history_latest.received_us`, mark, through); err != nil {
-			return 0, 0, err
-		}
 	}
 	if _, err := tx.ExecContext(ctx, `UPDATE meta SET value = ? WHERE key = 'history_folded'`, through); err != nil {
 		return 0, 0, err
 	}
 	return n, through, nil
+}
+
+// foldStepIn folds a step's rows (foldTail.next) in a write transaction
+// and moves the fold's mark to the step's (never back). A table that is
+// not there any more (dropped, or reordered: folded whole) fails it.
+func foldStepIn(ctx context.Context, tx *sql.Tx, st *foldStep) error {
+	for table, ids := range st.ids {
+		list := make([]string, len(ids))
+		for i, id := range ids {
+			list[i] = strconv.FormatInt(id, 10)
+		}
+		if _, err := foldRows(ctx, tx, table, `id IN (`+strings.Join(list, ", ")+`)`); err != nil {
+			return err
+		}
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE meta SET value = MAX(value, ?) WHERE key = 'history_folded'`, st.mark)
+	return err
+}
+
+// foldRows folds the rows of a day's table that cond (on its unqualified
+// columns) keeps into its client index and history_latest, and returns
+// how many entries the client index gained. A row whose entries are
+// there already is passed over.
+func foldRows(ctx context.Context, tx *sql.Tx, table, cond string, args ...any) (int64, error) {
+	res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO `+clientTable(table)+` (account_id, client_id, received_us, id)
+		SELECT account_id, client_id, received_us, id FROM `+table+` NOT INDEXED WHERE `+cond+` ORDER BY 1, 2, 3, 4`, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	// The newest row of each topic (the later row of two received in the
+	// same microsecond), replacing the stored one unless that is newer, as
+	// a commit of these rows would have.
+	_, err = tx.ExecContext(ctx, `INSERT INTO history_latest (account_id, client_id, topic, record_id, received_us)
+		SELECT account_id, client_id, topic, id, received_us FROM (
+			SELECT account_id, client_id, topic, id, received_us, ROW_NUMBER() OVER (
+				PARTITION BY account_id, client_id, topic ORDER BY received_us DESC, id DESC) AS newest
+			FROM `+table+` NOT INDEXED WHERE `+cond+`)
+		WHERE newest = 1 ORDER BY account_id, client_id, topic
+		ON CONFLICT (account_id, client_id, topic) DO UPDATE SET record_id = excluded.record_id, received_us = excluded.received_us
+		WHERE excluded.received_us >= history_latest.received_us`, args...)
+	return n, err
 }

@@ -38,6 +38,10 @@ type historyPlan struct {
 	// The literal prefix of re, as a byte range of topics (upper "": none),
 	// so that rows outside it come without their payload.
 	prefix, upper string
+	// unfolded, on SQLite, is the condition on col (the id column) that
+	// picks the client's unfolded rows of a day's table ("": none; nil:
+	// read every row after the fold's mark).
+	unfolded func(col, table string) string
 }
 
 // planHistory picks the index of a query: the device index when it names a
@@ -209,22 +213,32 @@ func (p *historyPlan) selectSQL(d dialect, part dayPartition, ascending bool, af
 }
 
 // selectByClientSQLite is selectSQL for a client's rows in a day's table
-// on SQLite: the folded ones from its client index, in its order (its received_us and id
-// are the result's, so the merge reads no more of it than it returns),
-// merged with the client's unfolded ones, a few thousand rows at most
-// (FoldRows) and sorted.
+// on SQLite: the folded ones from its client index, in its order (its
+// received_us and id are the result's, so the merge reads no more of it
+// than it returns), merged with the client's unfolded ones that its
+// client index does not have (rows are folded client by client), read by
+// their ids (historyPlan.unfolded) and sorted.
 func (p *historyPlan) selectByClientSQLite(table, dir, cmp string, after *fleetmq.Position, n int) (string, []any) {
 	payload, args := p.payloadColumn("h")
 	folded, foldedArgs := p.conds("c", after, cmp)
 	args = append(args, foldedArgs...)
-	tailPayload, tailPayloadArgs := p.payloadColumn("")
-	tail, tailArgs := p.conds("", after, cmp)
-	args = append(append(args, tailPayloadArgs...), tailArgs...)
-	return "SELECT c.id AS id, " + middleColumns("h", payload) + ", c.received_us AS received_us" +
+	query := "SELECT c.id AS id, " + middleColumns("h", payload) + ", c.received_us AS received_us" +
 		" FROM " + clientTable(table) + " c CROSS JOIN " + table + " h ON h.id = c.id AND h.account_id = c.account_id AND h.client_id = c.client_id WHERE " +
-		strings.Join(folded, " AND ") +
-		" UNION ALL SELECT id, " + middleColumns("", tailPayload) + ", received_us FROM " + table + " NOT INDEXED WHERE " + unfoldedRows + " AND " +
-		strings.Join(tail, " AND ") + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), args
+		strings.Join(folded, " AND ")
+	rows := "h." + unfoldedRows
+	if p.unfolded != nil {
+		rows = p.unfolded("h.id", table)
+	}
+	if rows != "" {
+		tailPayload, tailPayloadArgs := p.payloadColumn("h")
+		tail, tailArgs := p.conds("h", after, cmp)
+		args = append(append(args, tailPayloadArgs...), tailArgs...)
+		query += " UNION ALL SELECT h.id, " + middleColumns("h", tailPayload) + ", h.received_us FROM " + table + " h NOT INDEXED WHERE " +
+			rows + " AND " + strings.Join(tail, " AND ") +
+			" AND NOT EXISTS (SELECT 1 FROM " + clientTable(table) + " c WHERE c.account_id = h.account_id AND c.client_id = h.client_id" +
+			" AND c.received_us = h.received_us AND c.id = h.id)"
+	}
+	return query + " ORDER BY received_us " + dir + ", id " + dir + fmt.Sprintf(" LIMIT %d", n), args
 }
 
 // selectByIndexTableSQLite is selectSQL on SQLite for a day in client
@@ -273,6 +287,15 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 	p, err := planHistory(q)
 	if err != nil {
 		return err
+	}
+	if p.index == "history_client_time" && s.dialect == sqliteDialect {
+		listed, err := s.tail.current(ctx, s.reads)
+		if err != nil {
+			return err
+		}
+		if listed {
+			p.unfolded = func(col, table string) string { return s.tail.unfoldedCond(col, q.AccountID, q.ClientID, table) }
+		}
 	}
 	after := q.After
 	size := maxChunk

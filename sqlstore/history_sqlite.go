@@ -35,15 +35,12 @@ type appendStmts struct {
 	mu     sync.Mutex
 	ids    *sql.Stmt
 	insert map[string]map[int]*sql.Stmt // by table, then row count
-	// The largest id given to a row of each table (its commit reported or
-	// not).
-	lastID map[string]int64
 }
 
 // prepareAppend prepares the history writer's first statement on the
 // ingest pool, before the first transaction holds its only connection.
 func (s *Store) prepareAppend(ctx context.Context) error {
-	st := &appendStmts{insert: map[string]map[int]*sql.Stmt{}, lastID: map[string]int64{}}
+	st := &appendStmts{insert: map[string]map[int]*sql.Stmt{}}
 	s.appendStmts = st // closed with the store, however far this goes
 	var err error
 	st.ids, err = s.ingest.PrepareContext(ctx, nextIDs)
@@ -73,26 +70,6 @@ func (st *appendStmts) forTable(ctx context.Context, db *sql.DB, table string) (
 	return m, nil
 }
 
-// wrote notes the largest id given to a row of table.
-func (st *appendStmts) wrote(table string, id int64) {
-	st.mu.Lock()
-	st.lastID[table] = max(st.lastID[table], id)
-	st.mu.Unlock()
-}
-
-// writtenAfter returns the tables given an id after through.
-func (st *appendStmts) writtenAfter(through int64) []string {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	var out []string
-	for table, id := range st.lastID {
-		if id > through {
-			out = append(out, table)
-		}
-	}
-	return out
-}
-
 // forget closes the statements of the tables that are not among parts.
 func (st *appendStmts) forget(parts []dayPartition) {
 	if st == nil {
@@ -108,11 +85,6 @@ func (st *appendStmts) forget(parts []dayPartition) {
 			s.Close()
 		}
 		delete(st.insert, table)
-	}
-	for table := range st.lastID {
-		if !slices.ContainsFunc(parts, func(p dayPartition) bool { return p.name == table }) {
-			delete(st.lastID, table)
-		}
 	}
 }
 
@@ -201,21 +173,44 @@ func (s *Store) batchDays(ctx context.Context, recs []*fleetmq.Record, created b
 }
 
 // appendSQLite is appendHistorySQLite's one try. The rows join the
-// unfolded ones (after the fold's mark); once FoldRows have gathered, the
-// transaction also folds the oldest of them into their days' client
-// indexes and history_latest, a bounded step, so the step shares the
-// commit's sync.
-func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error {
+// unfolded ones (listed in s.tail); once enough have gathered (foldTail.due),
+// the transaction also folds the clients of the oldest of them into their
+// days' client indexes and history_latest, a bounded step, so the step
+// shares the commit's sync.
+func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err error) {
 	groups, err := s.batchDays(ctx, recs, false)
 	if err != nil {
 		return err
 	}
-	fold := s.tail.len()+len(recs) >= s.foldRows
+	if s.tail.isStale() {
+		// A commit reported as failed may have gone in: its rows are read
+		// from the tables, so that folds and queries know them.
+		if err := s.tail.load(ctx, s.db, s.days.list()); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if err != nil {
+			s.tail.markStale()
+		}
+	}()
+	// The day's table of each record to list ("": a day in client order).
+	tables := make([]string, len(recs))
+	for i, r := range recs {
+		us := r.Received.UnixMicro()
+		for _, g := range groups {
+			if g.part.lo <= us && us < g.part.hi && !g.part.clustered {
+				tables[i] = g.part.name
+			}
+		}
+	}
+	fold := s.tail.due(len(recs), s.foldRows)
 	var (
-		through int64 // the id folded up to, 0 when nothing was
+		step    *foldStep // the fold made, nil when none was
 		foldErr error
 	)
 	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		step = nil
 		var last int64
 		if err := tx.StmtContext(ctx, s.appendStmts.ids).QueryRowContext(ctx, len(recs)).Scan(&last); err != nil {
 			return err
@@ -248,7 +243,6 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 				if _, err := tx.StmtContext(ctx, g.insert[len(chunk)]).ExecContext(ctx, args...); err != nil {
 					return err
 				}
-				s.appendStmts.wrote(g.part.name, chunk[len(chunk)-1].ID)
 			}
 			if g.part.clustered {
 				// A late record of a day in client order: it is in its
@@ -259,6 +253,10 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 				}
 			}
 		}
+		// Listed before the fold, which may take them with their clients'
+		// older rows (a commit that fails leaves the list stale, and it
+		// is read again).
+		s.tail.add(recs, tables)
 		if !fold {
 			return nil
 		}
@@ -267,23 +265,24 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 		if _, err := tx.ExecContext(ctx, `SAVEPOINT fold`); err != nil {
 			return err
 		}
-		upTo, days := s.tail.next(recs, max(foldMaxClients, 2*len(recs)))
-		var err error
-		if _, through, foldErr = foldIn(ctx, tx, upTo, s.foldParts(days)); foldErr != nil {
-			through = 0
-			if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
-				return err
+		st := s.tail.next(max(foldMaxClients, 2*len(recs)), foldMaxRows)
+		if st != nil {
+			if foldErr = foldStepIn(ctx, tx, st); foldErr != nil {
+				if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
+					return err
+				}
+			} else {
+				step = st
 			}
 		}
-		_, err = tx.ExecContext(ctx, `RELEASE fold`)
+		_, err := tx.ExecContext(ctx, `RELEASE fold`)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	s.tail.add(recs)
-	if through > 0 {
-		s.tail.folded(through)
+	if step != nil {
+		s.tail.done(step)
 	}
 	if noSuchTable(foldErr) {
 		// A day was reordered (its table renamed) since this process read
