@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
-	"math"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -381,7 +381,7 @@ func TestFoldSurprises(t *testing.T) {
 	write(6)
 	// Folded behind the list's back, as by a commit whose success was lost.
 	noErr(t, s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		_, _, err := foldIn(ctx, tx, math.MaxInt64, s.days.list())
+		_, _, err := foldAll(ctx, tx)
 		return err
 	}))
 	write(4*foldSpread - 6) // foldSpread listed per client: folds the rows not yet folded
@@ -730,4 +730,170 @@ func TestFleetFoldsKeepAnswers(t *testing.T) {
 	noErr(t, err)
 	checkFoldAnswers(t, s, ref, t0, "folded")
 	checkFoldAnswers(t, other, ref, t0, "folded, from another process")
+}
+
+// listRec is a record of account A's client at a time, its payload what
+// queryPositions checks.
+func listRec(client string, at time.Time) *fleetmq.Record {
+	return &fleetmq.Record{AccountID: foldAccA, ClientID: client, Topic: foldAccA + "/" + client + "/state", Class: "state", QoS: 1,
+		PublishedQoS: 1, Payload: fmt.Appendf(nil, "payload-%s-%d", client, at.UnixMicro()), Received: at}
+}
+
+// findsOne fails unless s finds exactly one record of account A's client
+// by a client query and one latest value.
+func findsOne(t *testing.T, s *Store, client, stage string) {
+	t.Helper()
+	got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: client}, 0)
+	latest, err := s.LatestHistory(context.Background(), foldAccA, client)
+	noErr(t, err)
+	if len(got) != 1 || len(latest) != 1 {
+		t.Fatalf("%s: %s found %d times by a query and %d by the latest values, want once", stage, client, len(got), len(latest))
+	}
+}
+
+// TestListFollowsOtherWriters: a store's list of unfolded rows holds what
+// another process on the same file wrote, once either wrote: a query by
+// client finds the other's record after this store's own commit, and
+// this store's folds never move the mark past the other's unfolded rows
+// (a store opened afterwards, which reads only the rows after the mark,
+// finds them too).
+func TestListFollowsOtherWriters(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "fleetmq.db")
+	open := func() *Store {
+		s, err := OpenSQLite(ctx, path)
+		noErr(t, err)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	s, other := open(), open()
+	s.foldRows, other.foldRows = 1<<20, 1<<20
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	noErr(t, other.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-1", t0)}))
+	findsOne(t, s, "dev-1", "before this store's commit")
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-2", t0.Add(time.Millisecond))}))
+	findsOne(t, s, "dev-1", "after this store's commit")
+
+	// This store folds its dev-3's rows, written before and after the
+	// other's dev-4: the mark stays before dev-4's row.
+	s.foldRows = 8
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-3", t0.Add(2*time.Millisecond))}))
+	noErr(t, other.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-4", t0.Add(3*time.Millisecond))}))
+	var batch []*fleetmq.Record
+	for i := range 10 {
+		batch = append(batch, listRec("dev-3", t0.Add(time.Duration(4+i)*time.Millisecond)))
+	}
+	noErr(t, s.AppendHistory(ctx, batch))
+	third := open()
+	for _, st := range []*Store{s, other, third} {
+		findsOne(t, st, "dev-1", "after this store's fold")
+		findsOne(t, st, "dev-4", "after this store's fold")
+	}
+	_, err := s.FoldHistory(ctx)
+	noErr(t, err)
+	if n := sumTables(t, s, `SELECT COUNT(*) FROM `+notFolded); n != 0 {
+		t.Fatalf("%d rows unfolded after FoldHistory", n)
+	}
+	findsOne(t, open(), "dev-4", "folded, from a store opened after")
+}
+
+// TestFoldsPassDroppedDays: rows listed unfolded whose day is dropped (by
+// this store's retention or another process's) or reordered by another
+// process are passed over by the folds, which go on with the rest: the
+// list stays short and the mark moves on.
+func TestFoldsPassDroppedDays(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	keep := map[string]time.Time{foldAccA: now.Add(-7 * 24 * time.Hour)}
+	for _, c := range []struct {
+		name string
+		gone func(s, other *Store) // takes the listed rows' day away
+	}{
+		{"dropped here", func(s, _ *Store) {
+			n, err := s.DropHistoryDays(ctx, now.Add(-7*24*time.Hour), keep)
+			noErr(t, err)
+			if n != 1 {
+				t.Fatalf("dropped %d days, want 1", n)
+			}
+		}},
+		{"dropped by another process", func(_, other *Store) {
+			n, err := other.DropHistoryDays(ctx, now.Add(-7*24*time.Hour), keep)
+			noErr(t, err)
+			if n != 1 {
+				t.Fatalf("dropped %d days, want 1", n)
+			}
+		}},
+		{"reordered by another process", func(_, other *Store) {
+			n, err := other.ReorderHistoryDays(ctx, now.Add(-7*24*time.Hour+time.Hour))
+			noErr(t, err)
+			if n != 1 {
+				t.Fatalf("reordered %d days, want 1", n)
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, other := twoSQLiteStores(t)
+			s.foldRows = 1 << 20
+			old := now.Add(-20 * 24 * time.Hour)
+			for i := range 10 {
+				noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/old", old.Add(time.Duration(i)*time.Second))}))
+			}
+			c.gone(s, other)
+			s.foldRows = 4
+			for i := range 50 {
+				at := now.Add(time.Duration(i+1) * time.Millisecond)
+				noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{reorderRec("state/a", at), reorderRec("state/b", at)}))
+			}
+			if s.tail.len() > 2*foldSpread {
+				t.Fatalf("after 50 commits: %d rows listed unfolded: the folds stopped at the gone day's rows", s.tail.len())
+			}
+			parts, err := readSQLiteDays(ctx, s.db)
+			noErr(t, err)
+			unfolded := 0
+			for _, p := range parts {
+				if !p.clustered {
+					var n int
+					noErr(t, s.db.QueryRow(fmt.Sprintf(`SELECT COUNT(*) FROM `+notFolded, p.name)).Scan(&n))
+					unfolded += n
+				}
+			}
+			if unfolded != s.tail.len() {
+				t.Fatalf("%d rows unfolded, %d listed", unfolded, s.tail.len())
+			}
+		})
+	}
+}
+
+// TestListReadAgainBesideCommits: a list read again from the tables (after
+// a failed commit) while another commit of the same store is in progress
+// (two ingest writers) keeps that commit's rows: every record of both is
+// found by a client query.
+func TestListReadAgainBesideCommits(t *testing.T) {
+	ctx := context.Background()
+	s := openFoldStore(t)
+	s.foldRows = 1 << 30
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	n := 0
+	for attempt := range 20 {
+		s.tail.markStale()
+		client := fmt.Sprintf("big-%d", attempt)
+		var big []*fleetmq.Record
+		for range 2000 {
+			n++
+			big = append(big, listRec(client, t0.Add(time.Duration(n)*time.Microsecond)))
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, recs := range [][]*fleetmq.Record{big, {listRec("small", t0.Add(time.Duration(attempt+1)*time.Hour))}} {
+			wg.Go(func() {
+				<-start
+				noErr(t, s.AppendHistory(ctx, recs))
+			})
+		}
+		close(start)
+		wg.Wait()
+		if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: client}, 0); len(got) != len(big) {
+			t.Fatalf("attempt %d: %d of %d committed records of %s found", attempt, len(got), len(big), client)
+		}
+	}
 }

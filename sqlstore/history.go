@@ -114,10 +114,12 @@ func (s *Store) latestSQLite(ctx context.Context, q queryer, accountID, clientID
 		return nil, err
 	}
 	tables := s.days.list()
-	// The candidates: the stored latest entries, and the unfolded rows of
-	// each day in arrival order (a day in client order has none), in
-	// statements of at most 400 terms (SQLite allows 500), newest per
-	// topic kept.
+	// The candidates: the stored latest entries, and the client's
+	// unfolded rows of each day in arrival order (a day in client order
+	// has none), by the ids the store lists (every row after the fold's
+	// mark when another process wrote since), in statements of at most
+	// 400 terms (SQLite allows 500), newest per topic kept (a row folded
+	// since it was listed is a candidate twice, to the same effect).
 	type entry struct{ at, id int64 }
 	newest := map[string]entry{}
 	listed, err := s.tail.current(ctx, q)

@@ -38,8 +38,8 @@ import (
 // retention passes create today's and tomorrow's ahead. Ids come from the
 // counter history_last_id in meta, unique and increasing across days. One
 // process writes a data directory's history (serve holds the directory's
-// lock): a fold reads the days its fold list (foldTail) names and the
-// tables it gave ids since its last fold (foldParts).
+// lock): it lists the unfolded rows in memory (foldTail), and its folds
+// read the rows the list names from their days' tables.
 
 // legacyHistory is the table of history from before the days.
 const legacyHistory = "history"
@@ -226,6 +226,14 @@ func (d *historyDays) partition(us int64) (dayPartition, bool) {
 		}
 	}
 	return dayPartition{}, false
+}
+
+// live reports whether table is a known day's table in arrival order
+// (one whose rows fold).
+func (d *historyDays) live(table string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.ContainsFunc(d.parts, func(p dayPartition) bool { return p.name == table && !p.clustered })
 }
 
 // list returns the known partitions, by lo.
@@ -645,7 +653,7 @@ func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition, token int6
 			return err
 		}
 		var err error
-		if mark, err = foldAll(ctx, tx); err != nil {
+		if _, mark, err = foldAll(ctx, tx); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, sqliteClusteredDDL(work, final))
@@ -708,7 +716,7 @@ func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition, token int6
 		// emptied a piece at a time (retireDays): dropping a table of
 		// millions of rows would hold the write lock for seconds.
 		var err error
-		if through, err = foldAll(ctx, tx); err != nil {
+		if _, through, err = foldAll(ctx, tx); err != nil {
 			return err
 		}
 		for _, q := range []string{clusteredTriggers(work, final),
@@ -727,18 +735,6 @@ func (s *Store) reorderSQLiteDay(ctx context.Context, p dayPartition, token int6
 		s.tail.folded(through)
 	}
 	return err
-}
-
-// foldAll folds every unfolded row of every day, as the database lists
-// them (not this process's list: another may have made a day since), and
-// returns the id folded up to.
-func foldAll(ctx context.Context, tx *sql.Tx) (int64, error) {
-	parts, err := readSQLiteDays(ctx, tx)
-	if err != nil {
-		return 0, err
-	}
-	_, through, err := foldIn(ctx, tx, math.MaxInt64, parts)
-	return through, err
 }
 
 // setCopyAside renames what a reorder that gave up made of a day (its copy

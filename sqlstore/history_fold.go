@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,19 +21,19 @@ import (
 // rows it gains there, where every commit used to rewrite a page per
 // client of its batch. So that a fleet's folds find several rows of each
 // device, the rows gather until there are foldSpread of them per client
-// listed (at most foldMaxTail): a fleet of 15,000 devices folds about 8
-// rows per page. Queries by client and latest values read the unfolded
-// rows by their ids, which the store keeps in memory. A store reads it
-// when it opens.
+// listed, or foldMaxTail times FoldRows in all: a fleet of 15,000 devices
+// folds about 8 rows per page. Queries by client and latest values read
+// the unfolded rows by their ids, which the store keeps in memory. A
+// store reads it when it opens.
 var FoldRows = 2048
 
 const (
 	// foldSpread is how many unfolded rows per listed client a store
 	// gathers before it folds, beyond FoldRows.
 	foldSpread = 8
-	// foldMaxTail bounds the unfolded rows, in FoldRows: a fold starts
-	// there whatever the number of clients (a fleet of more than 16,384
-	// devices folds fewer rows per page).
+	// foldMaxTail is where folds start whatever the number of clients,
+	// in FoldRows (a fleet of more than 16,384 devices folds fewer rows
+	// per page).
 	foldMaxTail = 64
 )
 
@@ -60,11 +59,14 @@ const (
 const unfoldedRows = `id > (SELECT value FROM meta WHERE key = 'history_folded')`
 
 // foldTail is what a SQLite store knows of its unfolded rows, listed as
-// its commits add them: their ids, days and clients, in id order and by
+// its commits add them: their ids, tables and clients, in id order and by
 // client. Folds choose their rows from it, and queries by client read the
-// client's unfolded rows by the ids it lists. A row committed by a
-// commit whose success was not reported is not listed: the next commit
-// reads the list again from the tables (stale).
+// client's unfolded rows by the ids it lists. The list holds every
+// unfolded row with an id up to given, the history id counter's value it
+// follows. A commit lists its rows before it commits; one that fails
+// leaves the list stale, and one whose ids do not follow given (another
+// process gave ids since) finds it so: either commit reads the list again
+// from the tables, in its transaction, before it lists its own rows.
 type foldTail struct {
 	mu sync.Mutex
 	// rows are the listed rows in id order, rows[i] at position base+i;
@@ -76,10 +78,9 @@ type foldTail struct {
 	// stale: the list may miss committed rows, or list rows that are not
 	// (read it again before use).
 	stale bool
-	// known is the largest id this process listed or read from the
-	// counter: a larger one in the database was given by another process,
-	// whose rows the list does not have (current).
-	known int64
+	// given is the id counter's value the list follows: every unfolded
+	// row with an id up to it is listed.
+	given int64
 }
 
 // tailRow is a listed row; c is nil once it is folded.
@@ -103,17 +104,17 @@ type tailRef struct {
 
 func tailKey(account, client string) string { return account + "\x00" + client }
 
-// add lists a committed batch's rows, in id order, each of the day's
-// table tables gives (those of days in client order, "", are in their
-// client index already).
-func (t *foldTail) add(recs []*fleetmq.Record, tables []string) {
+// add lists a batch's rows, in id order, each in the day's table tables
+// gives for it ("": a day in client order, whose rows are in its client
+// index already), and notes the counter's value after them.
+func (t *foldTail) add(recs []*fleetmq.Record, tables []string, given int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.given = max(t.given, given)
 	if t.clients == nil {
 		t.clients = map[string]*tailClient{}
 	}
 	for i, r := range recs {
-		t.known = max(t.known, r.ID)
 		if tables[i] == "" {
 			continue
 		}
@@ -146,8 +147,8 @@ func (t *foldTail) due(batch, foldRows int) bool {
 	return n >= foldRows && (n >= foldSpread*len(t.clients) || n >= foldMaxTail*foldRows)
 }
 
-// foldStep is the rows one fold takes: their ids by day, and the mark it
-// sets (the id before the oldest listed row it leaves unfolded).
+// foldStep is the rows one fold takes: their ids by table, and the mark
+// it sets (the id before the oldest listed row it leaves unfolded).
 type foldStep struct {
 	ids  map[string][]int64 // by table
 	pos  []int              // their positions in the list
@@ -182,8 +183,10 @@ func (t *foldTail) next(maxClients, maxRows int) *foldStep {
 			st.pos = append(st.pos, r.pos)
 		}
 	}
-	// The mark: up to the oldest listed row not taken, or the newest
-	// taken when it takes them all.
+	// The mark: up to the oldest listed row not taken, or the counter's
+	// value when it takes them all (every unfolded row up to it is
+	// listed).
+	st.mark = t.given
 	for i := t.head; i < len(t.rows); i++ {
 		r := t.rows[i]
 		if r.c == nil {
@@ -191,7 +194,6 @@ func (t *foldTail) next(maxClients, maxRows int) *foldStep {
 		}
 		if taken[r.c] > 0 {
 			taken[r.c]--
-			st.mark = r.id
 			continue
 		}
 		st.mark = r.id - 1
@@ -230,21 +232,23 @@ func (t *foldTail) unlist(pos int) {
 }
 
 // trim drops the folded rows at the start of the list, copying the rest
-// down once they are half of it.
+// down once they are half of it (into a smaller array when the list has
+// shrunk to a quarter of its array, after a burst).
 func (t *foldTail) trim() {
 	for t.head < len(t.rows) && t.rows[t.head].c == nil {
 		t.head++
 	}
-	if t.head == len(t.rows) {
-		t.base += len(t.rows)
-		t.rows, t.head = t.rows[:0], 0
+	if t.head <= len(t.rows)/2 {
 		return
 	}
-	if t.head > len(t.rows)/2 {
-		t.base += t.head
-		t.rows = append(t.rows[:0], t.rows[t.head:]...)
-		t.head = 0
+	t.base += t.head
+	rest := t.rows[t.head:]
+	if n := len(rest); cap(t.rows) > 4096 && n < cap(t.rows)/4 {
+		t.rows = append(make([]tailRow, 0, 2*n), rest...)
+	} else {
+		t.rows = append(t.rows[:0], rest...)
 	}
+	t.head = 0
 }
 
 // folded unlists the rows up to id through (every row of them folded by
@@ -308,51 +312,40 @@ func (t *foldTail) markStale() {
 	t.mu.Unlock()
 }
 
-// isStale reports whether the list must be read again.
-func (t *foldTail) isStale() bool {
+// follows reports whether the list holds every unfolded row up to the id
+// before first (a batch's first id): it is not stale, and no other
+// process gave ids since it was read.
+func (t *foldTail) follows(first int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.stale
+	return !t.stale && t.given == first-1
 }
 
-// current reports whether the list has every committed row: no other
-// process gave ids since it was read. (A query that finds it is not reads
-// every row after the fold's mark.)
+// current reports whether the list has every committed row: it is not
+// stale and no other process gave ids since it was read. (A query that
+// finds it is not reads every row after the fold's mark.)
 func (t *foldTail) current(ctx context.Context, q queryer) (bool, error) {
-	rows, err := q.QueryContext(ctx, `SELECT value FROM meta WHERE key = 'history_last_id'`)
+	last, err := lastID(ctx, q)
 	if err != nil {
 		return false, err
 	}
-	defer rows.Close()
-	var last int64
-	if rows.Next() {
-		if err := rows.Scan(&last); err != nil {
-			return false, err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return false, err
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return !t.stale && last <= t.known, nil
+	return !t.stale && last <= t.given, nil
 }
 
-// load lists the unfolded rows of the given tables (when the store opens,
-// and when the list may have missed rows): those after the fold's mark
-// that are not in their client index.
-func (t *foldTail) load(ctx context.Context, db *sql.DB, parts []dayPartition) error {
-	var last int64
-	if err := db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_last_id'`).Scan(&last); err != nil {
-		return err
-	}
+// load lists the unfolded rows of the given tables: those after the
+// fold's mark that are not in their client index, read on q (the store's
+// pool when it opens, a commit's transaction when the list is stale),
+// given being the id counter's value they were read at.
+func (t *foldTail) load(ctx context.Context, q queryer, parts []dayPartition, given int64) error {
 	var rows []listedRow
 	for _, p := range parts {
 		if p.clustered {
 			continue // nothing unfolded: see upsertLatestSQLite and reorderSQLiteDay
 		}
 		var err error
-		if rows, err = unfoldedOf(ctx, db, p.name, rows); err != nil {
+		if rows, err = unfoldedOf(ctx, q, p.name, rows); err != nil {
 			return err
 		}
 	}
@@ -364,11 +357,10 @@ func (t *foldTail) load(ctx context.Context, db *sql.DB, parts []dayPartition) e
 		recs[i], tables[i] = &rows[i].r, rows[i].table
 	}
 	var fresh foldTail
-	fresh.add(recs, tables)
+	fresh.add(recs, tables, given)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.rows, t.base, t.head, t.clients, t.unfolded, t.stale = fresh.rows, t.base+len(t.rows), 0, fresh.clients, fresh.unfolded, false
-	t.known = max(t.known, last, fresh.known)
+	t.rows, t.base, t.head, t.clients, t.unfolded, t.stale, t.given = fresh.rows, t.base+len(t.rows), 0, fresh.clients, fresh.unfolded, false, given
 	// Positions go on from the old list's, so that a fold chosen from it
 	// unlists nothing of the new one.
 	for _, c := range t.clients {
@@ -379,6 +371,22 @@ func (t *foldTail) load(ctx context.Context, db *sql.DB, parts []dayPartition) e
 	return nil
 }
 
+// lastID reads the history id counter.
+func lastID(ctx context.Context, q queryer) (int64, error) {
+	rows, err := q.QueryContext(ctx, `SELECT value FROM meta WHERE key = 'history_last_id'`)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var last int64
+	if rows.Next() {
+		if err := rows.Scan(&last); err != nil {
+			return 0, err
+		}
+	}
+	return last, rows.Err()
+}
+
 // listedRow is an unfolded row read from a day's table.
 type listedRow struct {
 	table string
@@ -386,8 +394,8 @@ type listedRow struct {
 }
 
 // unfoldedOf appends the unfolded rows of a day's table to rows.
-func unfoldedOf(ctx context.Context, db *sql.DB, table string, rows []listedRow) ([]listedRow, error) {
-	res, err := db.QueryContext(ctx, `SELECT id, account_id, client_id FROM `+table+` h NOT INDEXED WHERE `+unfoldedRows+
+func unfoldedOf(ctx context.Context, q queryer, table string, rows []listedRow) ([]listedRow, error) {
+	res, err := q.QueryContext(ctx, `SELECT id, account_id, client_id FROM `+table+` h NOT INDEXED WHERE `+unfoldedRows+
 		` AND NOT EXISTS (SELECT 1 FROM `+clientTable(table)+` c WHERE c.account_id = h.account_id AND c.client_id = h.client_id
 			AND c.received_us = h.received_us AND c.id = h.id) ORDER BY id`)
 	if err != nil {
@@ -416,7 +424,7 @@ func (s *Store) FoldHistory(ctx context.Context) (n int64, err error) {
 	}
 	var through int64
 	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
-		n, through, err = foldIn(ctx, tx, math.MaxInt64, s.days.list())
+		n, through, err = foldAll(ctx, tx)
 		return err
 	})
 	if err != nil {
@@ -426,33 +434,29 @@ func (s *Store) FoldHistory(ctx context.Context) (n int64, err error) {
 	return n, nil
 }
 
-// foldIn folds the unfolded rows with ids up to through (MaxInt64: all)
-// of the given tables in a write transaction, reading them from the
-// tables (the store's list only chose through and the tables), and
-// returns how many it folded and the id it folded up to. A row whose
-// entries are already there (a fold whose success was not reported) is
-// passed over, so a fold never fails on it.
-func foldIn(ctx context.Context, tx *sql.Tx, through int64, parts []dayPartition) (n, folded int64, err error) {
+// foldAll folds every unfolded row of every day, as the database lists
+// them (not this process's list: another may have made a day since), in
+// a write transaction, reading them from the tables after the fold's
+// mark, and returns how many it folded and the id it folded up to (the
+// id counter's value, the new mark). A row whose entries are already
+// there (folded since the mark) is passed over.
+func foldAll(ctx context.Context, tx *sql.Tx) (n, through int64, err error) {
+	parts, err := readSQLiteDays(ctx, tx)
+	if err != nil {
+		return 0, 0, err
+	}
 	var mark int64
 	if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_folded'`).Scan(&mark); err != nil {
 		return 0, 0, err
 	}
-	if through == math.MaxInt64 {
-		if err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'history_last_id'`).Scan(&through); err != nil {
-			return 0, 0, err
-		}
-	}
-	if through <= mark {
-		return 0, through, nil
+	if through, err = lastID(ctx, tx); err != nil || through <= mark {
+		return 0, max(through, mark), err
 	}
 	for _, p := range parts {
 		if p.clustered {
 			continue // nothing unfolded: see upsertLatestSQLite
 		}
 		rows, err := foldRows(ctx, tx, p.name, `id > ? AND id <= ?`, mark, through)
-		if noSuchTable(err) {
-			continue // dropped by another process (or reordered): nothing of it to fold
-		}
 		if err != nil {
 			return 0, 0, err
 		}
@@ -465,10 +469,17 @@ func foldIn(ctx context.Context, tx *sql.Tx, through int64, parts []dayPartition
 }
 
 // foldStepIn folds a step's rows (foldTail.next) in a write transaction
-// and moves the fold's mark to the step's (never back). A table that is
-// not there any more (dropped, or reordered: folded whole) fails it.
-func foldStepIn(ctx context.Context, tx *sql.Tx, st *foldStep) error {
+// and moves the fold's mark to the step's (never back). The rows of a
+// table that live does not name are passed over: its day was dropped
+// (they are gone) or reordered (the reorder folded them). A table that
+// another process dropped or reordered since this one read the days
+// fails the step, and the next commit's step, with the days read again,
+// passes it over.
+func foldStepIn(ctx context.Context, tx *sql.Tx, st *foldStep, live func(table string) bool) error {
 	for table, ids := range st.ids {
+		if !live(table) {
+			continue
+		}
 		list := make([]string, len(ids))
 		for i, id := range ids {
 			list[i] = strconv.FormatInt(id, 10)

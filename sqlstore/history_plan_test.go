@@ -132,9 +132,11 @@ func TestHistoryPlansUseAnIndex(t *testing.T) {
 				if s.dialect == sqliteDialect && sh.index == "history_client_time" {
 					// SQLite's client index is the day's table
 					// history_dYYYYMMDD_client, merged with the unfolded
-					// rows, which are the ids after the fold's mark, read in
-					// that range and sorted (a few thousand at most): the
-					// merge reads the client index in order, with no sort.
+					// rows, here as a process whose list of them is not
+					// current reads them: the ids after the fold's mark,
+					// read in that range and sorted (TestUnfoldedRowsReadByID
+					// has them by id): the merge reads the client index in
+					// order, with no sort.
 					want = "SEARCH c USING PRIMARY KEY (account_id=? AND client_id=?"
 					folded, unfolded, ok := strings.Cut(text, "\nRIGHT\n")
 					if !ok || !strings.Contains(text, "MERGE (UNION ALL)") || !strings.Contains(unfolded, "SEARCH h USING INTEGER PRIMARY KEY (rowid>?)") ||
@@ -157,4 +159,44 @@ func TestHistoryPlansUseAnIndex(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestUnfoldedRowsReadByID: on SQLite a query by client reads the
+// client's unfolded rows by the ids the store lists (each a lookup of the
+// day's table by its key, then its client index's entry), or by the
+// range of them past maxListedIDs; never a scan of the day's table or one
+// of its other indexes.
+func TestUnfoldedRowsReadByID(t *testing.T) {
+	ctx := context.Background()
+	s := openFoldStore(t)
+	t0 := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	noErr(t, s.PrepareHistoryDays(ctx, t0))
+	table := dayTable(dayStart(t0.UnixMicro()))
+	for _, c := range []struct{ rows, want string }{
+		{"h.id IN (3, 5, 8)", "SEARCH h USING INTEGER PRIMARY KEY (rowid=?)"},
+		{"h.id BETWEEN 3 AND 5000", "SEARCH h USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"},
+	} {
+		q := fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "pump-1", From: t0.Add(-time.Hour)}
+		p, err := planHistory(&q)
+		noErr(t, err)
+		p.unfolded = func(string, string) string { return c.rows }
+		query, args := p.selectSQL(sqliteDialect, dayPartition{name: table}, false, nil, 100)
+		rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
+		noErr(t, err)
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			noErr(t, rows.Scan(&id, &parent, &unused, &detail))
+			plan = append(plan, detail)
+		}
+		noErr(t, rows.Err())
+		rows.Close()
+		text := strings.Join(plan, "\n")
+		_, unfolded, ok := strings.Cut(text, "\nRIGHT\n")
+		if !ok || !strings.Contains(unfolded, c.want) || !strings.Contains(unfolded, "SEARCH c USING PRIMARY KEY") ||
+			strings.Contains(unfolded, "SCAN") || strings.Contains(unfolded, "USING INDEX") {
+			t.Errorf("unfolded rows %s: plan does not read them by id:\n%s", c.rows, text)
+		}
+	}
 }

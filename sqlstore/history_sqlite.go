@@ -182,13 +182,6 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 	if err != nil {
 		return err
 	}
-	if s.tail.isStale() {
-		// A commit reported as failed may have gone in: its rows are read
-		// from the tables, so that folds and queries know them.
-		if err := s.tail.load(ctx, s.db, s.days.list()); err != nil {
-			return err
-		}
-	}
 	defer func() {
 		if err != nil {
 			s.tail.markStale()
@@ -210,6 +203,13 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 		foldErr error
 	)
 	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+		// The statements run without ctx's cancellation: the driver runs
+		// a cancellable statement on a goroutine of its own, a hand-off
+		// each way per statement. BEGIN IMMEDIATE has taken the write
+		// lock, so none of them waits for another writer, and ctx's end
+		// still rolls the transaction back before the next statement
+		// (database/sql watches it).
+		ctx := context.WithoutCancel(ctx)
 		step = nil
 		var last int64
 		if err := tx.StmtContext(ctx, s.appendStmts.ids).QueryRowContext(ctx, len(recs)).Scan(&last); err != nil {
@@ -217,6 +217,18 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 		}
 		for i, r := range recs {
 			r.ID = last - int64(len(recs)-1-i)
+		}
+		if !s.tail.follows(recs[0].ID) {
+			// The list may miss rows (a commit reported as failed may have
+			// gone in, or another process gave ids since): it is read
+			// again from the tables, here, where no other commit runs.
+			parts, err := readSQLiteDays(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if err := s.tail.load(ctx, tx, parts, recs[0].ID-1); err != nil {
+				return err
+			}
 		}
 		args := make([]any, 0, maxAppendRows*(historyColumnCount+1))
 		for _, g := range groups {
@@ -256,7 +268,7 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 		// Listed before the fold, which may take them with their clients'
 		// older rows (a commit that fails leaves the list stale, and it
 		// is read again).
-		s.tail.add(recs, tables)
+		s.tail.add(recs, tables, last)
 		if !fold {
 			return nil
 		}
@@ -267,7 +279,7 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 		}
 		st := s.tail.next(max(foldMaxClients, 2*len(recs)), foldMaxRows)
 		if st != nil {
-			if foldErr = foldStepIn(ctx, tx, st); foldErr != nil {
+			if foldErr = foldStepIn(ctx, tx, st, s.days.live); foldErr != nil {
 				if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
 					return err
 				}
@@ -285,8 +297,9 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 		s.tail.done(step)
 	}
 	if noSuchTable(foldErr) {
-		// A day was reordered (its table renamed) since this process read
-		// the days: the next commit folds with them read again.
+		// A day was dropped or reordered (its table renamed) by another
+		// process since this one read the days: the next commit's fold,
+		// with them read again, passes its rows over.
 		s.rereadSQLiteDays(ctx)
 	}
 	return nil

@@ -173,7 +173,12 @@ func OpenSQLite(ctx context.Context, path string) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if err := s.tail.load(ctx, s.db, s.days.list()); err != nil {
+	given, err := lastID(ctx, s.db)
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := s.tail.load(ctx, s.db, s.days.list(), given); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
