@@ -897,3 +897,73 @@ func TestListReadAgainBesideCommits(t *testing.T) {
 		}
 	}
 }
+
+// checkMarkOverFolded fails if a row at or below the fold's mark is not
+// in its client index.
+func checkMarkOverFolded(t *testing.T, s *Store, stage string) {
+	t.Helper()
+	if n := sumTables(t, s, `SELECT COUNT(*) FROM `+notFolded+` AND h.id <= (SELECT value FROM meta WHERE key = 'history_folded')`); n != 0 {
+		t.Fatalf("%s: %d unfolded rows at or below the mark", stage, n)
+	}
+}
+
+// foldDev3 appends 20 records of dev-3 with folds due.
+func foldDev3(t *testing.T, s *Store, t0 time.Time) {
+	t.Helper()
+	s.foldRows = 8
+	var batch []*fleetmq.Record
+	for i := range 20 {
+		batch = append(batch, listRec("dev-3", t0.Add(time.Duration(1+i)*time.Millisecond)))
+	}
+	noErr(t, s.AppendHistory(context.Background(), batch))
+}
+
+// TestFoldsSeeOtherProcessesDays: another process stores a record of a
+// day this store has not read; this store's next commit lists it, and its
+// fold folds it or leaves it after the mark, never under it unfolded.
+func TestFoldsSeeOtherProcessesDays(t *testing.T) {
+	ctx := context.Background()
+	s, other := twoSQLiteStores(t)
+	s.foldRows, other.foldRows = 1<<20, 1<<20
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-3", t0)}))
+	noErr(t, other.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-x", t0.Add(-3*24*time.Hour))})) // a day s never read
+	foldDev3(t, s, t0)
+	checkMarkOverFolded(t, s, "after this store's fold")
+	findsOne(t, s, "dev-x", "this store")
+	findsOne(t, other, "dev-x", "the other store")
+}
+
+// TestFailedCommitLeavesListStale: a commit that fails at COMMIT, after
+// it listed its rows, leaves the list stale before another commit may
+// begin; another process then stores a record under the ids it gave back,
+// and this store's next commit reads the list again: its fold does not
+// bury that record under the mark.
+func TestFailedCommitLeavesListStale(t *testing.T) {
+	ctx := context.Background()
+	s, other := twoSQLiteStores(t)
+	s.foldRows, other.foldRows = 1<<20, 1<<20
+	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-3", t0)}))
+	// A deferred foreign key that dev-fail's rows break: checked at COMMIT.
+	day := dayTable(dayStart(t0.UnixMicro()))
+	noErr(t, exec(s.db, `CREATE TABLE zz_parent (id INTEGER PRIMARY KEY)`))
+	noErr(t, exec(s.db, `CREATE TABLE zz_child (p INTEGER REFERENCES zz_parent (id) DEFERRABLE INITIALLY DEFERRED)`))
+	noErr(t, exec(s.db, `CREATE TRIGGER zz_fail AFTER INSERT ON `+day+` WHEN NEW.client_id = 'dev-fail' BEGIN INSERT INTO zz_child VALUES (42); END`))
+	if err := s.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-fail", t0.Add(time.Second))}); err == nil {
+		t.Fatal("the commit that breaks the foreign key went in")
+	}
+	noErr(t, exec(s.db, `DROP TRIGGER zz_fail`))
+	if listed, err := s.tail.current(ctx, s.reads); err != nil || listed {
+		t.Fatalf("after the failed commit the list is current (%v, %v)", listed, err)
+	}
+	x := listRec("dev-x", t0.Add(-24*time.Hour))
+	noErr(t, other.AppendHistory(ctx, []*fleetmq.Record{x}))
+	foldDev3(t, s, t0)
+	checkMarkOverFolded(t, s, "after this store's fold")
+	findsOne(t, s, "dev-x", "this store")
+	findsOne(t, other, "dev-x", "the other store")
+	if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "dev-fail"}, 0); len(got) != 0 {
+		t.Fatalf("the failed commit's record is found: %v", got)
+	}
+}

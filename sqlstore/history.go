@@ -117,7 +117,8 @@ func (s *Store) latestSQLite(ctx context.Context, q queryer, accountID, clientID
 	// The candidates: the stored latest entries, and the client's
 	// unfolded rows of each day in arrival order (a day in client order
 	// has none), by the ids the store lists (every row after the fold's
-	// mark when another process wrote since), in statements of at most
+	// mark when the list is not current: stale, or another process gave
+	// ids since), in statements of at most
 	// 400 terms (SQLite allows 500), newest per topic kept (a row folded
 	// since it was listed is a candidate twice, to the same effect).
 	type entry struct{ at, id int64 }

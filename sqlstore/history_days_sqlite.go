@@ -36,10 +36,12 @@ import (
 // process made, dropped or reordered one. The history writer creates each
 // day it needs, in a short transaction of its own before its commit;
 // retention passes create today's and tomorrow's ahead. Ids come from the
-// counter history_last_id in meta, unique and increasing across days. One
-// process writes a data directory's history (serve holds the directory's
-// lock): it lists the unfolded rows in memory (foldTail), and its folds
-// read the rows the list names from their days' tables.
+// counter history_last_id in meta, unique and increasing across days.
+// serve writes a data directory's history (it holds the directory's
+// lock); the store lists the unfolded rows in memory (foldTail), and its
+// folds read the rows the list names from their days' tables. Another
+// process that writes history (none of the CLI's commands does) is noticed
+// by the id counter, and the list read again.
 
 // legacyHistory is the table of history from before the days.
 const legacyHistory = "history"

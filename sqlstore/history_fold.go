@@ -64,9 +64,10 @@ const unfoldedRows = `id > (SELECT value FROM meta WHERE key = 'history_folded')
 // client's unfolded rows by the ids it lists. The list holds every
 // unfolded row with an id up to given, the history id counter's value it
 // follows. A commit lists its rows before it commits; one that fails
-// leaves the list stale, and one whose ids do not follow given (another
-// process gave ids since) finds it so: either commit reads the list again
-// from the tables, in its transaction, before it lists its own rows.
+// leaves the list stale (before another commit of this process may
+// begin), and the next one, or one whose ids do not follow given (another
+// process gave ids since), reads the list again from the tables, in its
+// transaction, before it lists its own rows.
 type foldTail struct {
 	mu sync.Mutex
 	// rows are the listed rows in id order, rows[i] at position base+i;
@@ -336,8 +337,8 @@ func (t *foldTail) current(ctx context.Context, q queryer) (bool, error) {
 
 // load lists the unfolded rows of the given tables: those after the
 // fold's mark that are not in their client index, read on q (the store's
-// pool when it opens, a commit's transaction when the list is stale),
-// given being the id counter's value they were read at.
+// pool when it opens, a commit's transaction when the list may miss
+// rows), given being the id counter's value they were read at.
 func (t *foldTail) load(ctx context.Context, q queryer, parts []dayPartition, given int64) error {
 	var rows []listedRow
 	for _, p := range parts {
@@ -470,11 +471,9 @@ func foldAll(ctx context.Context, tx *sql.Tx) (n, through int64, err error) {
 
 // foldStepIn folds a step's rows (foldTail.next) in a write transaction
 // and moves the fold's mark to the step's (never back). The rows of a
-// table that live does not name are passed over: its day was dropped
-// (they are gone) or reordered (the reorder folded them). A table that
-// another process dropped or reordered since this one read the days
-// fails the step, and the next commit's step, with the days read again,
-// passes it over.
+// table that live (the days as the transaction sees them) does not name
+// are passed over: its day was dropped (they are gone) or reordered (the
+// reorder folded them).
 func foldStepIn(ctx context.Context, tx *sql.Tx, st *foldStep, live func(table string) bool) error {
 	for table, ids := range st.ids {
 		if !live(table) {

@@ -177,16 +177,11 @@ func (s *Store) batchDays(ctx context.Context, recs []*fleetmq.Record, created b
 // the transaction also folds the clients of the oldest of them into their
 // days' client indexes and history_latest, a bounded step, so the step
 // shares the commit's sync.
-func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err error) {
+func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error {
 	groups, err := s.batchDays(ctx, recs, false)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			s.tail.markStale()
-		}
-	}()
 	// The day's table of each record to list ("": a day in client order).
 	tables := make([]string, len(recs))
 	for i, r := range recs {
@@ -202,7 +197,7 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 		step    *foldStep // the fold made, nil when none was
 		foldErr error
 	)
-	err = s.txOn(ctx, s.ingest, func(tx *sql.Tx) error {
+	err = s.txOnThen(ctx, s.ingest, func(tx *sql.Tx) error {
 		// The statements run without ctx's cancellation: the driver runs
 		// a cancellable statement on a goroutine of its own, a hand-off
 		// each way per statement. BEGIN IMMEDIATE has taken the write
@@ -266,8 +261,8 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 			}
 		}
 		// Listed before the fold, which may take them with their clients'
-		// older rows (a commit that fails leaves the list stale, and it
-		// is read again).
+		// older rows (a commit that fails leaves the list stale, and the
+		// next one reads it again).
 		s.tail.add(recs, tables, last)
 		if !fold {
 			return nil
@@ -279,7 +274,11 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 		}
 		st := s.tail.next(max(foldMaxClients, 2*len(recs)), foldMaxRows)
 		if st != nil {
-			if foldErr = foldStepIn(ctx, tx, st, s.days.live); foldErr != nil {
+			live, err := s.liveDays(ctx, tx)
+			if err != nil {
+				return err
+			}
+			if foldErr = foldStepIn(ctx, tx, st, live); foldErr != nil {
 				if _, err := tx.ExecContext(ctx, `ROLLBACK TO fold`); err != nil {
 					return err
 				}
@@ -289,20 +288,50 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) (err e
 		}
 		_, err := tx.ExecContext(ctx, `RELEASE fold`)
 		return err
+	}, func(err error) {
+		// Before another commit of this process may begin: it must find
+		// the list stale if this one failed (it listed rows that are not
+		// there, or rows went in without being reported).
+		switch {
+		case err != nil:
+			s.tail.markStale()
+		case step != nil:
+			s.tail.done(step)
+		}
 	})
 	if err != nil {
 		return err
 	}
-	if step != nil {
-		s.tail.done(step)
-	}
 	if noSuchTable(foldErr) {
-		// A day was dropped or reordered (its table renamed) by another
-		// process since this one read the days: the next commit's fold,
-		// with them read again, passes its rows over.
+		// A day was dropped or reordered (its table renamed) since this
+		// process read the days: they are read again.
 		s.rereadSQLiteDays(ctx)
 	}
 	return nil
+}
+
+// liveDays returns whether a table is a day's table in arrival order as
+// the transaction sees the schema: from the days this process read when
+// the schema is the same (one PRAGMA), else read again on tx (another
+// process made, dropped or reordered a day since).
+func (s *Store) liveDays(ctx context.Context, tx *sql.Tx) (func(table string) bool, error) {
+	var version int64
+	if err := tx.QueryRowContext(ctx, `PRAGMA schema_version`).Scan(&version); err != nil {
+		return nil, err
+	}
+	s.days.mu.Lock()
+	same := version == s.days.version
+	s.days.mu.Unlock()
+	if same {
+		return s.days.live, nil
+	}
+	parts, err := readSQLiteDays(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	return func(table string) bool {
+		return slices.ContainsFunc(parts, func(p dayPartition) bool { return p.name == table && !p.clustered })
+	}, nil
 }
 
 // upsertLatestSQLite makes records the latest of their topics, unless a

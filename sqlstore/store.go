@@ -464,11 +464,20 @@ func (s *Store) tx(ctx context.Context, f func(*sql.Tx) error) error {
 
 // txOn is tx on one of the store's pools.
 func (s *Store) txOn(ctx context.Context, db *sql.DB, f func(*sql.Tx) error) error {
+	return s.txOnThen(ctx, db, f, nil)
+}
+
+// txOnThen is txOn that then calls then (if not nil) with the outcome
+// (nil: committed) while it still holds the write turn.
+func (s *Store) txOnThen(ctx context.Context, db *sql.DB, f func(*sql.Tx) error, then func(error)) (err error) {
 	done, err := s.takeWriteTurn(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if then != nil {
+		defer func() { then(err) }() // before done
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
