@@ -967,3 +967,33 @@ func TestFailedCommitLeavesListStale(t *testing.T) {
 		t.Fatalf("the failed commit's record is found: %v", got)
 	}
 }
+
+// TestIDsCond: the condition a fold and a query name rows by keeps
+// exactly the ids given, as ranges or as a list.
+func TestIDsCond(t *testing.T) {
+	s := openFoldStore(t)
+	noErr(t, exec(s.db, `CREATE TABLE zz_ids (id INTEGER PRIMARY KEY)`))
+	noErr(t, exec(s.db, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200) INSERT INTO zz_ids SELECT i FROM n`))
+	scattered := []int64{}
+	for i := int64(1); i <= 200; i += 3 {
+		scattered = append(scattered, i)
+	}
+	for _, ids := range [][]int64{{7}, {5, 6, 7, 8}, {9, 3, 4, 5, 20, 21}, {1, 200, 100, 101, 102}, scattered} {
+		cond := idsCond("id", ids)
+		rows, err := s.db.Query(`SELECT id FROM zz_ids WHERE ` + cond + ` ORDER BY id`)
+		noErr(t, err)
+		var got []int64
+		for rows.Next() {
+			var id int64
+			noErr(t, rows.Scan(&id))
+			got = append(got, id)
+		}
+		noErr(t, rows.Err())
+		rows.Close()
+		want := slices.Clone(ids)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s keeps %v, want %v", cond, got, want)
+		}
+	}
+}

@@ -299,12 +299,42 @@ func (t *foldTail) unfoldedCond(col, account, client, table string) string {
 	case len(ids) > maxListedIDs:
 		return fmt.Sprintf("%s BETWEEN %d AND %d", col, ids[0], ids[len(ids)-1])
 	}
+	return idsCond(col, ids)
+}
+
+// idsCond is the condition on col that keeps exactly the given ids: the
+// ranges of consecutive ids when there are a few (a busy client's rows,
+// or a few clients' that take every id of a stretch, are read as ranges
+// of the table), else the list of them.
+func idsCond(col string, ids []int64) string {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var runs []string
+	for i := 0; i < len(ids) && len(runs) <= maxIDRuns; {
+		j := i
+		for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+			j++
+		}
+		if i == j {
+			runs = append(runs, fmt.Sprintf("%s = %d", col, ids[i]))
+		} else {
+			runs = append(runs, fmt.Sprintf("%s BETWEEN %d AND %d", col, ids[i], ids[j]))
+		}
+		i = j + 1
+	}
+	if len(runs) <= maxIDRuns {
+		return "(" + strings.Join(runs, " OR ") + ")"
+	}
 	list := make([]string, len(ids))
 	for i, id := range ids {
 		list[i] = strconv.FormatInt(id, 10)
 	}
 	return col + " IN (" + strings.Join(list, ", ") + ")"
 }
+
+// maxIDRuns bounds the ranges idsCond names.
+const maxIDRuns = 8
 
 // markStale notes that the list may miss committed rows.
 func (t *foldTail) markStale() {
@@ -479,11 +509,7 @@ func foldStepIn(ctx context.Context, tx *sql.Tx, st *foldStep, live func(table s
 		if !live(table) {
 			continue
 		}
-		list := make([]string, len(ids))
-		for i, id := range ids {
-			list[i] = strconv.FormatInt(id, 10)
-		}
-		if _, err := foldRows(ctx, tx, table, `id IN (`+strings.Join(list, ", ")+`)`); err != nil {
+		if _, err := foldRows(ctx, tx, table, idsCond("id", ids)); err != nil {
 			return err
 		}
 	}
