@@ -29,15 +29,21 @@ var errReplayFull = errors.New("replay: enough messages")
 // reads of the shared store.
 const ReplaysPerAccount = 2
 
+// replayRead bounds one replay's read of history, from when it has its
+// place in its account's line (the wait for that place is not bounded:
+// a replay that gave up waiting would lose what its session missed).
+var replayRead = 20 * time.Second
+
 // Replay is the broker's Options.Replay: a session resumed from another
 // node's saved state, or restored from the state file at start, gets the
 // QoS 1 and 2 messages of its account in history that its filters match,
 // from since on, in the order they were received. History has every
 // message acknowledged to its publisher, so a session that moved, or
-// whose server crashed or was down, misses none of them. At most ReplaysPerAccount replays of an account run at once (the
-// others wait, within ctx), and the store time they take is charged to
-// the account's history reads (slots, when not nil), as its REST reads
-// are.
+// whose server crashed or was down, misses none of them. At most
+// ReplaysPerAccount replays of an account run at once (the others wait,
+// until ctx ends), each read bounded by replayRead, and the store time
+// they take is charged to the account's history reads (slots, when not
+// nil), as its REST reads are.
 func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
 	replays := &lines.Lines{Per: ReplaysPerAccount}
 	return func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
@@ -47,6 +53,8 @@ func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Conte
 			return fmt.Errorf("waiting for the account's other replays: %w", err)
 		}
 		defer release()
+		ctx, cancel := context.WithTimeout(ctx, replayRead)
+		defer cancel()
 		h := h
 		if slots != nil {
 			h = slots.Charged(account, h)

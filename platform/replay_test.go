@@ -120,3 +120,76 @@ func TestSessionAccount(t *testing.T) {
 		}
 	}
 }
+
+// slowHistory is a HistoryStore whose every query takes took (or until
+// its context ends), counting how many run at once.
+type slowHistory struct {
+	fleetmq.HistoryStore
+	took          time.Duration
+	mu            sync.Mutex
+	running, most int
+}
+
+func (h *slowHistory) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn func(*fleetmq.Record) error) error {
+	h.mu.Lock()
+	h.running++
+	h.most = max(h.most, h.running)
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.running--
+		h.mu.Unlock()
+	}()
+	t := time.NewTimer(h.took)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestReplayWaitIsNotBounded: a storm of one account's replays (a
+// restarted server's clients all coming back) waits in the account's line
+// as long as the replays before it take, longer than a read may: every
+// replay reads what its session missed. A read slower than its bound
+// fails.
+func TestReplayWaitIsNotBounded(t *testing.T) {
+	defer func(d time.Duration) { replayRead = d }(replayRead)
+	replayRead = 200 * time.Millisecond
+	h := &slowHistory{took: 60 * time.Millisecond}
+	replay := Replay(h, nil)
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	const storm = 8 * ReplaysPerAccount // the last in line waits 7 reads: 420 ms
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		errs    []error
+		longest time.Duration
+	)
+	for range storm {
+		wg.Go(func() {
+			start := time.Now()
+			err := replay(context.Background(), &broker.Identity{Namespace: "storm"}, []string{"storm/#"}, at, 10, func(*broker.Message) {})
+			mu.Lock()
+			defer mu.Unlock()
+			errs = append(errs, err)
+			longest = max(longest, time.Since(start))
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("a replay of the storm failed: %v", err)
+		}
+	}
+	if longest <= replayRead || h.most != ReplaysPerAccount {
+		t.Fatalf("the longest replay took %v (want more than the read bound %v), %d ran at once (want %d): the test does not cover a long wait",
+			longest, replayRead, h.most, ReplaysPerAccount)
+	}
+	slow := &slowHistory{took: time.Hour}
+	if err := Replay(slow, nil)(context.Background(), &broker.Identity{Namespace: "storm"}, []string{"storm/#"}, at, 10, func(*broker.Message) {}); err == nil {
+		t.Fatal("a read slower than its bound returned no error")
+	}
+}

@@ -16,7 +16,8 @@ import (
 // The replays run in the background, restartReplays at a time, so that
 // the server serves at once. A CONNECT that resumes a session whose
 // replay has not started runs it itself; one whose replay is running
-// waits for it (a replay ends within replayTimeout). Either way what the
+// waits for it, however long the replays before it in its account's line
+// take (Options.Replay bounds only its reading time). Either way what the
 // session missed comes before what is published after, once.
 //
 // Until its replay is in, a session's saves keep the restored state's
@@ -24,8 +25,8 @@ import (
 // replay from a state saved meanwhile (on another node taking the
 // session, or after another restart) covers what this one has not added
 // yet, whatever rounds of saves this node recorded since. A replay that
-// fails (history out of reach, slower than replayTimeout, or more rows
-// to examine than the platform's budget) is logged with what it read
+// fails (history out of reach, slower than the platform's bound on a
+// read, or more rows to examine than its budget) is logged with what it read
 // added, and the session goes on without the rest: kept pending, its
 // later replays would start ever further back while it is served, and
 // the messages it was sent meanwhile would crowd out those it missed.

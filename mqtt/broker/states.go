@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -383,11 +382,6 @@ const replayWindow = time.Second
 // stored in history by then, and only it is added.
 const replayAgain = 3 * time.Second
 
-// replayTimeout bounds each replay of one resumed session, its wait for
-// the other replays of its account included (a node died and all its
-// sessions resume elsewhere at once).
-const replayTimeout = 20 * time.Second
-
 // replayKey tells one message from another in a replay: its topic and
 // the microsecond it was received (history's precision).
 type replayKey struct {
@@ -556,10 +550,12 @@ func (s *Server) replayed(ss *session, filters []string, since time.Time, seen i
 	ss.mu.Lock()
 	id, limit := ss.id, ss.limits.MaxQueued+seen
 	ss.mu.Unlock()
-	ctx, cancel := context.WithTimeout(s.life, replayTimeout)
-	defer cancel()
+	// Until the server closes: Options.Replay bounds its reads itself, not
+	// its wait for other replays (a node died and all its sessions resume
+	// elsewhere at once, or a restarted server's clients all come back: a
+	// replay that gave up waiting would lose what its session missed).
 	var got []*Message
-	err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) })
+	err := s.opts.Replay(s.life, id, filters, since, limit, func(m *Message) { got = append(got, m) })
 	if err != nil && s.life.Err() == nil {
 		s.log.Warn("resume a session: history could not be replayed in full", "session", ss.key, "replayed", len(got), "error", err)
 	}
