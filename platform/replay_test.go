@@ -157,11 +157,11 @@ func (h *slowHistory) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery,
 // fails.
 func TestReplayWaitIsNotBounded(t *testing.T) {
 	defer func(d time.Duration) { replayRead = d }(replayRead)
-	replayRead = 200 * time.Millisecond
-	h := &slowHistory{took: 60 * time.Millisecond}
+	replayRead = time.Second
+	h := &slowHistory{took: 50 * time.Millisecond}
 	replay := Replay(h, nil)
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	const storm = 8 * ReplaysPerAccount // the last in line waits 7 reads: 420 ms
+	const storm = 25 * ReplaysPerAccount // the last in line waits 24 reads: 1.2 s
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex

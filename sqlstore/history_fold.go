@@ -307,6 +307,9 @@ func (t *foldTail) unfoldedCond(col, account, client, table string) string {
 // or a few clients' that take every id of a stretch, are read as ranges
 // of the table), else the list of them.
 func idsCond(col string, ids []int64) string {
+	if len(ids) == 0 {
+		return "0" // keeps none
+	}
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)

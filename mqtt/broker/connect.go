@@ -124,7 +124,8 @@ func (c *conn) connect(cp *packet.Connect) error {
 	// longer applies the connect timeout, and applies the keep alive once
 	// the CONNACK is written (until then the client cannot send; what
 	// the CONNECT waits for, a claim or a session's hand-over, has bounds
-	// of its own).
+	// of its own, but for the replay of a session restored at start, which
+	// waits in its account's line of replays).
 	c.lastRead.Store(time.Now().UnixNano())
 	c.logb = c.srv.events.limits(id.SessionKey())
 	c.id = id

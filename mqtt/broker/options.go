@@ -37,9 +37,10 @@ type Options struct {
 	// state (States), or restored from StatePath at start, may have
 	// missed: the QoS 1 and 2 messages matching one of filters published
 	// from since on, oldest first, at most max, each given to fn (the
-	// platform reads them from history). ctx ends when the server closes:
-	// Replay bounds its own reading time. Default: none (a session has
-	// what was saved).
+	// platform reads them from history). Replay bounds its own reading
+	// time; ctx bounds the whole (a resume's and a second pass's, not a
+	// restored session's at start, which ends only with the server).
+	// Default: none (a session has what was saved).
 	Replay func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error
 	// Logger receives connection-level events. Default: slog.Default().
 	Logger *slog.Logger

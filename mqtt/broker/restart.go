@@ -71,7 +71,12 @@ func (s *Server) runRestart(r *restart) {
 	if s.life.Err() != nil {
 		return // closing: the next start replays it
 	}
-	if err := s.replay(ss, &r.sv, time.Time{}); err != nil && s.life.Err() == nil {
+	// Until the server closes: Options.Replay bounds its reads itself,
+	// not its wait for the account's other replays (a restarted server's
+	// clients all come back at once: a replay that gave up waiting would
+	// lose what its session missed). One replay per session: a CONNECT
+	// that comes back waits for this one.
+	if err := s.replay(s.life, ss, &r.sv, time.Time{}); err != nil && s.life.Err() == nil {
 		s.log.Error("restore a session: what it missed since its state was saved could not all be read from history; it goes on without the rest",
 			"session", ss.key, "saved", r.sv.Saved, "error", err)
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -299,7 +300,13 @@ func (s *Server) resume(claim Claim) error {
 	ss.restoreLocked(&sv)
 	ss.mu.Unlock()
 	if s.opts.Replay != nil {
-		s.replay(ss, &sv, through) // an error is logged: it goes on with what was read
+		// Bounded, its wait for the account's other replays included: a
+		// client that gives up waiting and connects again starts a resume
+		// of its own, and the one it left must not hold a place in the
+		// line for long (a node died and all its sessions resume here).
+		ctx, cancel := context.WithTimeout(s.life, replayTimeout)
+		s.replay(ctx, ss, &sv, through) // an error is logged: it goes on with what was read
+		cancel()
 	}
 	return s.install(ss, claim)
 }
@@ -376,6 +383,12 @@ func (s *Server) endStale(prev *session) {
 // save may have reached the old node after it.
 const replayWindow = time.Second
 
+// replayTimeout bounds a replay of a session resumed from another node's
+// state, its wait for its account's other replays included, and every
+// second pass (replayAgain). A restored session's replay at start waits
+// in line however long it takes (restart.go).
+const replayTimeout = 20 * time.Second
+
 // replayAgain is when a resumed session's replay runs a second time: a
 // message published elsewhere before the session's subscriptions were
 // heard there (they spread through the cluster as the replay ran) is
@@ -441,9 +454,10 @@ type savedSent struct {
 // subscriptions were indexed; a message the state holds, says it sent,
 // or that already arrived is not added twice. The replay runs again
 // replayAgain later for what was published during the move and had not
-// reached history yet. It returns the first reading's error (what it
+// reached history yet. The first reading runs within ctx, the second
+// within replayTimeout. It returns the first reading's error (what it
 // read is added all the same).
-func (s *Server) replay(ss *session, sv *savedSession, through time.Time) error {
+func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, through time.Time) error {
 	if sv.Saved.IsZero() {
 		return nil
 	}
@@ -459,7 +473,7 @@ func (s *Server) replay(ss *session, sv *savedSession, through time.Time) error 
 	// What the state holds or says it sent comes back too (and is
 	// skipped): room for it beside the session's queue bound.
 	seenBefore := len(sv.Sent) + len(sv.Queue) + len(sv.Inflight)
-	got, err := s.replayed(ss, filters, since, seenBefore)
+	got, err := s.replayed(ctx, ss, filters, since, seenBefore)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
@@ -503,7 +517,10 @@ func (s *Server) replay(ss *session, sv *savedSession, through time.Time) error 
 			return // closing
 		default:
 		}
-		again, _ := s.replayed(ss, filters, since, seenBefore+len(got))
+		// Bounded: until it is in, what is queued is remembered.
+		ctx, cancel := context.WithTimeout(s.life, replayTimeout)
+		defer cancel()
+		again, _ := s.replayed(ctx, ss, filters, since, seenBefore+len(got))
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
@@ -543,19 +560,15 @@ func (ss *session) replayFilters() []string {
 // replayed reads the messages since that filters match: at most the
 // session's queue bound, and seen more, the messages the caller knows the
 // session has (they are skipped); on an error, what it read before it.
-func (s *Server) replayed(ss *session, filters []string, since time.Time, seen int) ([]*Message, error) {
+func (s *Server) replayed(ctx context.Context, ss *session, filters []string, since time.Time, seen int) ([]*Message, error) {
 	if len(filters) == 0 {
 		return nil, nil
 	}
 	ss.mu.Lock()
 	id, limit := ss.id, ss.limits.MaxQueued+seen
 	ss.mu.Unlock()
-	// Until the server closes: Options.Replay bounds its reads itself, not
-	// its wait for other replays (a node died and all its sessions resume
-	// elsewhere at once, or a restarted server's clients all come back: a
-	// replay that gave up waiting would lose what its session missed).
 	var got []*Message
-	err := s.opts.Replay(s.life, id, filters, since, limit, func(m *Message) { got = append(got, m) })
+	err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) })
 	if err != nil && s.life.Err() == nil {
 		s.log.Warn("resume a session: history could not be replayed in full", "session", ss.key, "replayed", len(got), "error", err)
 	}
