@@ -394,17 +394,7 @@ func TestSQLiteReorderKeepsAnswers(t *testing.T) {
 		noErr(t, err)
 		for _, asc := range []bool{false, true} {
 			query, args := p.selectSQL(sqliteDialect, part, asc, &fleetmq.Position{Received: t0.Add(time.Millisecond), ID: 5}, 10)
-			rows, err := s.db.Query("EXPLAIN QUERY PLAN "+query, args...)
-			noErr(t, err)
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				noErr(t, rows.Scan(&id, &parent, &unused, &detail))
-				plan = append(plan, detail)
-			}
-			rows.Close()
-			text := strings.Join(plan, "\n")
+			text := sqlitePlan(t, s.db, query, args...)
 			if strings.Contains(text, "TEMP B-TREE") || strings.Contains(text, "SCAN") || !strings.Contains(text, "received_us") {
 				t.Errorf("%+v on the rewritten day (ascending %v): plan\n%s", q, asc, text)
 			}

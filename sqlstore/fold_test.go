@@ -907,6 +907,17 @@ func checkMarkOverFolded(t *testing.T, s *Store, stage string) {
 	}
 }
 
+// twoStoresWithDev3 opens two stores on one file (two processes), which
+// fold only when told, the first holding a record of dev-3 at t0.
+func twoStoresWithDev3(t *testing.T) (s, other *Store, t0 time.Time) {
+	t.Helper()
+	s, other = twoSQLiteStores(t)
+	s.foldRows, other.foldRows = 1<<20, 1<<20
+	t0 = time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(context.Background(), []*fleetmq.Record{listRec("dev-3", t0)}))
+	return s, other, t0
+}
+
 // foldDev3 appends 20 records of dev-3 with folds due.
 func foldDev3(t *testing.T, s *Store, t0 time.Time) {
 	t.Helper()
@@ -923,10 +934,7 @@ func foldDev3(t *testing.T, s *Store, t0 time.Time) {
 // fold folds it or leaves it after the mark, never under it unfolded.
 func TestFoldsSeeOtherProcessesDays(t *testing.T) {
 	ctx := context.Background()
-	s, other := twoSQLiteStores(t)
-	s.foldRows, other.foldRows = 1<<20, 1<<20
-	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
-	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-3", t0)}))
+	s, other, t0 := twoStoresWithDev3(t)
 	noErr(t, other.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-x", t0.Add(-3*24*time.Hour))})) // a day s never read
 	foldDev3(t, s, t0)
 	checkMarkOverFolded(t, s, "after this store's fold")
@@ -941,10 +949,7 @@ func TestFoldsSeeOtherProcessesDays(t *testing.T) {
 // bury that record under the mark.
 func TestFailedCommitLeavesListStale(t *testing.T) {
 	ctx := context.Background()
-	s, other := twoSQLiteStores(t)
-	s.foldRows, other.foldRows = 1<<20, 1<<20
-	t0 := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
-	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-3", t0)}))
+	s, other, t0 := twoStoresWithDev3(t)
 	// A deferred foreign key that dev-fail's rows break: checked at COMMIT.
 	day := dayTable(dayStart(t0.UnixMicro()))
 	noErr(t, exec(s.db, `CREATE TABLE zz_parent (id INTEGER PRIMARY KEY)`))

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -181,22 +182,28 @@ func TestUnfoldedRowsReadByID(t *testing.T) {
 		noErr(t, err)
 		p.unfolded = func(string, string) string { return c.rows }
 		query, args := p.selectSQL(sqliteDialect, dayPartition{name: table}, false, nil, 100)
-		rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
-		noErr(t, err)
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			noErr(t, rows.Scan(&id, &parent, &unused, &detail))
-			plan = append(plan, detail)
-		}
-		noErr(t, rows.Err())
-		rows.Close()
-		text := strings.Join(plan, "\n")
+		text := sqlitePlan(t, s.db, query, args...)
 		_, unfolded, ok := strings.Cut(text, "\nRIGHT\n")
 		if !ok || !strings.Contains(unfolded, c.want) || !strings.Contains(unfolded, "SEARCH c USING PRIMARY KEY") ||
 			strings.Contains(unfolded, "SCAN") || strings.Contains(unfolded, "USING INDEX") {
 			t.Errorf("unfolded rows %s: plan does not read them by id:\n%s", c.rows, text)
 		}
 	}
+}
+
+// sqlitePlan is SQLite's query plan of query, a line per step.
+func sqlitePlan(t *testing.T, db *sql.DB, query string, args ...any) string {
+	t.Helper()
+	rows, err := db.Query("EXPLAIN QUERY PLAN "+query, args...)
+	noErr(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		noErr(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	noErr(t, rows.Err())
+	return strings.Join(plan, "\n")
 }
