@@ -29,13 +29,7 @@ func TestRestartReplay(t *testing.T) {
 		DisconnectedAt: t0, Subs: []savedSub{{Wire: "r/#", Filter: "r/#", QoS: 1}},
 		Queue: []savedDelivery{{QoS: 1, Message: savedMessage{Topic: "r/q", Payload: []byte("queued"), QoS: 1, Created: t0.Add(-time.Second)}}},
 		Sent:  []savedSent{{Topic: "r/s", At: t0.Add(-500 * time.Millisecond).UnixMicro()}}} // sent and acknowledged before the save
-	data, err := json.Marshal(&stateFile{Version: stateVersion, Saved: t0, Sessions: []savedSession{sv}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeState(t, path, t0, sv)
 	called, release := make(chan time.Time, 4), make(chan struct{})
 	var calls atomic.Int32
 	replay := func(ctx context.Context, _ *Identity, filters []string, since time.Time, _ int, fn func(*Message)) error {
@@ -97,16 +91,7 @@ func TestRestartReplay(t *testing.T) {
 	})
 	close(release)
 	c := <-resumed
-	for _, want := range []string{"queued", "missed", "live"} {
-		select {
-		case m := <-c.Msgs:
-			if string(m.Payload) != want {
-				t.Fatalf("got %q, want %q (restored queue, then history, then live; each once)", m.Payload, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("no %q", want)
-		}
-	}
+	c.Expect(t, "queued", "missed", "live") // restored queue, then history, then live; each once
 	if got := saved(); !got.Saved.After(t0) || got.Pending {
 		t.Fatalf("saved after the replay: time %v, pending %v; want now, not pending", got.Saved, got.Pending)
 	}
@@ -118,14 +103,7 @@ func TestRestartReplay(t *testing.T) {
 		return len(called) > 0 && ss.replayTimer == nil
 	})
 	srv.Publish(&Message{Topic: "r/end", QoS: 1, Payload: []byte("end")})
-	select {
-	case m := <-c.Msgs:
-		if string(m.Payload) != "end" {
-			t.Fatalf("got %q, want end (a replayed message came twice)", m.Payload)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no end")
-	}
+	c.Expect(t, "end") // not a replayed message a second time
 }
 
 // writeState writes a state file holding sessions.
@@ -175,15 +153,7 @@ func TestRestartReplayByTheConnect(t *testing.T) {
 			t.Fatal("the workers did not start their replays")
 		}
 	}
-	c := mqtttest.DialV5(t, addr, persistent(last))
-	select {
-	case m := <-c.Msgs:
-		if string(m.Payload) != "missed" {
-			t.Fatalf("got %q, want missed", m.Payload)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the session's replay did not run for its CONNECT")
-	}
+	mqtttest.DialV5(t, addr, persistent(last)).Expect(t, "missed") // its CONNECT ran the replay
 }
 
 // TestPendingStateIgnoresRounds: a replay from a state saved while its
