@@ -76,10 +76,7 @@ func (s *Server) runRestart(r *restart) {
 	// clients all come back at once: a replay that gave up waiting would
 	// lose what its session missed). One replay per session: a CONNECT
 	// that comes back waits for this one.
-	if err := s.replay(s.life, ss, &r.sv, time.Time{}); err != nil && s.life.Err() == nil {
-		s.log.Error("restore a session: what it missed since its state was saved could not all be read from history; it goes on without the rest",
-			"session", ss.key, "saved", r.sv.Saved, "error", err)
-	}
+	s.replay(s.life, ss, &r.sv, time.Time{})
 	if s.life.Err() != nil {
 		return // the replay may have been cut short: the next start runs it again
 	}

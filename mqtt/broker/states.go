@@ -305,7 +305,7 @@ func (s *Server) resume(claim Claim) error {
 		// of its own, and the one it left must not hold a place in the
 		// line for long (a node died and all its sessions resume here).
 		ctx, cancel := context.WithTimeout(s.life, replayTimeout)
-		s.replay(ctx, ss, &sv, through) // an error is logged: it goes on with what was read
+		s.replay(ctx, ss, &sv, through)
 		cancel()
 	}
 	return s.install(ss, claim)
@@ -455,11 +455,11 @@ type savedSent struct {
 // or that already arrived is not added twice. The replay runs again
 // replayAgain later for what was published during the move and had not
 // reached history yet. The first reading runs within ctx, the second
-// within replayTimeout. It returns the first reading's error (what it
-// read is added all the same).
-func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, through time.Time) error {
+// within replayTimeout; what a reading that failed got is added all the
+// same.
+func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, through time.Time) {
 	if sv.Saved.IsZero() {
-		return nil
+		return
 	}
 	since := sv.Saved
 	if through.After(since) && !sv.Pending {
@@ -473,11 +473,11 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	// What the state holds or says it sent comes back too (and is
 	// skipped): room for it beside the session's queue bound.
 	seenBefore := len(sv.Sent) + len(sv.Queue) + len(sv.Inflight)
-	got, err := s.replayed(ctx, ss, filters, since, seenBefore)
+	got, _ := s.replayed(ctx, ss, filters, since, seenBefore)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
-		return err // handed over or expired meanwhile (a restart's replay)
+		return // handed over or expired meanwhile (a restart's replay)
 	}
 	seen := make(map[replayKey]struct{}, ss.qlen()+len(ss.inflight)+len(sv.Sent)+len(got))
 	for _, k := range sv.Sent {
@@ -529,7 +529,6 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		}
 		ss.recent, ss.replayTimer = nil, nil
 	})
-	return err
 }
 
 // stopReplayLocked ends a replay under way (the session ends). The
@@ -559,7 +558,8 @@ func (ss *session) replayFilters() []string {
 
 // replayed reads the messages since that filters match: at most the
 // session's queue bound, and seen more, the messages the caller knows the
-// session has (they are skipped); on an error, what it read before it.
+// session has (they are skipped); on an error, what it read before it,
+// the error logged (the session goes on without the rest).
 func (s *Server) replayed(ctx context.Context, ss *session, filters []string, since time.Time, seen int) ([]*Message, error) {
 	if len(filters) == 0 {
 		return nil, nil
@@ -570,7 +570,8 @@ func (s *Server) replayed(ctx context.Context, ss *session, filters []string, si
 	var got []*Message
 	err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) })
 	if err != nil && s.life.Err() == nil {
-		s.log.Warn("resume a session: history could not be replayed in full", "session", ss.key, "replayed", len(got), "error", err)
+		s.log.Error("a session's replay could not read all it missed from history; it goes on without the rest",
+			"session", ss.key, "since", since, "replayed", len(got), "error", err)
 	}
 	return got, err
 }
