@@ -230,12 +230,17 @@ func (d *historyDays) partition(us int64) (dayPartition, bool) {
 	return dayPartition{}, false
 }
 
-// live reports whether table is a known day's table in arrival order
-// (one whose rows fold).
+// live reports whether table is a known day's table in arrival order.
 func (d *historyDays) live(table string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.ContainsFunc(d.parts, func(p dayPartition) bool { return p.name == table && !p.clustered })
+	return arrivalTable(d.parts, table)
+}
+
+// arrivalTable reports whether table is among parts, a day in arrival
+// order (one whose rows fold).
+func arrivalTable(parts []dayPartition, table string) bool {
+	return slices.ContainsFunc(parts, func(p dayPartition) bool { return p.name == table && !p.clustered })
 }
 
 // list returns the known partitions, by lo.

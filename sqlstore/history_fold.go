@@ -390,18 +390,13 @@ func (t *foldTail) load(ctx context.Context, q queryer, parts []dayPartition, gi
 	for i := range rows {
 		recs[i], tables[i] = &rows[i].r, rows[i].table
 	}
-	var fresh foldTail
-	fresh.add(recs, tables, given)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.rows, t.base, t.head, t.clients, t.unfolded, t.stale, t.given = fresh.rows, t.base+len(t.rows), 0, fresh.clients, fresh.unfolded, false, given
 	// Positions go on from the old list's, so that a fold chosen from it
 	// unlists nothing of the new one.
-	for _, c := range t.clients {
-		for i := range c.rows {
-			c.rows[i].pos += t.base
-		}
-	}
+	fresh := foldTail{base: t.base + len(t.rows)}
+	fresh.add(recs, tables, given)
+	t.rows, t.base, t.head, t.clients, t.unfolded, t.stale, t.given = fresh.rows, fresh.base, 0, fresh.clients, fresh.unfolded, false, given
 	return nil
 }
 

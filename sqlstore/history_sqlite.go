@@ -205,7 +205,6 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 		// still rolls the transaction back before the next statement
 		// (database/sql watches it).
 		ctx := context.WithoutCancel(ctx)
-		step = nil
 		var last int64
 		if err := tx.StmtContext(ctx, s.appendStmts.ids).QueryRowContext(ctx, len(recs)).Scan(&last); err != nil {
 			return err
@@ -329,9 +328,7 @@ func (s *Store) liveDays(ctx context.Context, tx *sql.Tx) (func(table string) bo
 	if err != nil {
 		return nil, err
 	}
-	return func(table string) bool {
-		return slices.ContainsFunc(parts, func(p dayPartition) bool { return p.name == table && !p.clustered })
-	}, nil
+	return func(table string) bool { return arrivalTable(parts, table) }, nil
 }
 
 // upsertLatestSQLite makes records the latest of their topics, unless a
