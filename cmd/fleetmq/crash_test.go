@@ -404,16 +404,6 @@ func TestCrashReplaysPersistentSessions(t *testing.T) {
 			t.Fatalf("publish %q: %v", payload, tok.Error())
 		}
 	}
-	next := func(w *mqtttest.V5) string {
-		t.Helper()
-		select {
-		case m := <-w.Msgs:
-			return string(m.Payload)
-		case <-time.After(waitFor):
-			t.Fatal("the persistent session got nothing more")
-			return ""
-		}
-	}
 
 	srv := startServe(t, dir, "-state-save-interval", noSave)
 	watcher := connectV5(t, srv.addr, "watcher", subUser, subPass, false)
@@ -421,9 +411,7 @@ func TestCrashReplaysPersistentSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(srv.addr, "before")
-	if got := next(watcher); got != "before" {
-		t.Fatalf("got %q, want before", got)
-	}
+	watcher.Expect(t, "before")
 	watcher.Disconnect(&paho.Disconnect{})
 	srv.stop(t) // saves the session, "before" among what it was sent
 
@@ -440,12 +428,11 @@ func TestCrashReplaysPersistentSessions(t *testing.T) {
 		t.Fatal("the persistent session did not survive the crash")
 	}
 	publish(srv.addr, "after")
+	// Each of the n once, in order (none lost, repeated or reordered), then
+	// what was published after.
+	var want []string
 	for i := range n {
-		if got := next(watcher); got != fmt.Sprint(i) {
-			t.Fatalf("message %d after the restart: got %q (lost, repeated or out of order)", i, got)
-		}
+		want = append(want, fmt.Sprint(i))
 	}
-	if got := next(watcher); got != "after" {
-		t.Fatalf("after the replayed messages: got %q, want after", got)
-	}
+	watcher.Expect(t, append(want, "after")...)
 }
