@@ -2,6 +2,7 @@ package contract
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -63,6 +64,8 @@ func SessionOwners(t *testing.T, newShared func(t *testing.T) func(node string) 
 		defer stopA()
 		lostB, stopB := watch(b, "b")
 		defer stopB()
+		reach(t, a, "a", b, "b", lostA.heard)
+		reach(t, b, "b", a, "a", lostB.heard)
 		ca := claim(t, a, "k", "a")
 		claim(t, a, "k2", "a")
 		again := claim(t, a, "k", "a") // the same node: no one is told
@@ -108,6 +111,7 @@ func SessionOwners(t *testing.T, newShared func(t *testing.T) func(node string) 
 		// for the stopped watch would have had time to arrive too.
 		lost2, stop2 := watch(a, "a")
 		defer stop2()
+		reach(t, a, "a", b, "b", lost2.heard)
 		claim(t, a, "k2", "a")
 		claim(t, b, "k2", "b")
 		testkit.Eventually(t, within, "the second watch's notice", func() bool { return len(lost2.all()) > 0 })
@@ -154,8 +158,15 @@ func SessionOwners(t *testing.T, newShared func(t *testing.T) func(node string) 
 }
 
 type notices struct {
-	mu  sync.Mutex
-	got []broker.Claim
+	mu     sync.Mutex
+	got    []broker.Claim
+	probes int // notices of reach's probes, not in got
+}
+
+func (n *notices) heard() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.probes
 }
 
 func (n *notices) all() []broker.Claim {
@@ -168,10 +179,38 @@ func watch(o broker.SessionOwners, node string) (*notices, func()) {
 	n := &notices{}
 	stop := o.Watch(node, func(c broker.Claim) {
 		n.mu.Lock()
-		n.got = append(n.got, c)
+		if isProbe(c.Key) {
+			n.probes++
+		} else {
+			n.got = append(n.got, c)
+		}
 		n.mu.Unlock()
 	})
 	return n, stop
+}
+
+// probePrefix starts the keys of reach's probes.
+const probePrefix = "probe/"
+
+func isProbe(key string) bool { return strings.HasPrefix(key, probePrefix) }
+
+// reach waits until from's takeovers reach the watch of node (named
+// node, handle o), which counts the probes it hears in heard: a cluster's
+// servers learn of each other's subscriptions a moment after they are
+// made, and a notice sent before that goes nowhere (a running node
+// watches long before any of its sessions is taken over).
+func reach(t *testing.T, o broker.SessionOwners, node string, from broker.SessionOwners, fromNode string, heard func() int) {
+	t.Helper()
+	n := 0
+	testkit.Eventually(t, within, fmt.Sprintf("node %s to hear %s's takeovers", node, fromNode), func() bool {
+		n++
+		key := fmt.Sprintf("%s%d", probePrefix, n)
+		claim(t, o, key, node)
+		if _, err := from.Claim(key, fromNode, true); err != nil {
+			t.Fatal(err)
+		}
+		return heard() > 0
+	})
 }
 
 func claim(t *testing.T, o broker.SessionOwners, key, node string) broker.Claim {

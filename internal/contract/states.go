@@ -1,7 +1,7 @@
 package contract
 
 import (
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,28 +98,17 @@ func SessionStates(t *testing.T, newShared func(t *testing.T) func(node string) 
 	t.Run("a fresh claim's notice says so", func(t *testing.T) {
 		node := newShared(t)
 		a, b := node("a"), node("b")
-		var mu sync.Mutex
-		var got []broker.Claim
-		stop := a.Watch("a", func(old broker.Claim) {
-			mu.Lock()
-			got = append(got, old)
-			mu.Unlock()
-		})
+		lost, stop := watch(a, "a")
 		defer stop()
+		reach(t, a, "a", b, "b", lost.heard)
 		claim(t, a, "k", "a")
 		if _, err := b.Claim("k", "b", true); err != nil {
 			t.Fatal(err)
 		}
 		claim(t, a, "k2", "a")
 		claim(t, b, "k2", "b") // resumes: waits for a's answer
-		testkit.Eventually(t, within, "both notices", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(got) == 2
-		})
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range got {
+		testkit.Eventually(t, within, "both notices", func() bool { return len(lost.all()) == 2 })
+		for _, c := range lost.all() {
 			if want := c.Key == "k"; c.Fresh != want {
 				t.Fatalf("the notice of %s says fresh %v, want %v", c.Key, c.Fresh, want)
 			}
@@ -153,12 +142,18 @@ func SessionStates(t *testing.T, newShared func(t *testing.T) func(node string) 
 		a, b := node("a"), node("b")
 		// a saves the session's last state when it hears of the
 		// takeover, as a broker does; b's claim returns after that.
+		var probes atomic.Int32
 		stop := a.Watch("a", func(old broker.Claim) {
+			if isProbe(old.Key) {
+				probes.Add(1)
+				return
+			}
 			if err := a.Save(old, []byte("handed over")); err != nil {
 				t.Error(err)
 			}
 		})
 		defer stop()
+		reach(t, a, "a", b, "b", func() int { return int(probes.Load()) })
 		ca := claim(t, a, "k", "a")
 		save(t, a, ca, "before")
 		wantState(t, b, claim(t, b, "k", "b"), "handed over")
