@@ -38,7 +38,10 @@ type Server struct {
 	stateSums map[string]uint64
 	// lost are the takeover notices of the last minute, by session key
 	// (guarded by mu; states.go).
-	lost     map[string]lostNotice
+	lost map[string]lostNotice
+	// resuming are the resumes from another node's state whose replay is
+	// under way, by session key (guarded by mu; states.go).
+	resuming map[string]*resumeRun
 	unwatch  func() // ends the watch of this node's claims
 	subs     *topic.Index[string, subscription]
 	retained Retained        // Options.Retained, or local
@@ -92,6 +95,7 @@ func New(opts Options) (*Server, error) {
 		conns:     make(map[*conn]struct{}),
 		wills:     make(map[string]*time.Timer),
 		lost:      make(map[string]lostNotice),
+		resuming:  make(map[string]*resumeRun),
 		stopWatch: make(chan struct{}),
 	}
 	s.life, s.endLife = context.WithCancel(context.Background())

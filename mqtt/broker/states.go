@@ -300,15 +300,57 @@ func (s *Server) resume(claim Claim) error {
 	ss.restoreLocked(&sv)
 	ss.mu.Unlock()
 	if s.opts.Replay != nil {
-		// Bounded, its wait for the account's other replays included: a
-		// client that gives up waiting and connects again starts a resume
-		// of its own, and the one it left must not hold a place in the
-		// line for long (a node died and all its sessions resume here).
-		ctx, cancel := context.WithTimeout(s.life, replayTimeout)
+		// Bounded, its wait for the account's other replays included, and
+		// given up when a later CONNECT of the session resumes it here (a
+		// client that gave up waiting and connected again): the one it
+		// left must not hold a place in the account's line (a node died
+		// and all its sessions resume here at once).
+		ctx, end := s.resumeRun(claim)
 		s.replay(ctx, ss, &sv, through)
-		cancel()
+		end()
 	}
 	return s.install(ss, claim)
+}
+
+// resumeRun is a resume's replay under way (Server.resuming).
+type resumeRun struct {
+	epoch  uint64
+	cancel context.CancelCauseFunc
+}
+
+// errResumedAgain ends the replay of a resume that a later CONNECT of the
+// same session resuming on this server made pointless.
+var errResumedAgain = errors.New("a later connection of this client resumes the session")
+
+// resumeRun starts the context of the replay of a session that claim
+// resumes, bounded by replayTimeout, and gives up the replay of an earlier
+// claim of the same session resuming here (errResumedAgain): that
+// CONNECT's client gave up on it and tried again, and its session, if it
+// is installed at all, is replaced by this one's (install keeps the
+// latest claim). end releases the context.
+func (s *Server) resumeRun(claim Claim) (ctx context.Context, end func()) {
+	ctx, cancel := context.WithCancelCause(s.life)
+	ctx, stop := context.WithTimeout(ctx, replayTimeout)
+	run := &resumeRun{epoch: claim.Epoch, cancel: cancel}
+	s.mu.Lock()
+	if prev := s.resuming[claim.Key]; prev != nil && prev.epoch > claim.Epoch {
+		cancel(errResumedAgain) // a later claim resumes already: this one is late
+	} else {
+		if prev != nil {
+			prev.cancel(errResumedAgain)
+		}
+		s.resuming[claim.Key] = run
+	}
+	s.mu.Unlock()
+	return ctx, func() {
+		stop()
+		cancel(nil)
+		s.mu.Lock()
+		if s.resuming[claim.Key] == run {
+			delete(s.resuming, claim.Key)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // errSuperseded refuses a CONNECT whose resume finished after a later
@@ -569,7 +611,11 @@ func (s *Server) replayed(ctx context.Context, ss *session, filters []string, si
 	ss.mu.Unlock()
 	var got []*Message
 	err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) })
-	if err != nil && s.life.Err() == nil {
+	switch {
+	case err == nil || s.life.Err() != nil:
+	case errors.Is(context.Cause(ctx), errResumedAgain):
+		s.log.Info("a session's replay was given up: a later connection of its client resumes it", "session", ss.key)
+	default:
 		s.log.Error("a session's replay could not read all it missed from history; it goes on without the rest",
 			"session", ss.key, "since", since, "replayed", len(got), "error", err)
 	}

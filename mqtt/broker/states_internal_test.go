@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -303,6 +304,51 @@ func TestRounds(t *testing.T) {
 	if saves, rounds := st.counts(); saves != 3 || rounds != 3 {
 		t.Fatalf("after the failure: %d saves, %d rounds; want the change saved again (3) and a round (3)", saves, rounds)
 	}
+}
+
+// TestRetryGivesUpTheFirstReplay: a client that gave up on a CONNECT
+// waiting in its replay (the account's line is long after a node died)
+// and connects again frees the place the first replay held: its context
+// ends at once, not after replayTimeout, and the retry is served.
+func TestRetryGivesUpTheFirstReplay(t *testing.T) {
+	entered, gaveUp := make(chan struct{}), make(chan error, 1)
+	st := resumable()
+	first := true
+	var mu sync.Mutex
+	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		mu.Lock()
+		hold := first
+		first = false
+		mu.Unlock()
+		if hold {
+			close(entered)
+			<-ctx.Done() // a place in a line that does not move
+			gaveUp <- context.Cause(ctx)
+			return ctx.Err()
+		}
+		return nil
+	}
+	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
+	go mqtttest.TryV5(t, addr, persistent("dev"))
+	<-entered
+	retry := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !retry.Connack.SessionPresent {
+		t.Fatal("the retry did not resume the session")
+	}
+	select {
+	case cause := <-gaveUp:
+		if !errors.Is(cause, errResumedAgain) {
+			t.Fatalf("the first replay ended with %v, want %v", cause, errResumedAgain)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first replay still holds its place after the retry was served")
+	}
+	testkit.Eventually(t, 5*time.Second, "the retry's claim to hold the session", func() bool {
+		return sessionOf(srv, "dev").currentClaim().Epoch == 2
+	})
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "still here")
+	retry.Expect(t, "still here")
 }
 
 // TestResumeAfterARetry: a client that gave up on a CONNECT stuck in its
