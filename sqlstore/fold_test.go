@@ -1002,3 +1002,48 @@ func TestIDsCond(t *testing.T) {
 		}
 	}
 }
+
+// TestFoldFailuresAreCounted: a fold the store refuses (here a trigger on
+// the day's client index) leaves the commit in, its records listed and
+// found, and is counted with its error (FoldStats: serve logs it and
+// exports it); once folds succeed again the list empties.
+func TestFoldFailuresAreCounted(t *testing.T) {
+	ctx := context.Background()
+	s := openFoldStore(t)
+	s.foldRows = 8
+	t0 := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	noErr(t, s.AppendHistory(ctx, []*fleetmq.Record{listRec("dev-1", t0)}))
+	client := clientTable(dayTable(dayStart(t0.UnixMicro())))
+	noErr(t, exec(s.db, `CREATE TRIGGER zz_refuse BEFORE INSERT ON `+client+` BEGIN SELECT RAISE(ABORT, 'the index refuses rows'); END`))
+	at := t0
+	appendN := func(n int) {
+		t.Helper()
+		var batch []*fleetmq.Record
+		for range n {
+			at = at.Add(time.Millisecond)
+			batch = append(batch, listRec("dev-1", at))
+		}
+		noErr(t, s.AppendHistory(ctx, batch))
+	}
+	appendN(20)
+	appendN(20)
+	f := s.FoldStats()
+	if f.Failures == 0 || f.LastError == nil || !strings.Contains(f.LastError.Error(), "the index refuses rows") {
+		t.Fatalf("after folds the store refused: %+v; want failures counted with the store's error", f)
+	}
+	if f.Unfolded != 41 {
+		t.Fatalf("%d records listed unfolded, want all 41", f.Unfolded)
+	}
+	if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "dev-1"}, 0); len(got) != 41 {
+		t.Fatalf("a query by client finds %d records, want 41", len(got))
+	}
+	noErr(t, exec(s.db, `DROP TRIGGER zz_refuse`))
+	failures := f.Failures
+	appendN(20)
+	if f := s.FoldStats(); f.Failures != failures || f.Unfolded != 0 {
+		t.Fatalf("after the store took folds again: %+v; want no new failure and nothing unfolded", f)
+	}
+	if got := queryPositions(t, s, fleetmq.HistoryQuery{AccountID: foldAccA, ClientID: "dev-1"}, 0); len(got) != 61 {
+		t.Fatalf("a query by client finds %d records, want 61", len(got))
+	}
+}

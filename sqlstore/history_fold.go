@@ -82,6 +82,41 @@ type foldTail struct {
 	// given is the id counter's value the list follows: every unfolded
 	// row with an id up to it is listed.
 	given int64
+	// failures counts the folds that failed, lastErr the last one's error.
+	failures uint64
+	lastErr  error
+}
+
+// FoldStats is how a SQLite store's history folds go (FoldStats).
+type FoldStats struct {
+	// Unfolded is the number of records appended and not yet folded into
+	// their day's client index: listed in memory (~70 bytes each), read
+	// by id by the queries of their clients. It stays under a few times
+	// FoldRows per client written to lately while folds succeed.
+	Unfolded int
+	// Failures counts the folds that failed (each commit went in without
+	// its fold; a later commit folds), LastError is the last one's error.
+	Failures  uint64
+	LastError error
+}
+
+// FoldStats says how the history folds of a SQLite store go (zero on
+// PostgreSQL, whose days need no folds). A fold that keeps failing leaves
+// the records it would have folded in memory, and the queries of their
+// clients slower, until it succeeds.
+func (s *Store) FoldStats() FoldStats {
+	t := &s.tail
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return FoldStats{Unfolded: t.unfolded, Failures: t.failures, LastError: t.lastErr}
+}
+
+// failed counts a failed fold.
+func (t *foldTail) failed(err error) {
+	t.mu.Lock()
+	t.failures++
+	t.lastErr = err
+	t.mu.Unlock()
 }
 
 // tailRow is a listed row; c is nil once it is folded.

@@ -301,10 +301,13 @@ func (s *Store) appendSQLite(ctx context.Context, recs []*fleetmq.Record) error 
 	if err != nil {
 		return err
 	}
-	if noSuchTable(foldErr) {
+	switch {
+	case noSuchTable(foldErr):
 		// A day was dropped or reordered (its table renamed) since this
 		// process read the days: they are read again.
 		s.rereadSQLiteDays(ctx)
+	case foldErr != nil:
+		s.tail.failed(foldErr)
 	}
 	return nil
 }

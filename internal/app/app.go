@@ -276,7 +276,7 @@ func (a *App) start(ctx context.Context) error {
 	}
 	RegisterPlatform(a.Metrics, a.Policy)
 	a.Retention = &history.Retention{Control: a.Store, History: a.Store, Now: cfg.Now, Logger: cfg.Logger}
-	RegisterHistory(a.Metrics, a.Ingest, a.Retention)
+	RegisterHistory(a.Metrics, a.Ingest, a.Retention, a.Store)
 	if err := a.startAPI(ctx); err != nil {
 		return err
 	}
@@ -316,10 +316,14 @@ func (a *App) start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	a.wg.Add(3)
+	a.wg.Add(4)
 	go func() {
 		defer a.wg.Done()
 		a.Policy.Run(runCtx, src, a.Store, a.Broker, cfg.ReloadInterval, cfg.Logger)
+	}()
+	go func() {
+		defer a.wg.Done()
+		watchFolds(runCtx, a.Store.FoldStats, foldCheck, cfg.Logger)
 	}()
 	go func() {
 		defer a.wg.Done()
@@ -487,3 +491,28 @@ func (a *App) Sync(ctx context.Context) {
 // The store writes usage at most once per write id: a flush whose commit
 // went through but reported an error is sent again, not counted twice.
 var _ platform.OnceUsageSink = (*sqlstore.Store)(nil)
+
+// foldCheck is how often serve looks for failed history folds.
+const foldCheck = time.Minute
+
+// watchFolds logs, every interval until ctx ends, the history folds that
+// failed since it last looked (SQLite: a fold that keeps failing leaves
+// its records in memory and their clients' queries slower, and nothing
+// else says so but fleetmq_history_fold_failures_total).
+func watchFolds(ctx context.Context, stats func() sqlstore.FoldStats, interval time.Duration, log *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	seen := stats().Failures
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if f := stats(); f.Failures > seen {
+			log.Error("history folds fail: the records they would fold stay in memory, and their clients' queries read them apart",
+				"failed", f.Failures-seen, "since", interval, "unfolded", f.Unfolded, "error", f.LastError)
+			seen = f.Failures
+		}
+	}
+}

@@ -126,6 +126,8 @@ func TestMetricsAnOperatorWatches(t *testing.T) {
 		{"fleetmq_mqtt_subscribe_refused_total", []string{"code", "not_authorized"}, func(v float64) bool { return v == 1 }, "1"},
 		{"fleetmq_ingest_commit_duration_seconds", nil, func(v float64) bool { return v >= 1 }, "at least one commit"},
 		{"fleetmq_ingest_lag_seconds", nil, func(v float64) bool { return v >= 1 }, "at least one record"},
+		{"fleetmq_history_unfolded_records", nil, func(v float64) bool { return v >= 1 }, "the stored message, not yet folded"},
+		{"fleetmq_history_fold_failures_total", nil, func(v float64) bool { return v == 0 }, "0"},
 		{"go_goroutines", nil, func(v float64) bool { return v > 0 }, "> 0"},
 		{"go_memstats_heap_inuse_bytes", nil, func(v float64) bool { return v > 0 }, "> 0"},
 		{"go_gc_duration_seconds", nil, func(v float64) bool { return v >= 0 }, "present"},
