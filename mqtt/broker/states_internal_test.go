@@ -306,28 +306,34 @@ func TestRounds(t *testing.T) {
 	}
 }
 
+// firstReplayHeld returns an Options.Replay whose first call closes
+// entered and returns what hold returns; later calls find nothing.
+func firstReplayHeld(hold func(ctx context.Context) error) (entered chan struct{}, replay func(context.Context, *Identity, []string, time.Time, int, func(*Message)) error) {
+	entered = make(chan struct{})
+	var first sync.Once
+	return entered, func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		held := false
+		first.Do(func() { held = true })
+		if !held {
+			return nil
+		}
+		close(entered)
+		return hold(ctx)
+	}
+}
+
 // TestRetryGivesUpTheFirstReplay: a client that gave up on a CONNECT
 // waiting in its replay (the account's line is long after a node died)
 // and connects again frees the place the first replay held: its context
 // ends at once, not after replayTimeout, and the retry is served.
 func TestRetryGivesUpTheFirstReplay(t *testing.T) {
-	entered, gaveUp := make(chan struct{}), make(chan error, 1)
+	gaveUp := make(chan error, 1)
 	st := resumable()
-	first := true
-	var mu sync.Mutex
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
-		mu.Lock()
-		hold := first
-		first = false
-		mu.Unlock()
-		if hold {
-			close(entered)
-			<-ctx.Done() // a place in a line that does not move
-			gaveUp <- context.Cause(ctx)
-			return ctx.Err()
-		}
-		return nil
-	}
+	entered, replay := firstReplayHeld(func(ctx context.Context) error {
+		<-ctx.Done() // a place in a line that does not move
+		gaveUp <- context.Cause(ctx)
+		return ctx.Err()
+	})
 	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
 	go mqtttest.TryV5(t, addr, persistent("dev"))
 	<-entered
@@ -355,21 +361,12 @@ func TestRetryGivesUpTheFirstReplay(t *testing.T) {
 // resume connects again and is served; the first resume, finishing late,
 // does not take the session from under it (that CONNECT is refused).
 func TestResumeAfterARetry(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
+	release := make(chan struct{})
 	st := resumable()
-	first := true
-	var mu sync.Mutex
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
-		mu.Lock()
-		hold := first
-		first = false
-		mu.Unlock()
-		if hold {
-			close(entered)
-			<-release
-		}
+	entered, replay := firstReplayHeld(func(context.Context) error {
+		<-release
 		return nil
-	}
+	})
 	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
 	stuck := make(chan error, 1)
 	go func() {
