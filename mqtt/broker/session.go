@@ -135,8 +135,12 @@ type session struct {
 	limits   Limits
 	// recent holds the messages queued since the session was resumed
 	// from another node, until its second replay (states.go); nil
-	// otherwise.
-	recent map[replayKey]struct{}
+	// otherwise. It takes at most recentCap (the second replay reads
+	// messages oldest first, a bounded number of them: those queued
+	// later cannot be among them), and no QoS 0 message (a replay has
+	// none).
+	recent    map[replayKey]struct{}
+	recentCap int
 	// replayTimer runs the second replay of a resumed session.
 	replayTimer *time.Timer
 	// saveMu orders the saves of the session's state to SessionStates
@@ -250,7 +254,7 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, ids []uint32, from
 		return
 	}
 	ss.push(newDelivery(m, qos, retain, ids))
-	if ss.recent != nil {
+	if ss.recent != nil && m.QoS > 0 && len(ss.recent) < ss.recentCap {
 		ss.recent[keyOf(m)] = struct{}{} // a replay is under way (states.go)
 	}
 	ss.pumpLocked(from)

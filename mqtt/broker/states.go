@@ -551,8 +551,13 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		seen[k] = struct{}{}
 		ss.pushBoundedLocked(d)
 	}
-	// Until the second replay, what is queued is remembered (enqueue).
-	ss.recent = seen
+	// Until the second replay, what is queued is remembered (enqueue):
+	// that replay reads at most the queue bound and seenAgain messages
+	// from since on, oldest first, so of the messages queued from now on
+	// only that many first can be among them (twice that: the nodes'
+	// clocks differ a little).
+	seenAgain := seenBefore + len(got)
+	ss.recent, ss.recentCap = seen, len(seen)+2*(ss.limits.MaxQueued+seenAgain)
 	ss.replayTimer = time.AfterFunc(replayAgain, func() {
 		select {
 		case <-s.done:
@@ -562,14 +567,14 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		// Bounded: until it is in, what is queued is remembered.
 		ctx, cancel := context.WithTimeout(s.life, replayTimeout)
 		defer cancel()
-		again, _ := s.replayed(ctx, ss, filters, since, seenBefore+len(got))
+		again, _ := s.replayed(ctx, ss, filters, since, seenAgain)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
 			ss.addReplayedLocked(again, ss.recent)
 			ss.pumpLocked(nil)
 		}
-		ss.recent, ss.replayTimer = nil, nil
+		ss.recent, ss.recentCap, ss.replayTimer = nil, 0, nil
 	})
 }
 
@@ -580,7 +585,7 @@ func (ss *session) stopReplayLocked() {
 		ss.replayTimer.Stop()
 		ss.replayTimer = nil
 	}
-	ss.recent = nil
+	ss.recent, ss.recentCap = nil, 0
 }
 
 // replayFilters returns the filters of the session's non-shared

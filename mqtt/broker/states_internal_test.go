@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -388,4 +389,62 @@ func TestResumeAfterARetry(t *testing.T) {
 	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
 	pub.Pub(t, "t/1", 1, "still here")
 	retry.Expect(t, "still here")
+}
+
+// TestResumedSessionRemembersBounded: until its second replay, a session
+// resumed from another node remembers the QoS 1 and 2 messages queued to
+// it, so that the replay bringing them again does not send them twice;
+// but no more of them than that replay can bring (it reads a bounded
+// number, oldest first), and no QoS 0 message (a replay has none): a busy
+// subscriber's memory does not grow with its rate for those seconds.
+func TestResumedSessionRemembersBounded(t *testing.T) {
+	t0 := time.Now().Truncate(time.Millisecond)
+	live := func(i int, qos byte) *Message {
+		return &Message{Topic: fmt.Sprintf("t/live/%d", i), QoS: qos, PublishedQoS: qos, Payload: fmt.Appendf(nil, "%d-%d", qos, i),
+			Created: t0.Add(time.Duration(2*i+int(qos)) * time.Microsecond)}
+	}
+	var calls atomic.Int32
+	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		if calls.Add(1) == 2 {
+			fn(live(0, 1)) // the second pass brings the first live message again
+		}
+		return nil
+	}
+	srv, addr := startStates(t, Options{States: resumable(), Owners: &elsewhere{}, Replay: replay})
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	ss := sessionOf(srv, "dev")
+	ss.mu.Lock()
+	room := ss.recentCap - len(ss.recent)
+	ss.mu.Unlock()
+	if room <= 0 || room > 10_000 {
+		t.Fatalf("room for %d messages queued live; want some, bounded", room)
+	}
+	const batch = 20 // within the session's queue bound and window
+	for i := 0; i < room+2*batch; i += batch {
+		var want []string
+		for j := i; j < i+batch; j++ {
+			for _, qos := range []byte{1, 0} {
+				m := live(j, qos)
+				srv.Publish(m)
+				want = append(want, string(m.Payload))
+			}
+		}
+		c.Expect(t, want...)
+	}
+	ss.mu.Lock()
+	remembered, limit, pending := len(ss.recent), ss.recentCap, ss.replayTimer != nil
+	ss.mu.Unlock()
+	if !pending {
+		t.Fatal("the second replay ran already: the test published too slowly")
+	}
+	if remembered != limit {
+		t.Fatalf("%d messages remembered after %d QoS 1 and as many QoS 0 ones queued live; want the bound, %d", remembered, room+2*batch, limit)
+	}
+	testkit.Eventually(t, 10*time.Second, "the second replay", func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return calls.Load() == 2 && ss.replayTimer == nil
+	})
+	srv.Publish(&Message{Topic: "t/end", QoS: 1, Payload: []byte("end")})
+	c.Expect(t, "end") // not the first live message a second time
 }
