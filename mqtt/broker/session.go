@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -141,8 +142,10 @@ type session struct {
 	// none).
 	recent    map[replayKey]struct{}
 	recentCap int
-	// replayTimer runs the second replay of a resumed session.
+	// replayTimer runs the second replay of a resumed session;
+	// replayStop ends that replay's read once it runs.
 	replayTimer *time.Timer
+	replayStop  context.CancelFunc
 	// saveMu orders the saves of the session's state to SessionStates
 	// (periodic and at a hand-over); taken before mu.
 	saveMu sync.Mutex

@@ -367,7 +367,7 @@ func (s *Server) install(ss *session, claim Claim) error {
 		cur := s.sessions[ss.key]
 		s.mu.Unlock()
 		if cur != nil && cur.currentClaim().Epoch > claim.Epoch {
-			s.dropResumed(ss, cur)
+			s.retireBeside(ss, cur, true) // the store keeps its messages for cur
 			return errSuperseded
 		}
 		s.mu.Lock()
@@ -378,46 +378,60 @@ func (s *Server) install(ss *session, claim Claim) error {
 		s.sessions[ss.key] = ss
 		s.mu.Unlock()
 		if cur != nil {
-			s.endStale(cur)
+			// An earlier resume's (its replay given up for this one's,
+			// or its CONNECT's client gone): it ends beside ss.
+			closeTaken(cur)
+			s.retireBeside(cur, ss, false)
 		}
 		return nil
 	}
 }
 
-// dropResumed ends ss, a session resumed here that a later one of the
-// same key (cur) superseded before it was installed. Both indexed their
-// subscriptions under the key: ss takes out only the filters cur does not
-// hold (cur's entries are cur's now).
-func (s *Server) dropResumed(ss, cur *session) {
-	cur.mu.Lock()
-	held := make(map[string]bool, len(cur.subs))
-	for wire := range cur.subs {
+// retireBeside ends old, a session of the same key as keep that keep
+// replaces (install) or supersedes before old was installed. Both indexed
+// their subscriptions under the key: old takes out only the filters keep
+// does not hold, and keep's subscriptions are indexed again (an entry
+// both made is the one indexed last). kept: old's messages are not
+// counted as dropped (the store keeps them for keep).
+func (s *Server) retireBeside(old, keep *session, kept bool) {
+	keep.mu.Lock()
+	held := make(map[string]bool, len(keep.subs))
+	for wire := range keep.subs {
 		held[wire] = true
 	}
-	cur.mu.Unlock()
-	ss.mu.Lock()
-	ss.retireLocked(DropSessionExpired, true, held) // the store keeps its messages for cur
-	ss.mu.Unlock()
-	// Entries both indexed are cur's again, whichever indexed last.
-	cur.mu.Lock()
-	for _, sub := range cur.subs {
-		s.index(sub)
+	keep.mu.Unlock()
+	old.mu.Lock()
+	if !old.ended {
+		old.retireLocked(DropSessionExpired, kept, held)
 	}
-	cur.mu.Unlock()
+	old.mu.Unlock()
+	keep.mu.Lock()
+	if !keep.ended {
+		for _, sub := range keep.subs {
+			s.index(sub)
+		}
+	}
+	keep.mu.Unlock()
 }
 
 // endStale ends a copy of a session this server kept that another claim
 // replaced: its connection, if any, closes with Session taken over.
 func (s *Server) endStale(prev *session) {
-	prev.mu.Lock()
-	pc := prev.c
-	prev.mu.Unlock()
+	closeTaken(prev)
+	s.endSession(prev, false, DropSessionExpired)
+}
+
+// closeTaken closes the connection of ss, if any, with Session taken
+// over.
+func closeTaken(ss *session) {
+	ss.mu.Lock()
+	pc := ss.c
+	ss.mu.Unlock()
 	if pc != nil {
 		pc.taken.Store(true)
 		pc.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
 			Detail: "another node took over the session"})
 	}
-	s.endSession(prev, false, DropSessionExpired)
 }
 
 // replayWindow is how far before its state was saved a resumed session's
@@ -551,6 +565,11 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		seen[k] = struct{}{}
 		ss.pushBoundedLocked(d)
 	}
+	if errors.Is(context.Cause(ctx), errResumedAgain) {
+		// A later CONNECT of the session resumes it here: its session
+		// replaces this one and runs both passes itself.
+		return
+	}
 	// Until the second replay, what is queued is remembered (enqueue):
 	// that replay reads at most the queue bound and seenAgain messages
 	// from since on, oldest first, so of the messages queued from now on
@@ -564,9 +583,17 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 			return // closing
 		default:
 		}
-		// Bounded: until it is in, what is queued is remembered.
+		// Bounded, and given up when the session ends (stopReplayLocked):
+		// until it is in, what is queued is remembered.
 		ctx, cancel := context.WithTimeout(s.life, replayTimeout)
 		defer cancel()
+		ss.mu.Lock()
+		if ss.ended {
+			ss.mu.Unlock()
+			return
+		}
+		ss.replayStop = cancel
+		ss.mu.Unlock()
 		again, _ := s.replayed(ctx, ss, filters, since, seenAgain)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
@@ -574,7 +601,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 			ss.addReplayedLocked(again, ss.recent)
 			ss.pumpLocked(nil)
 		}
-		ss.recent, ss.recentCap, ss.replayTimer = nil, 0, nil
+		ss.recent, ss.recentCap, ss.replayTimer, ss.replayStop = nil, 0, nil, nil
 	})
 }
 
@@ -584,6 +611,10 @@ func (ss *session) stopReplayLocked() {
 	if ss.replayTimer != nil {
 		ss.replayTimer.Stop()
 		ss.replayTimer = nil
+	}
+	if ss.replayStop != nil {
+		ss.replayStop() // the second pass under way
+		ss.replayStop = nil
 	}
 	ss.recent, ss.recentCap = nil, 0
 }

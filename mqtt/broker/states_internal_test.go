@@ -448,3 +448,40 @@ func TestResumedSessionRemembersBounded(t *testing.T) {
 	srv.Publish(&Message{Topic: "t/end", QoS: 1, Payload: []byte("end")})
 	c.Expect(t, "end") // not the first live message a second time
 }
+
+// TestRetryInstalledAfterTheGivenUpResume: the first CONNECT's replay is
+// given up and its session installed while the retry's replay still runs
+// (here longer than replayAgain); that session runs no second pass, and
+// the retry's session replaces it and keeps its subscriptions (both put
+// them in the index under the session's key).
+func TestRetryInstalledAfterTheGivenUpResume(t *testing.T) {
+	var srv *Server
+	var calls atomic.Int32
+	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		switch calls.Add(1) {
+		case 1:
+			<-ctx.Done() // given up by the retry
+			return ctx.Err()
+		case 2: // the retry's: until the first one's session is in, and a while
+			testkit.Within(5*time.Second, func() bool { return sessionOf(srv, "dev") != nil })
+			if testkit.Within(replayAgain+time.Second, func() bool { return calls.Load() > 2 }) {
+				t.Error("the session whose replay was given up ran a second pass")
+			}
+		}
+		return nil
+	}
+	var addr string
+	srv, addr = startStates(t, Options{States: resumable(), Owners: &elsewhere{}, Replay: replay})
+	go mqtttest.TryV5(t, addr, persistent("dev"))
+	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
+	retry := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !retry.Connack.SessionPresent {
+		t.Fatal("the retry did not resume the session")
+	}
+	if c := sessionOf(srv, "dev").currentClaim(); c.Epoch != 2 {
+		t.Fatalf("claim %d holds the session, want the retry's (2)", c.Epoch)
+	}
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "still here")
+	retry.Expect(t, "still here")
+}
