@@ -91,8 +91,11 @@ type foldTail struct {
 type FoldStats struct {
 	// Unfolded is the number of records appended and not yet folded into
 	// their day's client index: listed in memory (~70 bytes each), read
-	// by id by the queries of their clients. It stays under a few times
-	// FoldRows per client written to lately while folds succeed.
+	// by id by the queries of their clients. While folds succeed it
+	// stays near the larger of FoldRows and foldSpread per client written
+	// to lately, at most about foldMaxTail times FoldRows (131,072).
+	// After a failed commit, until the next reads the list again, it
+	// may count rows that commit did not store.
 	Unfolded int
 	// Failures counts the folds that failed (each commit went in without
 	// its fold; a later commit folds), LastError is the last one's error.

@@ -176,7 +176,7 @@ func RegisterHistory(reg prometheus.Registerer, w *ingest.Writer, r *history.Ret
 		metrics.Value("fleetmq_history_retention_passes_total", "Completed retention passes.", metrics.Counter, func(r *history.Retention) float64 { return float64(r.Runs()) }),
 	))
 	reg.MustRegister(metrics.NewSnapshot(st.FoldStats,
-		metrics.Value("fleetmq_history_unfolded_records", "SQLite: history records not yet folded into their day's client index (listed in memory, ~70 bytes each; a few times 2,048 per client written to lately while folds succeed).", metrics.Gauge, func(f sqlstore.FoldStats) float64 { return float64(f.Unfolded) }),
+		metrics.Value("fleetmq_history_unfolded_records", "SQLite: history records not yet folded into their day's client index (listed in memory, ~70 bytes each; while folds succeed, near the larger of 2,048 and 8 per client written to lately, at most about 131,072).", metrics.Gauge, func(f sqlstore.FoldStats) float64 { return float64(f.Unfolded) }),
 		metrics.Value("fleetmq_history_fold_failures_total", "SQLite: history folds that failed (the commit went in without its fold; a later one folds).", metrics.Counter, func(f sqlstore.FoldStats) float64 { return float64(f.Failures) }),
 	))
 }
