@@ -570,13 +570,9 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		// replaces this one and runs both passes itself.
 		return
 	}
-	// Until the second replay, what is queued is remembered (enqueue):
-	// that replay reads at most the queue bound and seenAgain messages
-	// from since on, oldest first, so of the messages queued from now on
-	// only that many first can be among them (twice that: the nodes'
-	// clocks differ a little).
+	// Until the second replay, what is queued is remembered (enqueue).
 	seenAgain := seenBefore + len(got)
-	ss.recent, ss.recentCap = seen, len(seen)+2*(ss.limits.MaxQueued+seenAgain)
+	ss.recent = seen
 	ss.replayTimer = time.AfterFunc(replayAgain, func() {
 		select {
 		case <-s.done:
@@ -601,7 +597,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 			ss.addReplayedLocked(again, ss.recent)
 			ss.pumpLocked(nil)
 		}
-		ss.recent, ss.recentCap, ss.replayTimer, ss.replayStop = nil, 0, nil, nil
+		ss.recent, ss.replayTimer, ss.replayStop = nil, nil, nil
 	})
 }
 
@@ -616,7 +612,7 @@ func (ss *session) stopReplayLocked() {
 		ss.replayStop() // the second pass under way
 		ss.replayStop = nil
 	}
-	ss.recent, ss.recentCap = nil, 0
+	ss.recent = nil
 }
 
 // replayFilters returns the filters of the session's non-shared
