@@ -250,7 +250,9 @@ func (s *Server) sweepLost(now time.Time) {
 // resumes reports whether a CONNECT that resumes a session (no clean
 // start) with claim takes the session's state from SessionStates: when
 // the claim replaced another node's, or this server has no session for
-// the key (an earlier attempt here failed before its session was made).
+// the key (an earlier attempt here failed before its session was made),
+// or a resume of the key is under way here (the session there now may
+// be one whose replay that resume gave up: incomplete).
 func (s *Server) resumes(claim Claim) bool {
 	if s.states == nil || claim.From == "" {
 		return false
@@ -260,7 +262,7 @@ func (s *Server) resumes(claim Claim) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sessions[claim.Key] == nil
+	return s.sessions[claim.Key] == nil || s.resuming[claim.Key] != nil
 }
 
 // resume takes the state another node left for the session claim now

@@ -482,3 +482,78 @@ func TestRetryInstalledAfterTheGivenUpResume(t *testing.T) {
 	pub.Pub(t, "t/1", 1, "still here")
 	retry.Expect(t, "still here")
 }
+
+// laterHere is SessionOwners as a cluster's are to a client that connects
+// to this node again and again: its first claim replaced node a's, each
+// later one the claim before it, here.
+type laterHere struct {
+	mu    sync.Mutex
+	epoch uint64
+	last  string
+}
+
+func (o *laterHere) Claim(key, node string, fresh bool) (Claim, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.epoch++
+	from := "a"
+	if o.last != "" {
+		from = o.last
+	}
+	o.last = node
+	return Claim{Key: key, Node: node, Epoch: o.epoch, From: from}, nil
+}
+func (o *laterHere) Release(Claim) (bool, error)             { return true, nil }
+func (o *laterHere) Owner(string) (Claim, bool, error)       { return Claim{}, false, nil }
+func (o *laterHere) Watch(string, func(Claim)) (stop func()) { return func() {} }
+
+// TestThirdAttemptResumesToo: a client gives up on its first CONNECT (its
+// replay is given up and its session installed, incomplete) and on its
+// second (whose replay is slow), and connects a third time: that CONNECT
+// resumes the session too, and gets what history had and what was
+// published meanwhile, not the first attempt's incomplete session.
+func TestThirdAttemptResumesToo(t *testing.T) {
+	missed := &Message{Topic: "t/missed", QoS: 1, PublishedQoS: 1, Payload: []byte("missed"), Created: time.Now()}
+	var calls atomic.Int32
+	releaseSecond := make(chan struct{})
+	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		switch calls.Add(1) {
+		case 1:
+			<-ctx.Done() // given up by the second attempt
+			return ctx.Err()
+		case 2:
+			<-releaseSecond // slow history
+		}
+		fn(missed)
+		return nil
+	}
+	srv, addr := startStates(t, Options{States: resumable(), Owners: &laterHere{}, Replay: replay})
+	go mqtttest.TryV5(t, addr, persistent("dev"))
+	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
+	second := make(chan error, 1)
+	go func() {
+		_, _, err := mqtttest.TryV5(t, addr, persistent("dev"))
+		second <- err
+	}()
+	testkit.Eventually(t, 5*time.Second, "the first session installed, the second replaying", func() bool {
+		return calls.Load() == 2 && sessionOf(srv, "dev") != nil
+	})
+	third := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !third.Connack.SessionPresent {
+		t.Fatal("the third attempt did not resume the session")
+	}
+	third.Expect(t, "missed")
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "while the second replays")
+	close(releaseSecond)
+	select {
+	case err := <-second:
+		if err == nil {
+			t.Fatal("the second attempt, finishing after the third, was served")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second attempt's CONNECT got no answer")
+	}
+	pub.Pub(t, "t/1", 1, "after")
+	third.Expect(t, "while the second replays", "after")
+}
