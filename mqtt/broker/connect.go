@@ -315,6 +315,17 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 // connection resumes the session and the will has a delay.
 func (s *Server) takeOver(old, c *conn, clean bool) {
 	c.logTakeover(old)
+	s.takeWill(old, clean)
+	old.taken.Store(true)
+	old.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
+		Detail: "a new connection from " + addrString(c.info.RemoteAddr) + " took over the session"})
+}
+
+// takeWill takes the will of old, a connection whose session another
+// connection of its client takes: published now when the session ends
+// (clean) or the will has no delay, else never (the client is back within
+// the delay).
+func (s *Server) takeWill(old *conn, clean bool) {
 	old.wmu.Lock()
 	will := old.will
 	old.will = nil
@@ -322,9 +333,6 @@ func (s *Server) takeOver(old, c *conn, clean bool) {
 	if will != nil && (clean || will.Properties.WillDelay == 0) {
 		s.publishWill(old.id, will)
 	}
-	old.taken.Store(true)
-	old.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
-		Detail: "a new connection from " + addrString(c.info.RemoteAddr) + " took over the session"})
 }
 
 // detach runs when a connection ends: the session goes offline (or ends)

@@ -382,7 +382,7 @@ func (s *Server) install(ss *session, claim Claim) error {
 		if cur != nil {
 			// An earlier resume's (its replay given up for this one's,
 			// or its CONNECT's client gone): it ends beside ss.
-			closeTaken(cur)
+			s.closeTaken(cur)
 			s.retireBeside(cur, ss, false)
 		}
 		return nil
@@ -419,17 +419,19 @@ func (s *Server) retireBeside(old, keep *session, kept bool) {
 // endStale ends a copy of a session this server kept that another claim
 // replaced: its connection, if any, closes with Session taken over.
 func (s *Server) endStale(prev *session) {
-	closeTaken(prev)
+	s.closeTaken(prev)
 	s.endSession(prev, false, DropSessionExpired)
 }
 
 // closeTaken closes the connection of ss, if any, with Session taken
-// over.
-func closeTaken(ss *session) {
+// over: another connection of its client resumes the session, so its will
+// goes as on a takeover (takeWill).
+func (s *Server) closeTaken(ss *session) {
 	ss.mu.Lock()
 	pc := ss.c
 	ss.mu.Unlock()
 	if pc != nil {
+		s.takeWill(pc, false)
 		pc.taken.Store(true)
 		pc.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
 			Detail: "another node took over the session"})

@@ -557,3 +557,49 @@ func TestThirdAttemptResumesToo(t *testing.T) {
 	pub.Pub(t, "t/1", 1, "after")
 	third.Expect(t, "while the second replays", "after")
 }
+
+// TestReplacedSessionsWillWaits: the connection of a session a later
+// resume replaces (its client's first attempt, served once that attempt's
+// replay was given up) closes as on a takeover: its will, with a delay, is
+// not published, since its client is connected again.
+func TestReplacedSessionsWillWaits(t *testing.T) {
+	var srv *Server
+	var calls atomic.Int32
+	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		switch calls.Add(1) {
+		case 1:
+			<-ctx.Done() // given up by the retry
+			return ctx.Err()
+		case 2: // the retry's: until the first attempt is served
+			testkit.Within(5*time.Second, func() bool {
+				ss := sessionOf(srv, "dev")
+				if ss == nil {
+					return false
+				}
+				ss.mu.Lock()
+				defer ss.mu.Unlock()
+				return ss.c != nil
+			})
+		}
+		return nil
+	}
+	var addr string
+	srv, addr = startStates(t, Options{States: resumable(), Owners: &elsewhere{}, Replay: replay})
+	watch := mqtttest.DialV5(t, addr, mqtttest.Clean("watch"))
+	watch.Sub(t, "will/#", 1)
+	first := persistent("dev")
+	delay := uint32(1)
+	first.WillMessage = &paho.WillMessage{Topic: "will/dev", QoS: 1, Payload: []byte("gone")}
+	first.WillProperties = &paho.WillProperties{WillDelayInterval: &delay}
+	go mqtttest.TryV5(t, addr, first)
+	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
+	retry := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !retry.Connack.SessionPresent {
+		t.Fatal("the retry did not resume the session")
+	}
+	select {
+	case m := <-watch.Msgs:
+		t.Fatalf("the will %q was published while its client is connected again", m.Payload)
+	case <-time.After(time.Duration(delay)*time.Second + 2*time.Second):
+	}
+}
