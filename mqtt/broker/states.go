@@ -320,6 +320,9 @@ type resumeRun struct {
 	cancel context.CancelCauseFunc
 }
 
+// errSessionEnded ends the second replay of a session that ended.
+var errSessionEnded = errors.New("the session ended")
+
 // errResumedAgain ends the replay of a resume that a later CONNECT of the
 // same session resuming on this server made pointless.
 var errResumedAgain = errors.New("a later connection of this client resumes the session")
@@ -585,14 +588,16 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		}
 		// Bounded, and given up when the session ends (stopReplayLocked):
 		// until it is in, what is queued is remembered.
-		ctx, cancel := context.WithTimeout(s.life, replayTimeout)
+		ctx, end := context.WithCancelCause(s.life)
+		defer end(nil)
+		ctx, cancel := context.WithTimeout(ctx, replayTimeout)
 		defer cancel()
 		ss.mu.Lock()
 		if ss.ended {
 			ss.mu.Unlock()
 			return
 		}
-		ss.replayStop = cancel
+		ss.replayStop = func() { end(errSessionEnded) }
 		ss.mu.Unlock()
 		again, _ := s.replayed(ctx, ss, filters, since, seenAgain)
 		ss.mu.Lock()
@@ -649,6 +654,8 @@ func (s *Server) replayed(ctx context.Context, ss *session, filters []string, si
 	err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) })
 	switch {
 	case err == nil || s.life.Err() != nil:
+	case errors.Is(context.Cause(ctx), errSessionEnded):
+		// Nothing is missed: no one is left to miss it.
 	case errors.Is(context.Cause(ctx), errResumedAgain):
 		s.log.Info("a session's replay was given up: a later connection of its client resumes it", "session", ss.key)
 	default:
