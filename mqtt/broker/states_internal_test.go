@@ -145,6 +145,14 @@ func persistent(id string) *paho.Connect {
 	return &paho.Connect{ClientID: id, KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: &x}}
 }
 
+// withWill gives cp a will on will/dev ("gone") with a delay of delay
+// seconds.
+func withWill(cp *paho.Connect, delay uint32) *paho.Connect {
+	cp.WillMessage = &paho.WillMessage{Topic: "will/dev", QoS: 1, Payload: []byte("gone")}
+	cp.WillProperties = &paho.WillProperties{WillDelayInterval: &delay}
+	return cp
+}
+
 func sessionOf(s *Server, key string) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,11 +217,7 @@ func TestWillAtHandOff(t *testing.T) {
 		srv, addr := startStates(t, Options{States: &memStates{}})
 		watcher := mqtttest.DialV5(t, addr, mqtttest.Clean("watcher"))
 		watcher.Sub(t, "will/dev", 1)
-		cp := persistent("dev")
-		delay := uint32(2)
-		cp.WillMessage = &paho.WillMessage{Topic: "will/dev", QoS: 1, Payload: []byte("gone")}
-		cp.WillProperties = &paho.WillProperties{WillDelayInterval: &delay}
-		mqtttest.DialV5(t, addr, cp)
+		mqtttest.DialV5(t, addr, withWill(persistent("dev"), 2))
 		old := sessionOf(srv, "dev").currentClaim()
 		old.Fresh = fresh
 		srv.takenElsewhere(old) // connected here; the client came through another node
@@ -323,6 +327,18 @@ func firstReplayHeld(hold func(ctx context.Context) error) (entered chan struct{
 	}
 }
 
+// servesTheRetry checks that the retry's claim (2) holds session dev and
+// that a message published now reaches the retry's client.
+func servesTheRetry(t *testing.T, srv *Server, addr string, retry *mqtttest.V5) {
+	t.Helper()
+	testkit.Eventually(t, 5*time.Second, "the retry's claim to hold the session", func() bool {
+		return sessionOf(srv, "dev").currentClaim().Epoch == 2
+	})
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "still here")
+	retry.Expect(t, "still here")
+}
+
 // TestRetryGivesUpTheFirstReplay: a client that gave up on a CONNECT
 // waiting in its replay (the account's line is long after a node died)
 // and connects again frees the place the first replay held: its context
@@ -350,12 +366,7 @@ func TestRetryGivesUpTheFirstReplay(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first replay still holds its place after the retry was served")
 	}
-	testkit.Eventually(t, 5*time.Second, "the retry's claim to hold the session", func() bool {
-		return sessionOf(srv, "dev").currentClaim().Epoch == 2
-	})
-	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
-	pub.Pub(t, "t/1", 1, "still here")
-	retry.Expect(t, "still here")
+	servesTheRetry(t, srv, addr, retry)
 }
 
 // TestResumeAfterARetry: a client that gave up on a CONNECT stuck in its
@@ -383,12 +394,7 @@ func TestResumeAfterARetry(t *testing.T) {
 	if err := <-stuck; err == nil {
 		t.Fatal("the CONNECT that finished its resume after the retry was served too")
 	}
-	if c := sessionOf(srv, "dev").currentClaim(); c.Epoch != 2 {
-		t.Fatalf("the server's session holds claim %d, want the retry's (2)", c.Epoch)
-	}
-	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
-	pub.Pub(t, "t/1", 1, "still here")
-	retry.Expect(t, "still here")
+	servesTheRetry(t, srv, addr, retry)
 }
 
 // TestResumedSessionRemembersNoQoS0: until its second replay, a session
@@ -446,6 +452,27 @@ func TestResumedSessionRemembersNoQoS0(t *testing.T) {
 	c.Expect(t, "end") // not the first live message a second time
 }
 
+// givenUpFirst returns an Options.Replay whose first call holds its place
+// until its context ends (a later CONNECT's resume gives it up), whose
+// second runs second first, and whose calls but the first bring bring;
+// calls counts them.
+func givenUpFirst(second func(), bring ...*Message) (calls *atomic.Int32, replay func(context.Context, *Identity, []string, time.Time, int, func(*Message)) error) {
+	calls = new(atomic.Int32)
+	return calls, func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		switch calls.Add(1) {
+		case 1:
+			<-ctx.Done()
+			return ctx.Err()
+		case 2:
+			second()
+		}
+		for _, m := range bring {
+			fn(m)
+		}
+		return nil
+	}
+}
+
 // TestRetryInstalledAfterTheGivenUpResume: the first CONNECT's replay is
 // given up and its session installed while the retry's replay still runs
 // (here longer than replayAgain); that session runs no second pass, and
@@ -453,20 +480,13 @@ func TestResumedSessionRemembersNoQoS0(t *testing.T) {
 // them in the index under the session's key).
 func TestRetryInstalledAfterTheGivenUpResume(t *testing.T) {
 	var srv *Server
-	var calls atomic.Int32
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
-		switch calls.Add(1) {
-		case 1:
-			<-ctx.Done() // given up by the retry
-			return ctx.Err()
-		case 2: // the retry's: until the first one's session is in, and a while
-			testkit.Within(5*time.Second, func() bool { return sessionOf(srv, "dev") != nil })
-			if testkit.Within(replayAgain+time.Second, func() bool { return calls.Load() > 2 }) {
-				t.Error("the session whose replay was given up ran a second pass")
-			}
+	var calls *atomic.Int32
+	calls, replay := givenUpFirst(func() { // the retry's: until the first one's session is in, and a while
+		testkit.Within(5*time.Second, func() bool { return sessionOf(srv, "dev") != nil })
+		if testkit.Within(replayAgain+time.Second, func() bool { return calls.Load() > 2 }) {
+			t.Error("the session whose replay was given up ran a second pass")
 		}
-		return nil
-	}
+	})
 	var addr string
 	srv, addr = startStates(t, Options{States: resumable(), Owners: &elsewhere{}, Replay: replay})
 	go mqtttest.TryV5(t, addr, persistent("dev"))
@@ -475,12 +495,7 @@ func TestRetryInstalledAfterTheGivenUpResume(t *testing.T) {
 	if !retry.Connack.SessionPresent {
 		t.Fatal("the retry did not resume the session")
 	}
-	if c := sessionOf(srv, "dev").currentClaim(); c.Epoch != 2 {
-		t.Fatalf("claim %d holds the session, want the retry's (2)", c.Epoch)
-	}
-	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
-	pub.Pub(t, "t/1", 1, "still here")
-	retry.Expect(t, "still here")
+	servesTheRetry(t, srv, addr, retry)
 }
 
 // laterHere is SessionOwners as a cluster's are to a client that connects
@@ -514,19 +529,8 @@ func (o *laterHere) Watch(string, func(Claim)) (stop func()) { return func() {} 
 // published meanwhile, not the first attempt's incomplete session.
 func TestThirdAttemptResumesToo(t *testing.T) {
 	missed := &Message{Topic: "t/missed", QoS: 1, PublishedQoS: 1, Payload: []byte("missed"), Created: time.Now()}
-	var calls atomic.Int32
 	releaseSecond := make(chan struct{})
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
-		switch calls.Add(1) {
-		case 1:
-			<-ctx.Done() // given up by the second attempt
-			return ctx.Err()
-		case 2:
-			<-releaseSecond // slow history
-		}
-		fn(missed)
-		return nil
-	}
+	calls, replay := givenUpFirst(func() { <-releaseSecond }, missed) // the second attempt's history is slow
 	srv, addr := startStates(t, Options{States: resumable(), Owners: &laterHere{}, Replay: replay})
 	go mqtttest.TryV5(t, addr, persistent("dev"))
 	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
@@ -564,34 +568,23 @@ func TestThirdAttemptResumesToo(t *testing.T) {
 // not published, since its client is connected again.
 func TestReplacedSessionsWillWaits(t *testing.T) {
 	var srv *Server
-	var calls atomic.Int32
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
-		switch calls.Add(1) {
-		case 1:
-			<-ctx.Done() // given up by the retry
-			return ctx.Err()
-		case 2: // the retry's: until the first attempt is served
-			testkit.Within(5*time.Second, func() bool {
-				ss := sessionOf(srv, "dev")
-				if ss == nil {
-					return false
-				}
-				ss.mu.Lock()
-				defer ss.mu.Unlock()
-				return ss.c != nil
-			})
-		}
-		return nil
-	}
+	calls, replay := givenUpFirst(func() { // the retry's: until the first attempt is served
+		testkit.Within(5*time.Second, func() bool {
+			ss := sessionOf(srv, "dev")
+			if ss == nil {
+				return false
+			}
+			ss.mu.Lock()
+			defer ss.mu.Unlock()
+			return ss.c != nil
+		})
+	})
 	var addr string
 	srv, addr = startStates(t, Options{States: resumable(), Owners: &elsewhere{}, Replay: replay})
 	watch := mqtttest.DialV5(t, addr, mqtttest.Clean("watch"))
 	watch.Sub(t, "will/#", 1)
-	first := persistent("dev")
-	delay := uint32(1)
-	first.WillMessage = &paho.WillMessage{Topic: "will/dev", QoS: 1, Payload: []byte("gone")}
-	first.WillProperties = &paho.WillProperties{WillDelayInterval: &delay}
-	go mqtttest.TryV5(t, addr, first)
+	const delay = 1
+	go mqtttest.TryV5(t, addr, withWill(persistent("dev"), delay))
 	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
 	retry := mqtttest.DialV5(t, addr, persistent("dev"))
 	if !retry.Connack.SessionPresent {
@@ -600,6 +593,6 @@ func TestReplacedSessionsWillWaits(t *testing.T) {
 	select {
 	case m := <-watch.Msgs:
 		t.Fatalf("the will %q was published while its client is connected again", m.Payload)
-	case <-time.After(time.Duration(delay)*time.Second + 2*time.Second):
+	case <-time.After(delay*time.Second + 2*time.Second):
 	}
 }
