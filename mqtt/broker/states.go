@@ -251,8 +251,9 @@ func (s *Server) sweepLost(now time.Time) {
 // start) with claim takes the session's state from SessionStates: when
 // the claim replaced another node's, or this server has no session for
 // the key (an earlier attempt here failed before its session was made),
-// or a resume of the key is under way here (the session there now may
-// be one whose replay that resume gave up: incomplete).
+// or its session here is older than a resume of the key under way here
+// (one whose replay that resume gave up: incomplete; a later session, of
+// a clean start meanwhile, is the client's and is kept).
 func (s *Server) resumes(claim Claim) bool {
 	if s.states == nil || claim.From == "" {
 		return false
@@ -262,7 +263,12 @@ func (s *Server) resumes(claim Claim) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sessions[claim.Key] == nil || s.resuming[claim.Key] != nil
+	ss := s.sessions[claim.Key]
+	if ss == nil {
+		return true
+	}
+	r := s.resuming[claim.Key]
+	return r != nil && ss.currentClaim().Epoch < r.epoch
 }
 
 // resume takes the state another node left for the session claim now
@@ -387,6 +393,16 @@ func (s *Server) install(ss *session, claim Claim) error {
 			// or its CONNECT's client gone): it ends beside ss.
 			s.closeTaken(cur)
 			s.retireBeside(cur, ss, false)
+		} else {
+			// An earlier session of the key that ended meanwhile took
+			// the entries ss shares with it out of the index.
+			ss.mu.Lock()
+			if !ss.ended {
+				for _, sub := range ss.subs {
+					s.index(sub)
+				}
+			}
+			ss.mu.Unlock()
 		}
 		return nil
 	}

@@ -596,3 +596,126 @@ func TestReplacedSessionsWillWaits(t *testing.T) {
 	case <-time.After(delay*time.Second + 2*time.Second):
 	}
 }
+
+// failingTake is memStates whose failOn-th Take fails (the store out of
+// reach for a moment).
+type failingTake struct {
+	*memStates
+	calls  atomic.Int32
+	failOn int32
+}
+
+func (f *failingTake) Take(c Claim) ([]byte, time.Time, bool, error) {
+	if f.calls.Add(1) == f.failOn {
+		return nil, time.Time{}, false, errors.New("store out of reach")
+	}
+	return f.memStates.Take(c)
+}
+
+// TestRefusedThirdAttemptKeepsTheSecondsIndex: a third attempt ends the
+// first attempt's incomplete session and is refused (its Take fails); the
+// second attempt's session, installed after, still gets what is published
+// (the first session's end took the entries both had out of the index).
+func TestRefusedThirdAttemptKeepsTheSecondsIndex(t *testing.T) {
+	releaseSecond := make(chan struct{})
+	calls, replay := givenUpFirst(func() { <-releaseSecond })
+	srv, addr := startStates(t, Options{States: &failingTake{memStates: resumable(), failOn: 3}, Owners: &laterHere{}, Replay: replay})
+	go mqtttest.TryV5(t, addr, persistent("dev"))
+	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
+	second := make(chan *mqtttest.V5, 1)
+	go func() {
+		c, _, _ := mqtttest.TryV5(t, addr, persistent("dev"))
+		second <- c
+	}()
+	testkit.Eventually(t, 5*time.Second, "the first session installed, the second replaying", func() bool {
+		return calls.Load() == 2 && sessionOf(srv, "dev") != nil
+	})
+	if _, _, err := mqtttest.TryV5(t, addr, persistent("dev")); err == nil {
+		t.Fatal("the third attempt was served though its Take failed")
+	}
+	close(releaseSecond)
+	c := <-second
+	if c == nil || !c.Connack.SessionPresent {
+		t.Fatal("the second attempt did not resume the session")
+	}
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "acknowledged")
+	c.Expect(t, "acknowledged")
+}
+
+// TestGivenUpSessionEndingKeepsTheRetrysIndex: the first attempt's
+// session (its replay given up, expiry 0) is served and ends with its
+// client before the retry's is installed; the retry's session still gets
+// what is published.
+func TestGivenUpSessionEndingKeepsTheRetrysIndex(t *testing.T) {
+	firstGone := make(chan struct{})
+	calls, replay := givenUpFirst(func() { <-firstGone })
+	srv, addr := startStates(t, Options{States: resumable(), Owners: &laterHere{}, Replay: replay})
+	zero := uint32(0)
+	first := persistent("dev")
+	first.Properties.SessionExpiryInterval = &zero
+	served := make(chan *mqtttest.V5, 1)
+	go func() {
+		c, _, _ := mqtttest.TryV5(t, addr, first)
+		served <- c
+	}()
+	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
+	retry := make(chan *mqtttest.V5, 1)
+	go func() {
+		c, _, _ := mqtttest.TryV5(t, addr, persistent("dev"))
+		retry <- c
+	}()
+	c1 := <-served
+	if c1 == nil {
+		t.Fatal("the first attempt was not served")
+	}
+	c1.Disconnect(&paho.Disconnect{})
+	testkit.Eventually(t, 5*time.Second, "the first session ended", func() bool { return sessionOf(srv, "dev") == nil })
+	close(firstGone)
+	c := <-retry
+	if c == nil || !c.Connack.SessionPresent {
+		t.Fatal("the retry did not resume the session")
+	}
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "acknowledged")
+	c.Expect(t, "acknowledged")
+}
+
+// TestResumeUnderWayLeavesALaterSession: while an older claim's resume
+// reads history slowly, the client starts clean, subscribes and leaves; a
+// message is queued for it; when it comes back (no clean start) it gets
+// that session, and the message, not a resume that ends it.
+func TestResumeUnderWayLeavesALaterSession(t *testing.T) {
+	var calls atomic.Int32
+	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		if calls.Add(1) == 1 {
+			<-ctx.Done() // slow history (given up when the server closes)
+		}
+		return nil
+	}
+	st := resumable()
+	srv, addr := startStates(t, Options{States: st, Owners: &laterHere{}, Replay: replay})
+	go mqtttest.TryV5(t, addr, persistent("dev"))
+	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
+	clean := persistent("dev")
+	clean.CleanStart = true
+	c2 := mqtttest.DialV5(t, addr, clean)
+	c2.Sub(t, "u/#", 1)
+	c2.Disconnect(&paho.Disconnect{})
+	testkit.Eventually(t, 5*time.Second, "the clean session offline", func() bool {
+		ss := sessionOf(srv, "dev")
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.c == nil
+	})
+	st.mu.Lock()
+	st.take = nil // the clean start's claim discarded the state
+	st.mu.Unlock()
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "u/1", 1, "queued")
+	c3 := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !c3.Connack.SessionPresent {
+		t.Fatal("the clean start's session was ended by the CONNECT that came back to it")
+	}
+	c3.Expect(t, "queued")
+}
