@@ -326,13 +326,18 @@ func (s *Server) takeOver(old, c *conn, clean bool) {
 // (clean) or the will has no delay, else never (the client is back within
 // the delay).
 func (s *Server) takeWill(old *conn, clean bool) {
-	old.wmu.Lock()
-	will := old.will
-	old.will = nil
-	old.wmu.Unlock()
-	if will != nil && (clean || will.Properties.WillDelay == 0) {
+	if will := old.takeWill(); will != nil && (clean || will.Properties.WillDelay == 0) {
 		s.publishWill(old.id, will)
 	}
+}
+
+// takeWill takes the connection's will away from its end (detach).
+func (c *conn) takeWill() *packet.Will {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	will := c.will
+	c.will = nil
+	return will
 }
 
 // detach runs when a connection ends: the session goes offline (or ends)
@@ -379,9 +384,12 @@ func (s *Server) detach(c *conn, d Disconnection) {
 		s.publishWill(c.id, will)
 		return
 	}
-	delay = min(delay, expiry)
-	id := c.id
-	key := ss.key
+	s.scheduleWill(c.id, ss.key, will, min(delay, expiry))
+}
+
+// scheduleWill publishes will of id's session key in delay seconds,
+// unless a connection resumes the session first (attach stops it).
+func (s *Server) scheduleWill(id *Identity, key string, will *packet.Will, delay uint32) {
 	s.mu.Lock()
 	var timer *time.Timer
 	timer = time.AfterFunc(time.Duration(delay)*time.Second, func() {

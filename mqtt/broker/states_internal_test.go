@@ -719,3 +719,22 @@ func TestResumeUnderWayLeavesALaterSession(t *testing.T) {
 	}
 	c3.Expect(t, "queued")
 }
+
+// TestStaleCopysWillGoesWhenNothingResumes: a CONNECT from another node's
+// claim ends the copy of the session kept here, and nothing is stored to
+// resume: the session ended, and its connection's will (with a delay) is
+// published at once.
+func TestStaleCopysWillGoesWhenNothingResumes(t *testing.T) {
+	st := resumable()
+	_, addr := startStates(t, Options{States: st, Owners: &elsewhere{}})
+	watch := mqtttest.DialV5(t, addr, mqtttest.Clean("watch"))
+	watch.Sub(t, "will/#", 1)
+	mqtttest.DialV5(t, addr, withWill(persistent("dev"), 30))
+	st.mu.Lock()
+	st.take = nil
+	st.mu.Unlock()
+	if c := mqtttest.DialV5(t, addr, persistent("dev")); c.Connack.SessionPresent {
+		t.Fatal("a session was present")
+	}
+	watch.Expect(t, "gone")
+}
