@@ -251,17 +251,10 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 		prev, ss = ss, nil
 	}
 	present := ss != nil
-	if t, ok := s.wills[key]; ok {
-		if present {
-			// Resumed within the will delay: the will is not published.
-			t.Stop()
-			delete(s.wills, key)
-		} else {
-			// The session ends (clean start or expired), and with it the
-			// will delay: the will is published now.
-			t.Reset(0)
-		}
-	}
+	// Resumed within the will delay, the will is not published; the
+	// session ends (clean start or expired), and with it the will delay:
+	// the will is published now.
+	s.settleWillLocked(key, !present)
 	if ss == nil {
 		ss = &session{srv: s, key: key, subs: make(map[string]*subscription)}
 		s.sessions[key] = ss
@@ -385,6 +378,21 @@ func (s *Server) detach(c *conn, d Disconnection) {
 		return
 	}
 	s.scheduleWill(c.id, ss.key, will, min(delay, expiry))
+}
+
+// settleWillLocked settles the will whose delay runs for the session key
+// (if any) as a CONNECT of its client does: published now when the session
+// ends, else never (the client is back). The caller holds s.mu.
+func (s *Server) settleWillLocked(key string, ends bool) {
+	t, ok := s.wills[key]
+	switch {
+	case !ok:
+	case ends:
+		t.Reset(0)
+	default:
+		t.Stop()
+		delete(s.wills, key)
+	}
 }
 
 // scheduleWill publishes will of id's session key in delay seconds,

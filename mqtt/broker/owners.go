@@ -157,6 +157,12 @@ func (s *Server) takenElsewhere(old Claim) {
 	s.noteLost(old)
 	s.mu.Lock()
 	ss := s.sessions[old.Key]
+	if ss == nil {
+		// No session here, but maybe the will of its last connection,
+		// closed for a resume that failed here (closeTaken): it goes
+		// now when the session ends there (a fresh claim), else never.
+		s.settleWillLocked(old.Key, old.Fresh)
+	}
 	s.mu.Unlock()
 	if ss != nil {
 		s.handOff(ss, old)

@@ -110,16 +110,9 @@ func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 		c.closeWith(d)
 	}
 	s.mu.Lock()
-	if t, ok := s.wills[ss.key]; ok {
-		// The session was offline, its will delay running: it ends (a
-		// fresh claim), so the will goes now, or it continues elsewhere.
-		if mode == handEnd {
-			t.Reset(0)
-		} else {
-			t.Stop()
-			delete(s.wills, ss.key)
-		}
-	}
+	// The session was offline, its will delay running: it ends (a fresh
+	// claim), so the will goes now, or it continues elsewhere.
+	s.settleWillLocked(ss.key, mode == handEnd)
 	if s.sessions[ss.key] == ss {
 		delete(s.sessions, ss.key)
 	}
@@ -276,21 +269,13 @@ func (s *Server) resumes(claim Claim) bool {
 // copy of the session this server kept (it never heard of the takeover)
 // ends first, whatever is in the store: the claim says the session was
 // elsewhere since. An error refuses the CONNECT (the client tries again).
-func (s *Server) resume(claim Claim) (err error) {
+func (s *Server) resume(claim Claim) error {
 	s.mu.Lock()
 	prev := s.sessions[claim.Key]
 	delete(s.sessions, claim.Key)
 	s.mu.Unlock()
 	if prev != nil {
-		// Its connection's will waits for what this resume becomes.
-		w := s.endStale(prev)
-		resumed := false
-		defer func() { s.settleWill(w, resumed, err) }()
-		defer func() {
-			s.mu.Lock()
-			resumed = s.sessions[claim.Key] != nil
-			s.mu.Unlock()
-		}()
+		s.endStale(prev)
 	}
 	data, through, ok, err := s.states.Take(claim)
 	if err != nil || !ok || len(data) == 0 {
@@ -400,7 +385,7 @@ func (s *Server) install(ss *session, claim Claim) error {
 			// An earlier resume's (its replay given up for this one's,
 			// or its CONNECT's client gone): it ends beside ss, and
 			// its client is back.
-			s.settleWill(s.closeTaken(cur), true, nil)
+			s.closeTaken(cur)
 			s.retireBeside(cur, ss, false)
 		} else {
 			// An earlier session of the key that ended meanwhile took
@@ -445,64 +430,38 @@ func (s *Server) retireBeside(old, keep *session, kept bool) {
 }
 
 // endStale ends a copy of a session this server kept that another claim
-// replaced: its connection, if any, closes with Session taken over, and
-// its will is returned to be settled (settleWill).
-func (s *Server) endStale(prev *session) *heldWill {
-	w := s.closeTaken(prev)
+// replaced: its connection, if any, closes with Session taken over.
+func (s *Server) endStale(prev *session) {
+	s.closeTaken(prev)
 	s.endSession(prev, false, DropSessionExpired)
-	return w
-}
-
-// heldWill is the will of a connection closed because another CONNECT of
-// its client resumes its session, held until that resume's outcome says
-// what becomes of it.
-type heldWill struct {
-	id   *Identity
-	key  string
-	will *packet.Will
-	max  uint32 // the session's expiry: the will waits no longer
 }
 
 // closeTaken closes the connection of ss, if any, with Session taken
-// over, and returns its will (nil if none).
-func (s *Server) closeTaken(ss *session) *heldWill {
+// over: another CONNECT of its client resumes the session. Its will goes
+// as at the end of a connection, in the server's wills by the session's
+// key: now without a delay, else when the delay ends unless a CONNECT
+// resumes the session first (attach stops it; one that starts afresh
+// publishes it at once), here or on another node (takenElsewhere). The
+// will of a CONNECT never answered is not due.
+func (s *Server) closeTaken(ss *session) {
 	ss.mu.Lock()
 	pc, expiry := ss.c, ss.expiry
 	ss.mu.Unlock()
 	if pc == nil {
-		return nil
+		return
 	}
 	will := pc.takeWill()
 	pc.taken.Store(true)
 	pc.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
 		Detail: "another node took over the session"})
 	if will == nil || !pc.served.Load() {
-		return nil // no will, or a CONNECT never answered: none is due
-	}
-	return &heldWill{id: pc.id, key: ss.key, will: will, max: expiry}
-}
-
-// settleWill decides a held will once the resume that closed its
-// connection is over: the session resumed (the client is back within any
-// delay) publishes it only when it has no delay; a CONNECT refused (err)
-// leaves it to its delay, as a connection's end does (the client may
-// come back); a session that did not resume (nothing stored, or expired)
-// ended, and its will goes now.
-func (s *Server) settleWill(w *heldWill, resumed bool, err error) {
-	if w == nil {
 		return
 	}
-	delay := w.will.Properties.WillDelay
-	switch {
-	case resumed && err == nil, errors.Is(err, errSuperseded): // a later CONNECT of the client holds it
-		if delay == 0 {
-			s.publishWill(w.id, w.will)
-		}
-	case err != nil && delay > 0 && w.max > 0:
-		s.scheduleWill(w.id, w.key, w.will, min(delay, w.max))
-	default:
-		s.publishWill(w.id, w.will)
+	if delay := will.Properties.WillDelay; delay > 0 && expiry > 0 {
+		s.scheduleWill(pc.id, ss.key, will, min(delay, expiry))
+		return
 	}
+	s.publishWill(pc.id, will)
 }
 
 // replayWindow is how far before its state was saved a resumed session's

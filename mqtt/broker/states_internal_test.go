@@ -738,3 +738,66 @@ func TestStaleCopysWillGoesWhenNothingResumes(t *testing.T) {
 	}
 	watch.Expect(t, "gone")
 }
+
+// blockingTake is memStates whose blockOn-th Take waits for release.
+type blockingTake struct {
+	*memStates
+	calls   atomic.Int32
+	blockOn int32
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingTake) Take(c Claim) ([]byte, time.Time, bool, error) {
+	if b.calls.Add(1) == b.blockOn {
+		close(b.entered)
+		<-b.release
+	}
+	return b.memStates.Take(c)
+}
+
+// TestWillOfResumedOverGoesAtACleanStart: a CONNECT resuming the session
+// closes the connection that had it (will delay 30 s) and waits on the
+// store; the client starts clean meanwhile: the session ended, and the
+// will is published at once.
+func TestWillOfResumedOverGoesAtACleanStart(t *testing.T) {
+	st := &blockingTake{memStates: resumable(), blockOn: 2, entered: make(chan struct{}), release: make(chan struct{})}
+	_, addr := startStates(t, Options{States: st, Owners: &elsewhere{}})
+	watch := mqtttest.DialV5(t, addr, mqtttest.Clean("watch"))
+	watch.Sub(t, "will/#", 1)
+	mqtttest.DialV5(t, addr, withWill(persistent("dev"), 30))
+	superseded := make(chan error, 1)
+	go func() {
+		_, _, err := mqtttest.TryV5(t, addr, persistent("dev")) // its Take waits
+		superseded <- err
+	}()
+	<-st.entered
+	clean := persistent("dev")
+	clean.CleanStart = true
+	mqtttest.DialV5(t, addr, clean)
+	watch.Expect(t, "gone")
+	close(st.release)
+	if err := <-superseded; err == nil {
+		t.Fatal("the resume the clean start superseded was served")
+	}
+}
+
+// TestWillOfARefusedResumeStopsElsewhere: a CONNECT resuming the session
+// closes the connection that had it (will delay 1 s) and is refused (its
+// Take fails); the client resumes the session on another node within the
+// delay: the will is not published.
+func TestWillOfARefusedResumeStopsElsewhere(t *testing.T) {
+	srv, addr := startStates(t, Options{States: &failingTake{memStates: resumable(), failOn: 2}, Owners: &elsewhere{}})
+	watch := mqtttest.DialV5(t, addr, mqtttest.Clean("watch"))
+	watch.Sub(t, "will/#", 1)
+	mqtttest.DialV5(t, addr, withWill(persistent("dev"), 1))
+	if _, _, err := mqtttest.TryV5(t, addr, persistent("dev")); err == nil {
+		t.Fatal("served though its Take failed")
+	}
+	srv.takenElsewhere(Claim{Key: "dev", Node: srv.opts.Node, Epoch: 2}) // resumed on another node
+	select {
+	case m := <-watch.Msgs:
+		t.Fatalf("the will %q was published while its client is connected on another node", m.Payload)
+	case <-time.After(3 * time.Second):
+	}
+}
