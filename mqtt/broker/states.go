@@ -276,6 +276,14 @@ func (s *Server) resume(claim Claim) error {
 	s.mu.Unlock()
 	if prev != nil {
 		s.endStale(prev)
+		// A resume of the key that installed its session meanwhile
+		// shares entries prev's end took out.
+		s.mu.Lock()
+		cur := s.sessions[claim.Key]
+		s.mu.Unlock()
+		if cur != nil {
+			s.reindex(cur)
+		}
 	}
 	data, through, ok, err := s.states.Take(claim)
 	if err != nil || !ok || len(data) == 0 {
@@ -390,13 +398,7 @@ func (s *Server) install(ss *session, claim Claim) error {
 		} else {
 			// An earlier session of the key that ended meanwhile took
 			// the entries ss shares with it out of the index.
-			ss.mu.Lock()
-			if !ss.ended {
-				for _, sub := range ss.subs {
-					s.index(sub)
-				}
-			}
-			ss.mu.Unlock()
+			s.reindex(ss)
 		}
 		return nil
 	}
@@ -420,13 +422,19 @@ func (s *Server) retireBeside(old, keep *session, kept bool) {
 		old.retireLocked(DropSessionExpired, kept, held)
 	}
 	old.mu.Unlock()
-	keep.mu.Lock()
-	if !keep.ended {
-		for _, sub := range keep.subs {
+	s.reindex(keep)
+}
+
+// reindex puts ss's subscriptions in the index again, unless it ended: a
+// session of the same key that ended took the entries both had out.
+func (s *Server) reindex(ss *session) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if !ss.ended {
+		for _, sub := range ss.subs {
 			s.index(sub)
 		}
 	}
-	keep.mu.Unlock()
 }
 
 // endStale ends a copy of a session this server kept that another claim
