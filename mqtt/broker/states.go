@@ -112,7 +112,7 @@ func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 	s.mu.Lock()
 	// The session was offline, its will delay running: it ends (a fresh
 	// claim), so the will goes now, or it continues elsewhere.
-	s.settleWillLocked(ss.key, mode == handEnd)
+	s.settleWillLocked(ss.key, mode == handEnd || old.Fresh)
 	if s.sessions[ss.key] == ss {
 		delete(s.sessions, ss.key)
 	}
@@ -275,7 +275,7 @@ func (s *Server) resume(claim Claim) error {
 	delete(s.sessions, claim.Key)
 	s.mu.Unlock()
 	if prev != nil {
-		s.endStale(prev)
+		s.endStale(prev, claim.Epoch)
 		// A resume of the key that installed its session meanwhile
 		// shares entries prev's end took out.
 		s.mu.Lock()
@@ -393,7 +393,7 @@ func (s *Server) install(ss *session, claim Claim) error {
 			// An earlier resume's (its replay given up for this one's,
 			// or its CONNECT's client gone): it ends beside ss, and
 			// its client is back.
-			s.closeTaken(cur)
+			s.closeTaken(cur, claim.Epoch)
 			s.retireBeside(cur, ss, false)
 		} else {
 			// An earlier session of the key that ended meanwhile took
@@ -437,10 +437,10 @@ func (s *Server) reindex(ss *session) {
 	}
 }
 
-// endStale ends a copy of a session this server kept that another claim
+// endStale ends a copy of a session this server kept that claim epoch
 // replaced: its connection, if any, closes with Session taken over.
-func (s *Server) endStale(prev *session) {
-	s.closeTaken(prev)
+func (s *Server) endStale(prev *session, epoch uint64) {
+	s.closeTaken(prev, epoch)
 	s.endSession(prev, false, DropSessionExpired)
 }
 
@@ -449,11 +449,13 @@ func (s *Server) endStale(prev *session) {
 // as at the end of a connection, in the server's wills by the session's
 // key: now without a delay, else when the delay ends unless a CONNECT
 // resumes the session first (attach stops it; one that starts afresh
-// publishes it at once), here or on another node (takenElsewhere). The
-// will of a CONNECT never answered is not due.
-func (s *Server) closeTaken(ss *session) {
+// publishes it at once), here or on another node (takenElsewhere, or the
+// notice of a later claim than epoch, the resuming one, if it came
+// first). The will of a CONNECT never answered is not due.
+func (s *Server) closeTaken(ss *session, epoch uint64) {
 	ss.mu.Lock()
 	pc, expiry := ss.c, ss.expiry
+	served := pc != nil && pc.served.Load()
 	ss.mu.Unlock()
 	if pc == nil {
 		return
@@ -462,14 +464,22 @@ func (s *Server) closeTaken(ss *session) {
 	pc.taken.Store(true)
 	pc.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
 		Detail: "another node took over the session"})
-	if will == nil || !pc.served.Load() {
+	if will == nil || !served {
 		return
 	}
-	if delay := will.Properties.WillDelay; delay > 0 && expiry > 0 {
-		s.scheduleWill(pc.id, ss.key, will, min(delay, expiry))
+	delay := will.Properties.WillDelay
+	if delay == 0 || expiry == 0 {
+		s.publishWill(pc.id, will)
 		return
 	}
-	s.publishWill(pc.id, will)
+	s.scheduleWill(pc.id, ss.key, will, min(delay, expiry))
+	s.mu.Lock()
+	if n, ok := s.lost[ss.key]; ok && n.claim.Epoch >= epoch {
+		// Taken by another node meanwhile, when no will was there to
+		// settle: settled now as the notice says.
+		s.settleWillLocked(ss.key, n.claim.Fresh)
+	}
+	s.mu.Unlock()
 }
 
 // replayWindow is how far before its state was saved a resumed session's

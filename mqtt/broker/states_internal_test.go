@@ -801,3 +801,37 @@ func TestWillOfARefusedResumeStopsElsewhere(t *testing.T) {
 	case <-time.After(3 * time.Second):
 	}
 }
+
+// TestWillSettledByANoticeThatCameFirst: the notice that another node
+// resumed the session lands after a resume here took the session out and
+// before it closed the connection that had it (its will, with a delay,
+// not yet in the server's wills); the resume here is refused; the will is
+// not published, the client being connected on the other node.
+func TestWillSettledByANoticeThatCameFirst(t *testing.T) {
+	srv, addr := startStates(t, Options{States: resumable(), Owners: &elsewhere{}})
+	watch := mqtttest.DialV5(t, addr, mqtttest.Clean("watch"))
+	watch.Sub(t, "will/#", 1)
+	mqtttest.DialV5(t, addr, withWill(persistent("dev"), 1))
+	testkit.Eventually(t, 5*time.Second, "the client served", func() bool {
+		ss := sessionOf(srv, "dev")
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.c != nil && ss.c.served.Load()
+	})
+	// resume's first steps for claim 2, the notice between them.
+	srv.mu.Lock()
+	prev := srv.sessions["dev"]
+	delete(srv.sessions, "dev")
+	srv.mu.Unlock()
+	claim := Claim{Key: "dev", Node: srv.opts.Node, Epoch: 2}
+	srv.takenElsewhere(claim) // resumed on another node
+	srv.endStale(prev, claim.Epoch)
+	if !srv.lostWhileResuming(claim, true) {
+		t.Fatal("the notice was not seen")
+	}
+	select {
+	case m := <-watch.Msgs:
+		t.Fatalf("the will %q was published while its client is connected on another node", m.Payload)
+	case <-time.After(3 * time.Second):
+	}
+}
