@@ -369,15 +369,21 @@ func (s *Server) detach(c *conn, d Disconnection) {
 	if expiry == 0 {
 		s.endSession(ss, true, DropConnectionClosed)
 	}
-	if will == nil {
-		return
+	if will != nil {
+		s.willAtEnd(c.id, ss.key, will, expiry)
 	}
+}
+
+// willAtEnd publishes the will of id's connection that ended now (it has
+// no delay, or the session, of expiry seconds, ended with the connection)
+// or when its delay ends (scheduleWill).
+func (s *Server) willAtEnd(id *Identity, key string, will *packet.Will, expiry uint32) {
 	delay := will.Properties.WillDelay
 	if delay == 0 || expiry == 0 {
-		s.publishWill(c.id, will)
+		s.publishWill(id, will)
 		return
 	}
-	s.scheduleWill(c.id, ss.key, will, min(delay, expiry))
+	s.scheduleWill(id, key, will, min(delay, expiry))
 }
 
 // settleWillLocked settles the will whose delay runs for the session key

@@ -467,12 +467,7 @@ func (s *Server) closeTaken(ss *session, epoch uint64) {
 	if will == nil || !served {
 		return
 	}
-	delay := will.Properties.WillDelay
-	if delay == 0 || expiry == 0 {
-		s.publishWill(pc.id, will)
-		return
-	}
-	s.scheduleWill(pc.id, ss.key, will, min(delay, expiry))
+	s.willAtEnd(pc.id, ss.key, will, expiry)
 	s.mu.Lock()
 	if n, ok := s.lost[ss.key]; ok && n.claim.Epoch >= epoch {
 		// Taken by another node meanwhile, when no will was there to
