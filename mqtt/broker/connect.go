@@ -308,23 +308,16 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 // connection resumes the session and the will has a delay.
 func (s *Server) takeOver(old, c *conn, clean bool) {
 	c.logTakeover(old)
-	s.takeWill(old, clean)
+	if will := old.takeWill(); will != nil && (clean || will.Properties.WillDelay == 0) {
+		s.publishWill(old.id, will) // else the client is back within the delay
+	}
 	old.taken.Store(true)
 	old.closeWith(Disconnection{Reason: CloseTakenOver, Code: packet.SessionTakenOver,
 		Detail: "a new connection from " + addrString(c.info.RemoteAddr) + " took over the session"})
 }
 
-// takeWill takes the will of old, a connection whose session another
-// connection of its client takes: published now when the session ends
-// (clean) or the will has no delay, else never (the client is back within
-// the delay).
-func (s *Server) takeWill(old *conn, clean bool) {
-	if will := old.takeWill(); will != nil && (clean || will.Properties.WillDelay == 0) {
-		s.publishWill(old.id, will)
-	}
-}
-
-// takeWill takes the connection's will away from its end (detach).
+// takeWill takes the connection's will, which no one else then publishes
+// (detach, a takeover, a hand-over, a resume's close).
 func (c *conn) takeWill() *packet.Will {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -340,10 +333,7 @@ func (s *Server) detach(c *conn, d Disconnection) {
 	if ss == nil {
 		return
 	}
-	c.wmu.Lock()
-	will := c.will
-	c.will = nil
-	c.wmu.Unlock()
+	will := c.takeWill()
 	if d.Reason == CloseClientDisconnect && !c.sendWill {
 		will = nil
 	}

@@ -93,10 +93,7 @@ func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 	ss.retireLocked(DropSessionExpired, state != nil || mode == handForget, nil)
 	ss.mu.Unlock()
 	if c != nil {
-		c.wmu.Lock()
-		will := c.will
-		c.will = nil
-		c.wmu.Unlock()
+		will := c.takeWill()
 		// The will of a connection never accepted (no CONNACK yet) is
 		// not published.
 		if will != nil && served && (mode == handEnd || will.Properties.WillDelay == 0) {
@@ -276,14 +273,6 @@ func (s *Server) resume(claim Claim) error {
 	s.mu.Unlock()
 	if prev != nil {
 		s.endStale(prev, claim.Epoch)
-		// A resume of the key that installed its session meanwhile
-		// shares entries prev's end took out.
-		s.mu.Lock()
-		cur := s.sessions[claim.Key]
-		s.mu.Unlock()
-		if cur != nil {
-			s.reindex(cur)
-		}
 	}
 	data, through, ok, err := s.states.Take(claim)
 	if err != nil || !ok || len(data) == 0 {
@@ -438,10 +427,19 @@ func (s *Server) reindex(ss *session) {
 }
 
 // endStale ends a copy of a session this server kept that claim epoch
-// replaced: its connection, if any, closes with Session taken over.
+// replaced, no longer the server's session for its key: its connection,
+// if any, closes with Session taken over, and a session of the key that
+// a concurrent resume installed meanwhile indexes its subscriptions
+// again (prev's end took out the entries both had).
 func (s *Server) endStale(prev *session, epoch uint64) {
 	s.closeTaken(prev, epoch)
 	s.endSession(prev, false, DropSessionExpired)
+	s.mu.Lock()
+	cur := s.sessions[prev.key]
+	s.mu.Unlock()
+	if cur != nil {
+		s.reindex(cur)
+	}
 }
 
 // closeTaken closes the connection of ss, if any, with Session taken
@@ -572,7 +570,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	// What the state holds or says it sent comes back too (and is
 	// skipped): room for it beside the session's queue bound.
 	seenBefore := len(sv.Sent) + len(sv.Queue) + len(sv.Inflight)
-	got, _ := s.replayed(ctx, ss, filters, since, seenBefore)
+	got := s.replayed(ctx, ss, filters, since, seenBefore)
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
@@ -635,7 +633,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		}
 		ss.replayStop = func() { end(errSessionEnded) }
 		ss.mu.Unlock()
-		again, _ := s.replayed(ctx, ss, filters, since, seenAgain)
+		again := s.replayed(ctx, ss, filters, since, seenAgain)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
@@ -679,9 +677,9 @@ func (ss *session) replayFilters() []string {
 // session's queue bound, and seen more, the messages the caller knows the
 // session has (they are skipped); on an error, what it read before it,
 // the error logged (the session goes on without the rest).
-func (s *Server) replayed(ctx context.Context, ss *session, filters []string, since time.Time, seen int) ([]*Message, error) {
+func (s *Server) replayed(ctx context.Context, ss *session, filters []string, since time.Time, seen int) []*Message {
 	if len(filters) == 0 {
-		return nil, nil
+		return nil
 	}
 	ss.mu.Lock()
 	id, limit := ss.id, ss.limits.MaxQueued+seen
@@ -691,14 +689,14 @@ func (s *Server) replayed(ctx context.Context, ss *session, filters []string, si
 	switch {
 	case err == nil || s.life.Err() != nil:
 	case errors.Is(context.Cause(ctx), errSessionEnded):
-		// Nothing is missed: no one is left to miss it.
+		// Not a failure to read: the session ended here.
 	case errors.Is(context.Cause(ctx), errResumedAgain):
 		s.log.Info("a session's replay was given up: a later connection of its client resumes it", "session", ss.key)
 	default:
 		s.log.Error("a session's replay could not read all it missed from history; it goes on without the rest",
 			"session", ss.key, "since", since, "replayed", len(got), "error", err)
 	}
-	return got, err
+	return got
 }
 
 // addReplayedLocked queues the replayed messages seen does not hold yet
