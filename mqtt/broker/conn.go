@@ -681,15 +681,15 @@ func (c *conn) closeWith(d Disconnection) {
 		c.nc.Close() // the socket takes nothing more
 		return
 	}
-	var p packet.Packet
-	if c.served.Load() && d.Code >= 0x80 && c.version == packet.Version5 {
-		dp := &packet.Disconnect{ReasonCode: d.Code}
-		if d.Detail != "" && c.problemInfo {
-			dp.Properties.SetReasonString(d.Detail)
-		}
-		p = dp
+	if d.Code < 0x80 || c.version != packet.Version5 {
+		c.closeAfter(nil)
+		return
 	}
-	c.closeAfter(p)
+	dp := &packet.Disconnect{ReasonCode: d.Code}
+	if d.Detail != "" && c.problemInfo {
+		dp.Properties.SetReasonString(d.Detail)
+	}
+	c.closeServed(dp)
 }
 
 // handleAck processes PUBACK/PUBREC/PUBREL/PUBCOMP: an acknowledgement of

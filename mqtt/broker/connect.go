@@ -187,8 +187,7 @@ func (c *conn) connect(cp *packet.Connect) error {
 	// lock: a takeover ending the connection meanwhile sees it served or
 	// not, never in between.
 	ss.mu.Lock()
-	c.writePacket(ack)
-	c.served.Store(true)
+	c.writeConnack(ack)
 	c.lastRead.Store(time.Now().UnixNano())
 	if ka > 0 {
 		c.kaLimit.Store(int64(time.Duration(ka) * time.Second * 3 / 2))

@@ -357,7 +357,7 @@ func TestSessionTakeoverRace(t *testing.T) {
 		// then it got nothing.
 		if n := len(lose); n != 0 && (n != 2 || lose[0].Type() != packet.CONNACK || lose[1].Type() != packet.DISCONNECT ||
 			lose[1].(*packet.Disconnect).ReasonCode != packet.SessionTakenOver) {
-			t.Fatalf("%s: the other connection got %+v, want CONNACK then DISCONNECT 0x8E, or nothing", id, lose)
+			t.Fatalf("%s: the other connection got %v, want CONNACK then DISCONNECT 0x8E, or nothing", id, packetTypes(lose))
 		}
 	}
 	if st := b.Stats(); st.Sessions != 20 {
@@ -584,4 +584,17 @@ func TestConnackComesFirst(t *testing.T) {
 		again.Must(t, &packet.Disconnect{})
 		eventually(t, "the session to go offline", func() bool { return b.Stats().Connections == 0 })
 	}
+}
+
+// packetTypes names the packets' types, with a DISCONNECT's reason code.
+func packetTypes(ps []packet.Packet) []string {
+	var out []string
+	for _, p := range ps {
+		s := p.Type().String()
+		if d, ok := p.(*packet.Disconnect); ok {
+			s += fmt.Sprintf(" 0x%02x", byte(d.ReasonCode))
+		}
+		out = append(out, s)
+	}
+	return out
 }

@@ -83,13 +83,32 @@ func (c *conn) writePacket(p packet.Packet) {
 	if !c.beginWrite() {
 		return
 	}
+	c.bufferLocked(p)
+	c.endWrite(p.Type(), true, nil)
+}
+
+// writeConnack writes the CONNACK and marks the connection served in one
+// hold of the write buffer: closeServed, which decides under that lock
+// whether its DISCONNECT may follow, finds the CONNACK buffered and the
+// connection served, or neither (the connection closed first: no CONNACK).
+func (c *conn) writeConnack(ack packet.Packet) {
+	if !c.beginWrite() {
+		return
+	}
+	c.bufferLocked(ack)
+	c.served.Store(true)
+	c.endWrite(ack.Type(), true, nil)
+}
+
+// bufferLocked encodes p after what the write buffer holds. The caller
+// holds wmu.
+func (c *conn) bufferLocked(p packet.Packet) {
 	out, err := packet.Encode(c.wbuf, p, c.version)
 	if err != nil {
 		c.srv.log.Error("encode packet", "type", p.Type().String(), "error", err)
-	} else {
-		c.wbuf = out
+		return
 	}
-	c.endWrite(p.Type(), true, nil)
+	c.wbuf = out
 }
 
 // closeAfter ends the write side: p (when not nil) is appended after what
@@ -98,8 +117,18 @@ func (c *conn) writePacket(p packet.Packet) {
 // the server ended the connection, half-closed and drained first
 // (closeWriteSide, hangup.go). The watchdog bounds that last write
 // (finalWriteTimeout).
-func (c *conn) closeAfter(p packet.Packet) {
+func (c *conn) closeAfter(p packet.Packet) { c.closeAfterIf(p, false) }
+
+// closeServed is closeAfter for a DISCONNECT p, which goes only when the
+// connection was served (its CONNACK written: no DISCONNECT before the
+// CONNACK [MQTT-3.2.0-1]), as the write buffer's lock finds it.
+func (c *conn) closeServed(p packet.Packet) { c.closeAfterIf(p, true) }
+
+func (c *conn) closeAfterIf(p packet.Packet, ifServed bool) {
 	c.wmu.Lock()
+	if ifServed && !c.served.Load() {
+		p = nil
+	}
 	if c.closed {
 		final := c.final
 		c.wmu.Unlock()
