@@ -20,7 +20,7 @@ import (
 // take (Options.Replay bounds only its reading time). Either way what the
 // session missed comes before what is published after, once.
 //
-// Until its replay is in, a session's saves keep the restored state's
+// Until its replay is in (both passes), a session's saves keep the restored state's
 // time and say that it is pending (savedSession.Pending), so that a
 // replay from a state saved meanwhile (on another node taking the
 // session, or after another restart) covers what this one has not added
@@ -82,7 +82,7 @@ func (s *Server) runRestart(r *restart) {
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.replayFrom = time.Time{}
+	// The session stays pending (replayFrom) until its second pass is in.
 	if !ss.ended {
 		ss.pumpLocked(nil)
 	}

@@ -150,10 +150,12 @@ type session struct {
 	// the state so that a replay where the session resumes does not send
 	// them again.
 	sent []replayKey
-	// replayFrom is when the state the session was restored from at
-	// start was saved, until the replay of what it missed since then is
-	// in (restart.go); zero otherwise. restart is that replay (nil for a
-	// session not restored at start); set before the session is shared.
+	// replayFrom is when the replay of what the session missed starts
+	// (the time of the state it was restored from at start, or resumed
+	// from another node's), until both passes of that replay are in
+	// (restart.go, states.go: replay); zero otherwise. restart is the
+	// replay of a session restored at start (nil for others); set before
+	// the session is shared.
 	replayFrom time.Time
 	restart    *restart
 

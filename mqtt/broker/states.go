@@ -565,6 +565,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		// replay had not added.
 		since = through
 	}
+	start := since
 	since = since.Add(-replayWindow)
 	filters := ss.replayFilters()
 	// What the state holds or says it sent comes back too (and is
@@ -611,9 +612,14 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		// replaces this one and runs both passes itself.
 		return
 	}
-	// Until the second replay, what is queued is remembered (enqueue).
+	// Until the second replay is in, what is queued is remembered
+	// (enqueue), and the session's state is saved as pending from start
+	// (snapshotLocked): a replay from a state saved meanwhile (a hand-over
+	// to another node, a save before a crash) covers what the second pass
+	// would have added.
 	seenAgain := seenBefore + len(got)
 	ss.recent = seen
+	ss.replayFrom = start
 	ss.replayTimer = time.AfterFunc(replayAgain, func() {
 		select {
 		case <-s.done:
@@ -640,6 +646,9 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 			ss.addReplayedLocked(again, ss.recent)
 			ss.pumpLocked(nil)
 		}
+		// In, or failed (logged): a session kept pending would have its
+		// later replays start ever further back while it is served.
+		ss.replayFrom = time.Time{}
 		ss.recent, ss.replayTimer, ss.replayStop = nil, nil, nil
 	})
 }

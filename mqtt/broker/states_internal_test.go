@@ -28,13 +28,15 @@ type memStates struct {
 	saves  int
 	rounds int
 	fail   bool
+	last   []byte // the state saved last
 }
 
-func (m *memStates) Save(Claim, []byte) error {
+func (m *memStates) Save(_ Claim, state []byte) error {
 	time.Sleep(m.delay) // a database write
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.saves++
+	m.last = state
 	if m.fail {
 		return context.DeadlineExceeded
 	}
@@ -450,6 +452,75 @@ func TestResumedSessionRemembersNoQoS0(t *testing.T) {
 	})
 	srv.Publish(&Message{Topic: "t/end", QoS: 1, Payload: []byte("end")})
 	c.Expect(t, "end") // not the first live message a second time
+}
+
+// TestHandOffDuringSecondPassKeepsItsStart: a session resumed here from
+// another node's state, handed over to a third node before its second
+// replay is in, is saved as pending from where its replay started: the
+// third node replays from there and delivers a message published during
+// the first move, which only the second pass here would have added.
+// Once the second pass is in, the session's state is current again.
+func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
+	t0 := time.Now().Add(-10 * time.Second) // the state the first node saved
+	sv := savedSession{Saved: t0, ClientID: "dev", Limits: Limits{MaxQueued: 100, MaxInflight: 10}, Expiry: 3600,
+		DisconnectedAt: t0, Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
+	st := &memStates{}
+	st.take, _ = json.Marshal(&sv)
+	// In history: published during the move, stored after the first
+	// pass here read it (only the second pass would find it here).
+	missed := &Message{Topic: "t/missed", QoS: 1, PublishedQoS: 1, Payload: []byte("missed"), Created: t0.Add(2 * time.Second)}
+	history := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+		if !since.After(missed.Created) {
+			fn(missed)
+		}
+		return nil
+	}
+	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{},
+		Replay: func(context.Context, *Identity, []string, time.Time, int, func(*Message)) error { return nil }})
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !c.Connack.SessionPresent {
+		t.Fatal("session present 0: the state was not resumed")
+	}
+	ss := sessionOf(srv, "dev")
+	ss.mu.Lock()
+	armed := ss.replayTimer != nil
+	ss.mu.Unlock()
+	if !armed {
+		t.Fatal("no second replay pending after the resume")
+	}
+	srv.takenElsewhere(ss.currentClaim()) // a third node resumes it
+	st.mu.Lock()
+	state := st.last
+	st.mu.Unlock()
+	var handed savedSession
+	if err := json.Unmarshal(state, &handed); err != nil {
+		t.Fatalf("the hand-over saved no readable state: %v (%q)", err, state)
+	}
+	if !handed.Pending || !handed.Saved.Equal(t0) {
+		t.Fatalf("handed over as saved at %v, pending %v; want pending from %v (the second replay was not in)", handed.Saved, handed.Pending, t0)
+	}
+
+	third, addr3 := startStates(t, Options{States: &memStates{take: state}, Owners: &elsewhere{}, Replay: history})
+	c3 := mqtttest.DialV5(t, addr3, persistent("dev"))
+	if !c3.Connack.SessionPresent {
+		t.Fatal("session present 0 on the third node")
+	}
+	c3.Expect(t, "missed")
+
+	// The third node's second pass: once in, the state is current.
+	ss3 := sessionOf(third, "dev")
+	testkit.Eventually(t, 10*time.Second, "the second replay", func() bool {
+		ss3.mu.Lock()
+		defer ss3.mu.Unlock()
+		return ss3.replayTimer == nil
+	})
+	ss3.mu.Lock()
+	now := third.now()
+	after := ss3.snapshotLocked(now)
+	ss3.mu.Unlock()
+	if after.Pending || !after.Saved.Equal(now) {
+		t.Fatalf("after its second replay the session is saved as of %v, pending %v; want current (%v)", after.Saved, after.Pending, now)
+	}
 }
 
 // givenUpFirst returns an Options.Replay whose first call holds its place
