@@ -134,10 +134,10 @@ type session struct {
 	inbound2 map[uint16]*inbound2 // inbound QoS 2 ids, from the PUBLISH to the PUBREL (inbound.go)
 	window   int                  // effective inflight window of the current connection
 	limits   Limits
-	// recent holds the QoS 1 and 2 messages queued since the session
-	// was resumed from another node, until its second replay (states.go;
-	// a replay brings no QoS 0 message); nil otherwise.
-	recent map[replayKey]struct{}
+	// recent holds the messages queued since the session was resumed
+	// from another node (or restored at start) that its second replay
+	// could bring again, until that replay (states.go); nil otherwise.
+	recent *recentSet
 	// replayTimer runs the second replay of a resumed session;
 	// replayStop ends that replay's read once it runs.
 	replayTimer *time.Timer
@@ -255,8 +255,8 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, ids []uint32, from
 		return
 	}
 	ss.push(newDelivery(m, qos, retain, ids))
-	if ss.recent != nil && m.QoS > 0 {
-		ss.recent[keyOf(m)] = struct{}{} // a replay is under way (states.go)
+	if ss.recent != nil {
+		ss.recent.note(m) // a replay is under way (states.go)
 	}
 	ss.pumpLocked(from)
 }

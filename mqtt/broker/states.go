@@ -612,13 +612,13 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		// replaces this one and runs both passes itself.
 		return
 	}
-	// Until the second replay is in, what is queued is remembered
-	// (enqueue), and the session's state is saved as pending from start
+	// Until the second replay is in, what is queued that it could bring
+	// again is remembered (enqueue), and the session's state is saved as pending from start
 	// (snapshotLocked): a replay from a state saved meanwhile (a hand-over
 	// to another node, a save before a crash) covers what the second pass
 	// would have added.
 	seenAgain := seenBefore + len(got)
-	ss.recent = seen
+	ss.recent = &recentSet{seen: seen, filters: filters, since: since, room: ss.limits.MaxQueued + seenAgain}
 	ss.replayFrom = start
 	ss.replayTimer = time.AfterFunc(replayAgain, func() {
 		select {
@@ -643,7 +643,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
-			ss.addReplayedLocked(again, ss.recent)
+			ss.addReplayedLocked(again, ss.recent.seen)
 			ss.pumpLocked(nil)
 		}
 		// In, or failed (logged): a session kept pending would have its
@@ -651,6 +651,48 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		ss.replayFrom = time.Time{}
 		ss.recent, ss.replayTimer, ss.replayStop = nil, nil, nil
 	})
+}
+
+// recentSet is what a session remembers having queued until its second
+// replay, so that the replay bringing it again does not queue it twice.
+// That replay reads the oldest messages since that filters match, at
+// most room of them beside what the first pass knew: only those are
+// remembered, and of them only the first room queued. Once room
+// messages are remembered, all in history before any later one, the
+// replay cannot reach past them; a later one it brings all the same
+// (one of those remembered never reached history) comes twice, never
+// not at all. The memory a busy subscriber takes for those seconds is
+// thereby bounded by its queue's.
+type recentSet struct {
+	seen    map[replayKey]struct{}
+	filters []string
+	since   time.Time
+	room    int
+}
+
+// note remembers m, queued to the session, if the second replay could
+// bring it: a QoS 1 or 2 message (a replay brings none of QoS 0), received
+// since the replay's start, on a topic a replayed filter matches (not a
+// shared subscription's only, nor one subscribed after the first pass).
+func (r *recentSet) note(m *Message) {
+	if r.room == 0 || m.QoS == 0 || m.Created.Before(r.since) {
+		return
+	}
+	for _, f := range r.filters {
+		if !topic.Match(f, m.Topic) {
+			continue
+		}
+		if k := keyOf(m); !r.has(k) {
+			r.seen[k] = struct{}{}
+			r.room--
+		}
+		return
+	}
+}
+
+func (r *recentSet) has(k replayKey) bool {
+	_, ok := r.seen[k]
+	return ok
 }
 
 // stopReplayLocked ends a replay under way (the session ends). The
