@@ -87,10 +87,11 @@ type savedSession struct {
 	// (with Options.Replay): a replay where the session resumes skips
 	// them.
 	Sent []savedSent `json:"sent,omitempty"`
-	// Pending says the session's restart replay (restart.go) was not in
-	// when it was saved: Saved is the time of the state it was restored
-	// from, and a replay from this state starts there, whatever rounds
-	// of saves its node recorded since.
+	// Pending says the replay of what the session missed (restored at
+	// start, restart.go, or resumed from another node's state, states.go)
+	// was not in, both passes, when it was saved: Saved is where that
+	// replay started, and a replay from this state starts there, whatever
+	// rounds of saves its node recorded since.
 	Pending bool `json:"replay_pending,omitempty"`
 }
 

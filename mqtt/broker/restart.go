@@ -63,8 +63,8 @@ func (s *Server) replayRestarts() {
 }
 
 // runRestart runs one restored session's replay (the caller took it),
-// unless the server is closing, ends the session's pending state, and
-// lets the CONNECTs waiting for it go on.
+// unless the server is closing, and lets the CONNECTs waiting for it go
+// on. The session stays pending until the replay's second pass is in.
 func (s *Server) runRestart(r *restart) {
 	ss := r.ss
 	defer close(r.done)

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"container/heap"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -571,7 +572,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	// What the state holds or says it sent comes back too (and is
 	// skipped): room for it beside the session's queue bound.
 	seenBefore := len(sv.Sent) + len(sv.Queue) + len(sv.Inflight)
-	got := s.replayed(ctx, ss, filters, since, seenBefore)
+	got := s.replayed(ctx, ss, filters, since, ss.replayLimit(seenBefore))
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
@@ -617,8 +618,11 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	// (snapshotLocked): a replay from a state saved meanwhile (a hand-over
 	// to another node, a save before a crash) covers what the second pass
 	// would have added.
-	seenAgain := seenBefore + len(got)
-	ss.recent = &recentSet{seen: seen, filters: filters, since: since, room: ss.limits.MaxQueued + seenAgain}
+	// The second pass reads as many as this, whatever the limits of the
+	// connection that attaches meanwhile: what is remembered for it is
+	// bounded the same.
+	limit := ss.limits.MaxQueued + seenBefore + len(got)
+	ss.recent = &recentSet{seen: seen, filters: filters, since: since, room: limit}
 	ss.replayFrom = start
 	ss.replayTimer = time.AfterFunc(replayAgain, func() {
 		select {
@@ -639,12 +643,17 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		}
 		ss.replayStop = func() { end(errSessionEnded) }
 		ss.mu.Unlock()
-		again := s.replayed(ctx, ss, filters, since, seenAgain)
+		again := s.replayed(ctx, ss, filters, since, limit)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
 			ss.addReplayedLocked(again, ss.recent.seen)
 			ss.pumpLocked(nil)
+		}
+		if s.life.Err() != nil {
+			// Cut short by the server's close: its state is saved as
+			// pending, and the next start or node replays it all.
+			return
 		}
 		// In, or failed (logged): a session kept pending would have its
 		// later replays start ever further back while it is served.
@@ -655,44 +664,66 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 
 // recentSet is what a session remembers having queued until its second
 // replay, so that the replay bringing it again does not queue it twice.
-// That replay reads the oldest messages since that filters match, at
-// most room of them beside what the first pass knew: only those are
-// remembered, and of them only the first room queued. Once room
-// messages are remembered, all in history before any later one, the
-// replay cannot reach past them; a later one it brings all the same
-// (one of those remembered never reached history) comes twice, never
-// not at all. The memory a busy subscriber takes for those seconds is
-// thereby bounded by its queue's.
+// That replay reads the oldest messages (by the time they were received)
+// since since that filters match, at most room of them, those the first
+// pass knew included: of the messages queued since, only the oldest room
+// are remembered. The replay cannot reach past them when they are all in
+// history; it brings one it did not remember only when one remembered
+// never reached history, or one received in the same microsecond as the
+// newest remembered. That one comes twice, never not at all. A busy
+// subscriber's memory for those seconds is bounded by its queue's.
 type recentSet struct {
 	seen    map[replayKey]struct{}
 	filters []string
 	since   time.Time
 	room    int
+	noted   newestFirst // the keys note added to seen
 }
 
 // note remembers m, queued to the session, if the second replay could
 // bring it: a QoS 1 or 2 message (a replay brings none of QoS 0), received
 // since the replay's start, on a topic a replayed filter matches (not a
-// shared subscription's only, nor one subscribed after the first pass).
+// shared subscription's only, nor one subscribed after the first pass),
+// and among the oldest room of those.
 func (r *recentSet) note(m *Message) {
-	if r.room == 0 || m.QoS == 0 || m.Created.Before(r.since) {
+	if r.room == 0 || m.QoS == 0 || m.Created.Before(r.since) || !r.matches(m.Topic) {
 		return
 	}
-	for _, f := range r.filters {
-		if !topic.Match(f, m.Topic) {
-			continue
-		}
-		if k := keyOf(m); !r.has(k) {
-			r.seen[k] = struct{}{}
-			r.room--
-		}
+	k := keyOf(m)
+	if _, ok := r.seen[k]; ok {
 		return
 	}
+	if len(r.noted) == r.room {
+		if k.at >= r.noted[0].at {
+			return // newer than all the replay can bring
+		}
+		delete(r.seen, heap.Pop(&r.noted).(replayKey))
+	}
+	r.seen[k] = struct{}{}
+	heap.Push(&r.noted, k)
 }
 
-func (r *recentSet) has(k replayKey) bool {
-	_, ok := r.seen[k]
-	return ok
+func (r *recentSet) matches(name string) bool {
+	for _, f := range r.filters {
+		if topic.Match(f, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// newestFirst is a heap of replay keys, the latest received at its top.
+type newestFirst []replayKey
+
+func (h newestFirst) Len() int           { return len(h) }
+func (h newestFirst) Less(i, j int) bool { return h[i].at > h[j].at }
+func (h newestFirst) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *newestFirst) Push(x any)        { *h = append(*h, x.(replayKey)) }
+func (h *newestFirst) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return k
 }
 
 // stopReplayLocked ends a replay under way (the session ends). The
@@ -724,16 +755,24 @@ func (ss *session) replayFilters() []string {
 	return filters
 }
 
-// replayed reads the messages since that filters match: at most the
-// session's queue bound, and seen more, the messages the caller knows the
-// session has (they are skipped); on an error, what it read before it,
-// the error logged (the session goes on without the rest).
-func (s *Server) replayed(ctx context.Context, ss *session, filters []string, since time.Time, seen int) []*Message {
+// replayLimit is how many messages a replay reads: the session's queue
+// bound, and seen more, the messages the caller knows the session has
+// (they are skipped).
+func (ss *session) replayLimit(seen int) int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.limits.MaxQueued + seen
+}
+
+// replayed reads the messages since that filters match, at most limit
+// (replayLimit); on an error, what it read before it, the error logged
+// (the session goes on without the rest).
+func (s *Server) replayed(ctx context.Context, ss *session, filters []string, since time.Time, limit int) []*Message {
 	if len(filters) == 0 {
 		return nil
 	}
 	ss.mu.Lock()
-	id, limit := ss.id, ss.limits.MaxQueued+seen
+	id := ss.id
 	ss.mu.Unlock()
 	var got []*Message
 	err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) })

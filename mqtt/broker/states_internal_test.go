@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -523,6 +525,162 @@ func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
 	ss3.mu.Unlock()
 	if after.Pending || !after.Saved.Equal(now) {
 		t.Fatalf("after its second replay the session is saved as of %v, pending %v; want current (%v)", after.Saved, after.Pending, now)
+	}
+}
+
+// fakeHistory is an Options.Replay over the messages added to it: the
+// first pass finds none (they were not stored yet), later ones read, as
+// history does, the oldest since by the time they were received, at most
+// the limit.
+type fakeHistory struct {
+	mu    sync.Mutex
+	msgs  []*Message
+	calls atomic.Int32
+}
+
+func (h *fakeHistory) add(m *Message) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.msgs = append(h.msgs, m)
+}
+
+func (h *fakeHistory) replay(_ context.Context, _ *Identity, _ []string, since time.Time, limit int, fn func(*Message)) error {
+	if h.calls.Add(1) == 1 {
+		return nil
+	}
+	h.mu.Lock()
+	ms := slices.Clone(h.msgs)
+	h.mu.Unlock()
+	slices.SortStableFunc(ms, func(a, b *Message) int { return a.Created.Compare(b.Created) })
+	n := 0
+	for _, m := range ms {
+		if m.QoS == 0 || m.Created.Before(since) {
+			continue
+		}
+		if n == limit {
+			break
+		}
+		fn(m)
+		n++
+	}
+	return nil
+}
+
+// publishLive publishes the messages to srv, adds them to h, and expects c
+// to get them, in batches within the session's inflight window.
+func publishLive(t *testing.T, srv *Server, h *fakeHistory, c *mqtttest.V5, msgs []*Message) {
+	t.Helper()
+	for i := 0; i < len(msgs); i += 20 {
+		var want []string
+		for _, m := range msgs[i:min(i+20, len(msgs))] {
+			h.add(m)
+			srv.Publish(m)
+			want = append(want, string(m.Payload))
+		}
+		c.Expect(t, want...)
+	}
+}
+
+// secondPassThenEnd waits for the session's second replay, publishes
+// "end" and expects it next: no message comes twice.
+func secondPassThenEnd(t *testing.T, srv *Server, h *fakeHistory, c *mqtttest.V5) {
+	t.Helper()
+	ss := sessionOf(srv, "dev")
+	testkit.Eventually(t, 10*time.Second, "the second replay", func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return h.calls.Load() == 2 && ss.replayTimer == nil
+	})
+	srv.Publish(&Message{Topic: "t/end", QoS: 1, Payload: []byte("end")})
+	c.Expect(t, "end")
+}
+
+// TestRememberedAreTheOldest: with more queued than it remembers, a
+// resumed session remembers the oldest by the time they were received,
+// not the first to arrive: a message received on another node before the
+// last remembered one, and arriving after it, is among those the second
+// replay reads, and it is not sent twice.
+func TestRememberedAreTheOldest(t *testing.T) {
+	h := &fakeHistory{}
+	srv, addr := startStates(t, Options{States: resumable(), Owners: &elsewhere{}, Replay: h.replay, MaxQueued: 100})
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	base := time.Now()
+	var local []*Message
+	for j := range 100 { // as many as the session remembers
+		local = append(local, &Message{Topic: fmt.Sprint("t/local/", j), QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "local%d", j),
+			Created: base.Add(time.Duration(10*(j+1)) * time.Microsecond)})
+	}
+	publishLive(t, srv, h, c, local)
+	remote := &Message{Topic: "t/remote", QoS: 1, PublishedQoS: 1, Payload: []byte("remote"), Created: base.Add(995 * time.Microsecond)}
+	publishLive(t, srv, h, c, []*Message{remote}) // received before local99
+	secondPassThenEnd(t, srv, h, c)
+}
+
+// TestSecondPassReadsWhatIsRemembered: the second replay reads as many
+// messages as the session remembered room for, whatever the limits of the
+// connection that attached meanwhile (here the server's default queue
+// bound, 1,000, against the saved state's 100).
+func TestSecondPassReadsWhatIsRemembered(t *testing.T) {
+	h := &fakeHistory{}
+	srv, addr := startStates(t, Options{States: resumable(), Owners: &elsewhere{}, Replay: h.replay})
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	base := time.Now()
+	var msgs []*Message
+	for j := range 160 {
+		msgs = append(msgs, &Message{Topic: fmt.Sprint("t/", j), QoS: 1, PublishedQoS: 1, Payload: fmt.Append(nil, j),
+			Created: base.Add(time.Duration(j+1) * time.Microsecond)})
+	}
+	publishLive(t, srv, h, c, msgs)
+	secondPassThenEnd(t, srv, h, c)
+}
+
+// TestCloseDuringSecondPassKeepsItPending: a server closed while a
+// resumed session's second replay waits (in its account's line) saves
+// the session as pending from where its replay started, in its state file
+// and for the other nodes: the next start or node replays what the
+// second pass would have added.
+func TestCloseDuringSecondPassKeepsItPending(t *testing.T) {
+	entered := make(chan struct{})
+	var calls atomic.Int32
+	replay := func(ctx context.Context, _ *Identity, _ []string, _ time.Time, _ int, _ func(*Message)) error {
+		if calls.Add(1) == 1 {
+			return nil
+		}
+		close(entered)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	st := resumable()
+	var sv0 savedSession
+	if err := json.Unmarshal(st.take, &sv0); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "state.json")
+	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay, StatePath: path, SaveInterval: time.Hour})
+	mqtttest.DialV5(t, addr, persistent("dev"))
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no second replay")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Close(ctx)
+	f, err := readStateFile(path)
+	if err != nil || len(f.Sessions) != 1 {
+		t.Fatalf("state file: %v", err)
+	}
+	st.mu.Lock()
+	var inStore savedSession
+	err = json.Unmarshal(st.last, &inStore)
+	st.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, got := range map[string]savedSession{"state file": f.Sessions[0], "SessionStates": inStore} {
+		if !got.Pending || !got.Saved.Equal(sv0.Saved) {
+			t.Errorf("%s: saved at %v, pending %v; want pending from %v (the second replay was cut short)", what, got.Saved, got.Pending, sv0.Saved)
+		}
 	}
 }
 
