@@ -52,6 +52,9 @@ func TestMain(m *testing.M) {
 			quietRuntimeMonitor(os.Args[i+1], os.Args) // as main does
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		if i+1 < len(os.Args) {
+			fitProcessors(ctx, os.Args[i+1]) // as main does
+		}
 		err := runStdin(ctx, os.Args[min(i+1, len(os.Args)):], os.Stdin, os.Stdout, os.Stderr)
 		stop()
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"syscall"
 
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/procs"
 )
 
 func main() {
@@ -30,12 +31,24 @@ func main() {
 	keyWorkers = true
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 {
+		fitProcessors(ctx, os.Args[1])
+	}
 	if err := runStdin(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(2)
 		}
 		fmt.Fprintln(os.Stderr, "fleetmq:", err)
 		os.Exit(1)
+	}
+}
+
+// fitProcessors has the long-running servers run on one processor while
+// lightly loaded and on all under load (package procs), until ctx ends;
+// GOMAXPROCS set by the operator holds.
+func fitProcessors(ctx context.Context, command string) {
+	if command == "serve" || command == "broker" {
+		go procs.Fit(ctx, procs.Options{})
 	}
 }
 

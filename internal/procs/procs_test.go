@@ -1,0 +1,156 @@
+package procs
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// feed gives f the cores used in each tick and returns the processors
+// after each (0 where they did not change).
+func feed(f *fitter, used ...float64) []int {
+	var out []int
+	for _, u := range used {
+		out = append(out, f.next(u))
+	}
+	return out
+}
+
+func repeat(u float64, n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = u
+	}
+	return out
+}
+
+// TestLightLoadRunsOnOne: a server using a small part of a core stays on
+// one processor; one that needs more gets all of them at the next tick.
+func TestLightLoadRunsOnOne(t *testing.T) {
+	f := newFitter(2, 20)
+	for i, p := range feed(f, repeat(0.15, 100)...) { // 4,000 msg/s through serve
+		if p != 0 {
+			t.Fatalf("tick %d at 0.15 cores: moved to %d processors; want to stay on 1", i, p)
+		}
+	}
+	if p := f.next(0.9); p != 2 {
+		t.Fatalf("a tick using 0.9 cores on one processor: %d processors; want 2", p)
+	}
+}
+
+// TestProcessorsDoubleUpToTheMost: on a larger machine, load that keeps
+// the processors busy doubles them tick by tick up to the most, not past.
+func TestProcessorsDoubleUpToTheMost(t *testing.T) {
+	f := newFitter(8, 20)
+	got := feed(f, 0.9, 1.9, 3.5, 7.9, 7.9)
+	want := []int{2, 4, 8, 0, 0}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("processors after each busy tick: %v; want %v", got, want)
+		}
+	}
+}
+
+// TestProcessorsGoOnlyAfterAQuietWindow: processors are taken away only
+// after a whole window of low load, half at a time, and a load between
+// the two thresholds keeps what it has (no flapping).
+func TestProcessorsGoOnlyAfterAQuietWindow(t *testing.T) {
+	f := newFitter(4, 20)
+	feed(f, 0.9, 1.9) // up to 4
+	if f.procs != 4 {
+		t.Fatalf("%d processors after two busy ticks; want 4", f.procs)
+	}
+	for i, p := range feed(f, repeat(0.3, 19)...) {
+		if p != 0 {
+			t.Fatalf("tick %d of a quiet window: %d processors; want to keep 4 until the window is over", i, p)
+		}
+	}
+	if p := f.next(0.3); p != 2 {
+		t.Fatalf("after a window at 0.3 cores on 4 processors: %d; want 2", p)
+	}
+	for i, p := range feed(f, repeat(0.5, 60)...) { // 25% of 2: between lowerAt and raiseAt
+		if p != 0 {
+			t.Fatalf("tick %d at 0.5 cores on 2 processors: moved to %d; want to keep 2", i, p)
+		}
+	}
+	// From 0.5 down to 0.1 cores: the window's average falls under 0.4
+	// at the sixth quiet tick ((14*0.5 + 6*0.1) / 20 = 0.38).
+	got := feed(f, repeat(0.1, 20)...)
+	for i, p := range got {
+		if want := map[bool]int{true: 1, false: 0}[i == 5]; p != want {
+			t.Fatalf("processors after each tick from 0.5 down to 0.1 cores on 2: %v; want 1 at the sixth", got)
+		}
+	}
+}
+
+// TestTheWindowsAverageDecides: processors go when the window's average
+// is low, a short burst in it included, and stay when a burst lifts that
+// average above the threshold.
+func TestTheWindowsAverageDecides(t *testing.T) {
+	window := func(quiet, burst float64) []float64 {
+		used := append(repeat(quiet, 10), burst)
+		return append(used, repeat(quiet, 9)...)
+	}
+	f := newFitter(2, 20)
+	f.next(0.9)                   // on 2
+	feed(f, window(0.05, 1.0)...) // average 0.0975, under 0.4
+	if f.procs != 1 {
+		t.Fatalf("%d processors after a quiet window with one busy tick; want 1", f.procs)
+	}
+	f = newFitter(2, 20)
+	f.next(0.9)
+	for i, p := range feed(f, window(0.3, 3.0)...) { // average 0.435
+		if p != 0 {
+			t.Fatalf("tick %d: moved to %d processors; the window's average with its burst is above the threshold", i, p)
+		}
+	}
+}
+
+// TestFitSetsTheProcessors: Fit starts the process on one processor and
+// gives it more when its CPU time says it is busy; an operator's
+// GOMAXPROCS holds.
+func TestFitSetsTheProcessors(t *testing.T) {
+	var cpu atomic.Int64
+	set := make(chan int, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	const tick = 5 * time.Millisecond
+	go func() {
+		defer close(done)
+		Fit(ctx, Options{Most: 2, Tick: tick, Set: func(n int) { set <- n },
+			CPU: func() time.Duration { return time.Duration(cpu.Add(int64(10 * tick))) }}) // ten cores busy
+	}()
+	for _, want := range []int{1, 2} {
+		select {
+		case got := <-set:
+			if got != want {
+				t.Fatalf("processors set to %d; want %d", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("processors never set to %d", want)
+		}
+	}
+	cancel()
+	<-done
+
+	t.Setenv("GOMAXPROCS", "2")
+	Fit(context.Background(), Options{Most: 2, Set: func(n int) { t.Fatalf("processors set to %d although GOMAXPROCS is set", n) }})
+}
+
+// TestProcessCPUCounts: the process's CPU time grows with work.
+func TestProcessCPUCounts(t *testing.T) {
+	before := processCPU()
+	deadline := time.Now().Add(5 * time.Second)
+	x := 0
+	for processCPU()-before < 20*time.Millisecond {
+		for i := range 1_000_000 {
+			x += i
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU time grew by %v in 5 s of work; want 20 ms", processCPU()-before)
+		}
+	}
+	_ = x
+}
