@@ -34,6 +34,7 @@ import (
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // childEnv marks a re-executed test binary that runs the fleetmq command
@@ -80,9 +81,17 @@ type serveProcess struct {
 // its MQTT address.
 func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	t.Helper()
-	args := append([]string{"-test.run=^$", "--", "serve", "-data", dir, "-listen", "127.0.0.1:0", "-http-listen", "",
-		"-state-save-interval", "100ms"}, extra...)
-	cmd := exec.Command(os.Args[0], args...)
+	p := startChild(t, append([]string{"serve", "-data", dir, "-listen", "127.0.0.1:0", "-http-listen", "",
+		"-state-save-interval", "100ms"}, extra...)...)
+	p.dir = dir
+	return p
+}
+
+// startChild runs the fleetmq command args (serve or broker) in a child
+// process and waits for the addresses it prints.
+func startChild(t *testing.T, args ...string) *serveProcess {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -92,7 +101,7 @@ func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProcess{cmd: cmd, dir: dir, done: make(chan struct{})}
+	p := &serveProcess{cmd: cmd, done: make(chan struct{})}
 	t.Cleanup(func() { p.kill(t) })
 	addrc := make(chan [3]string, 1)
 	go func() {
@@ -118,9 +127,9 @@ func startServe(t *testing.T, dir string, extra ...string) *serveProcess {
 	case a := <-addrc:
 		p.addr, p.route, p.http = a[0], a[1], a[2]
 	case <-p.done:
-		t.Fatal("fleetmq serve exited before listening")
+		t.Fatalf("fleetmq %s exited before listening", args[0])
 	case <-time.After(waitFor):
-		t.Fatal("fleetmq serve did not print its address")
+		t.Fatalf("fleetmq %s did not print its address", args[0])
 	}
 	return p
 }
@@ -368,12 +377,12 @@ func connectV3(t *testing.T, addr, id, user, pass string) *mqtttest.V3 {
 
 // connectV5 connects an MQTT 5 client whose session, unless clean, lives
 // an hour after it leaves.
-func connectV5(t *testing.T, addr, id, user, pass string, clean bool) *mqtttest.V5 {
+func connectV5(t *testing.T, addr, id, user, pass string, clean bool, edit ...func(*paho.ClientConfig)) *mqtttest.V5 {
 	t.Helper()
 	cp := mqtttest.Login(id, user, pass)
 	cp.CleanStart = clean
 	cp.Properties = &paho.ConnectProperties{SessionExpiryInterval: paho.Uint32(3600)}
-	return mqtttest.DialV5(t, addr, cp)
+	return mqtttest.DialV5(t, addr, cp, edit...)
 }
 
 // eventually polls cond until it holds or waitFor passes.
@@ -409,13 +418,24 @@ func TestCrashReplaysPersistentSessions(t *testing.T) {
 	}
 
 	srv := startServe(t, dir, "-state-save-interval", noSave)
-	watcher := connectV5(t, srv.addr, "watcher", subUser, subPass, false)
-	if _, err := watcher.Subscribe(context.Background(), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: acc + "/+/event/#", QoS: 1}}}); err != nil {
-		t.Fatal(err)
-	}
+	// A raw client, so that its PUBACK goes before its DISCONNECT (paho
+	// writes its PUBACK after its handler returns, which can be after the
+	// test's DISCONNECT, and an unacknowledged message is rightly sent
+	// again when the session resumes).
+	var expiry packet.Properties
+	expiry.SetSessionExpiry(3600)
+	first, _ := mqtttest.ConnectRaw(t, srv.addr, &packet.Connect{ClientID: "watcher", KeepAlive: 30,
+		Username: subUser, HasUsername: true, Password: []byte(subPass), HasPassword: true, Properties: expiry})
+	first.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: acc + "/+/event/#", QoS: 1}}})
+	first.Expect(t, packet.SUBACK)
 	publish(srv.addr, "before")
-	watcher.Expect(t, "before")
-	watcher.Disconnect(&paho.Disconnect{})
+	got := first.Expect(t, packet.PUBLISH).(*packet.Publish)
+	if string(got.Payload) != "before" {
+		t.Fatalf("the watcher got %q, want \"before\"", got.Payload)
+	}
+	first.Must(t, &packet.Ack{Kind: packet.PUBACK, PacketID: got.PacketID})
+	first.Must(t, &packet.Disconnect{})
+	first.Closed(t)
 	srv.stop(t) // saves the session, "before" among what it was sent
 
 	srv = startServe(t, dir, "-state-save-interval", noSave)
@@ -426,7 +446,7 @@ func TestCrashReplaysPersistentSessions(t *testing.T) {
 	srv.kill(t)
 
 	srv = startServe(t, dir, "-state-save-interval", noSave)
-	watcher = connectV5(t, srv.addr, "watcher", subUser, subPass, false)
+	watcher := connectV5(t, srv.addr, "watcher", subUser, subPass, false)
 	if !watcher.Connack.SessionPresent {
 		t.Fatal("the persistent session did not survive the crash")
 	}

@@ -7,16 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // TestServersFitTheirProcessors: "fleetmq broker" runs on one processor
@@ -28,24 +23,17 @@ func TestServersFitTheirProcessors(t *testing.T) {
 		t.Skip("one CPU: nothing to fit")
 	}
 	mqtt, metrics := startBrokerProcess(t)
-	testkit.Eventually(t, 10*time.Second, "one processor while idle", func() bool { return processors(t, metrics) == 1 })
+	waitProcessors(t, metrics, 1, 10*time.Second, nil)
 
 	stop := make(chan struct{})
 	flooded := make(chan error, 1)
 	go func() { flooded <- flood(mqtt, stop) }()
-	testkit.Eventually(t, 15*time.Second, "two processors under a flood", func() bool {
-		select {
-		case err := <-flooded:
-			t.Fatalf("the flood ended: %v", err)
-		default:
-		}
-		return processors(t, metrics) == 2
-	})
+	waitProcessors(t, metrics, 2, 15*time.Second, flooded)
 	close(stop)
 	if err := <-flooded; err != nil {
 		t.Fatal(err)
 	}
-	testkit.Eventually(t, 15*time.Second, "one processor after the flood", func() bool { return processors(t, metrics) == 1 })
+	waitProcessors(t, metrics, 1, 30*time.Second, nil)
 
 	t.Setenv("GOMAXPROCS", "2")
 	_, metrics = startBrokerProcess(t)
@@ -54,51 +42,36 @@ func TestServersFitTheirProcessors(t *testing.T) {
 	}
 }
 
-// startBrokerProcess runs "fleetmq broker" with its metrics in a child process
-// and returns its MQTT address and its metrics URL.
+// startBrokerProcess runs "fleetmq broker" with its metrics in a child
+// process and returns its MQTT address and its metrics URL.
 func startBrokerProcess(t *testing.T) (mqtt, metrics string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$", "--", "broker", "-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	p := startChild(t, "broker", "-listen", "127.0.0.1:0", "-http-listen", "127.0.0.1:0")
+	if !strings.HasSuffix(p.http, "/metrics") {
+		t.Fatalf("fleetmq broker serves its metrics on %q", p.http)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "mqtt://") {
-				lines <- sc.Text()
-			}
+	return p.addr, "http://" + p.http
+}
+
+// waitProcessors reads the processors from the metrics at url every
+// 250 ms (a scrape is work for the server too) until they are want, and
+// fails the test when within passes first or ended says the load did.
+func waitProcessors(t *testing.T, url string, want int, within time.Duration, ended <-chan error) {
+	t.Helper()
+	deadline := time.After(within)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	got := processors(t, url)
+	for got != want {
+		select {
+		case err := <-ended:
+			t.Fatalf("the load ended: %v", err)
+		case <-deadline:
+			t.Fatalf("the broker runs on %d processors after %v; want %d", got, within, want)
+		case <-tick.C:
+			got = processors(t, url)
 		}
-		io.Copy(io.Discard, out)
-	}()
-	select {
-	case line := <-lines:
-		for _, f := range strings.Fields(line) {
-			if a, ok := strings.CutPrefix(f, "mqtt://"); ok {
-				mqtt = a
-			}
-			if strings.HasPrefix(f, "http://") {
-				metrics = f
-			}
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("fleetmq broker did not listen")
 	}
-	if mqtt == "" || !strings.HasSuffix(metrics, "/metrics") {
-		t.Fatalf("fleetmq broker listens on mqtt %q, metrics %q", mqtt, metrics)
-	}
-	return mqtt, metrics
 }
 
 // processors reads go_sched_gomaxprocs_threads from the metrics at url.
@@ -124,7 +97,9 @@ func processors(t *testing.T, url string) int {
 }
 
 // flood connects to addr as an MQTT 3.1.1 client and publishes QoS 0
-// messages, a thousand a write, until stop is closed (at most 30 s).
+// messages, a thousand a write followed by a PINGREQ whose answer it
+// waits for (so that little is left to read when it stops), until stop is
+// closed (at most 30 s).
 func flood(addr string, stop <-chan struct{}) error {
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -150,6 +125,7 @@ func flood(addr string, stop <-chan struct{}) error {
 		buf.WriteString(topic)
 		buf.Write(payload)
 	}
+	buf.Write([]byte{0xC0, 0}) // PINGREQ
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -157,9 +133,12 @@ func flood(addr string, stop <-chan struct{}) error {
 			return nil
 		default:
 		}
-		nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
 		if _, err := nc.Write(buf.Bytes()); err != nil {
 			return err
+		}
+		if _, err := io.ReadFull(nc, connack[:2]); err != nil || connack[0] != 0xD0 {
+			return fmt.Errorf("PINGRESP % x: %v", connack[:2], err)
 		}
 	}
 	return fmt.Errorf("not stopped in 30 s")

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -39,8 +40,11 @@ var chartRanges = []struct {
 }
 
 // chartScanBudget is the most records one chart reads (a variable for
-// tests).
-var chartScanBudget = history.ChartScanBudget
+// tests, atomic: a test sets it back while an HTTP server's goroutines,
+// started before, serve the next test's requests).
+var chartScanBudget atomic.Int64
+
+func init() { chartScanBudget.Store(history.ChartScanBudget) }
 
 // recordRow is a stored or retained message in a table.
 type recordRow struct {
@@ -232,7 +236,7 @@ func (p *Portal) chart(c *call, cl *fleetmq.MQTTClient, q url.Values, latest []*
 		ch.Error = "The topic filter is not valid: give a topic under this client, such as telemetry/temp_probe or telemetry/#."
 		return ch
 	}
-	hq.ScanBudget = chartScanBudget
+	hq.ScanBudget = int(chartScanBudget.Load())
 	s, err := history.Aggregate(c.ctx, p.deps.HistorySlots.Charged(c.acc.ID, p.deps.Store), hq, ch.Field, bucket)
 	if err != nil {
 		if tm, ok := errors.AsType[*history.TooManyRecords](err); ok {

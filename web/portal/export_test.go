@@ -13,7 +13,6 @@ func RoutePatterns() []string {
 // SetChartScanBudget sets the most records a chart reads until the test
 // ends.
 func SetChartScanBudget(t interface{ Cleanup(func()) }, n int) {
-	old := chartScanBudget
-	chartScanBudget = n
-	t.Cleanup(func() { chartScanBudget = old })
+	old := chartScanBudget.Swap(int64(n))
+	t.Cleanup(func() { chartScanBudget.Store(old) })
 }
