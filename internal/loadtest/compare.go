@@ -91,6 +91,7 @@ func mainCompare(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	rounds := fs.Int("rounds", 3, "rounds; the order of the brokers alternates")
 	duration := fs.Duration("duration", 15*time.Second, "publishing time per pubsub run")
 	rate := fs.Int("rate", 4000, "offered msg/s of the fixed-rate loads")
+	spread := fs.Bool("spread", false, "fixed-rate loads: start the publishers at even offsets within their interval, so that messages arrive one at a time (default: together, a burst of one message per publisher each interval, as devices reporting on the same tick)")
 	pubs := fs.Int("publishers", 50, "publishers")
 	size := fs.Int("size", 200, "payload bytes")
 	conns := fs.Int("idle-conns", maxIdleConns, "connections of the idle load")
@@ -249,7 +250,7 @@ log_dest none
 					r, err = RunIdle(ctx, ic)
 				default:
 					pc := PubSubConfig{Addr: b.addr, Publishers: *pubs, Subscribers: 1, QoS: sc.qos,
-						Size: *size, Rate: sc.rate * *rate / 4000, Duration: *duration, BrokerPID: pid, Client: *client}
+						Size: *size, Rate: sc.rate * *rate / 4000, Duration: *duration, BrokerPID: pid, Client: *client, Spread: *spread}
 					if name == "platform" {
 						plat.pubsub(&pc)
 					}

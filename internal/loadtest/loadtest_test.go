@@ -70,6 +70,35 @@ func pubSubCountsEveryMessage(t *testing.T, addr, client string) {
 	}
 }
 
+// TestSpreadPublishersStartApart: with Spread, the publishers of a fixed
+// rate start at even offsets within their interval, so their messages
+// arrive one at a time; without it, together. A spread run still counts
+// every message.
+func TestSpreadPublishersStartApart(t *testing.T) {
+	const interval = 40 * time.Millisecond
+	together, spread := PubSubConfig{Publishers: 4}, PubSubConfig{Publishers: 4, Spread: true}
+	for i := range 4 {
+		if d := time.Until(together.firstSend(i, interval)); d > time.Millisecond {
+			t.Fatalf("publisher %d of 4 starts %v late without Spread; want at once", i, d)
+		}
+		want := time.Duration(i) * interval / 4
+		if d := time.Until(spread.firstSend(i, interval)); d < want-5*time.Millisecond || d > want {
+			t.Fatalf("publisher %d of 4 starts %v late with Spread; want %v, a quarter of the interval each", i, d, want)
+		}
+	}
+	addr := inProcessBroker(t)
+	r, err := RunPubSub(context.Background(), PubSubConfig{
+		Addr: addr, Publishers: 4, Subscribers: 1, QoS: 1, Size: 64, Rate: 2000, Spread: true,
+		Duration: 200 * time.Millisecond, BrokerPID: os.Getpid(), Client: ClientPaho3,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Sent == 0 || r.Delivered != r.Expected || r.Lost != 0 || r.Duplicates != 0 {
+		t.Fatalf("a spread run: %+v", r)
+	}
+}
+
 // TestPubSubPahoV5 runs paho.golang (MQTT 5) publishers and subscribers
 // at a low fixed rate for a second per QoS against the in-process broker:
 // every message is acknowledged and delivered once to each subscriber.

@@ -41,6 +41,12 @@ type PubSubConfig struct {
 	// write, as most device firmware does) or ClientPahoV5 (paho.golang
 	// speaking MQTT 5, one packet per write too), for the subscribers too.
 	Client string
+	// Spread starts the publishers of a fixed rate at even offsets within
+	// their interval (publisher i of n at i/n of it), so that messages
+	// arrive one at a time, as from devices whose clocks are not in step.
+	// By default they start together and send in bursts of one message
+	// each, as devices that report on the same tick do.
+	Spread bool
 
 	// Topic and identity templates; "{i}" is replaced by the index.
 	PubClientID string
@@ -51,6 +57,16 @@ type PubSubConfig struct {
 	SubFilter   string
 	SubUsername string
 	SubPassword string
+}
+
+// firstSend is when publisher idx sends its first message at a fixed
+// rate of one every interval (PubSubConfig.Spread).
+func (c *PubSubConfig) firstSend(idx int, interval time.Duration) time.Time {
+	start := time.Now()
+	if c.Spread && c.Publishers > 0 {
+		start = start.Add(interval * time.Duration(idx) / time.Duration(c.Publishers))
+	}
+	return start
 }
 
 // Clients of the publishers and the subscribers (PubSubConfig.Client).
@@ -273,7 +289,7 @@ func (p *publisher) run(ctx context.Context, cfg *PubSubConfig, rate float64) er
 	if rate > 0 {
 		interval = time.Duration(float64(time.Second) / rate)
 	}
-	start := time.Now()
+	start := cfg.firstSend(p.idx, interval)
 	var pid uint16
 	for seq := uint64(0); ; seq++ {
 		if ctx.Err() != nil {

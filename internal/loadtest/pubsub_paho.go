@@ -127,7 +127,7 @@ func (p *pahoPublisher) run(ctx context.Context, cfg *PubSubConfig, rate float64
 	if rate > 0 {
 		interval = time.Duration(float64(time.Second) / rate)
 	}
-	start := time.Now()
+	start := cfg.firstSend(p.idx, interval)
 	for seq := uint64(0); ; seq++ {
 		if interval > 0 {
 			if d := time.Until(start.Add(time.Duration(seq) * interval)); d > 0 {
