@@ -54,7 +54,8 @@ type Options struct {
 
 // Fit adjusts the number of processors until ctx ends, unless the
 // operator set GOMAXPROCS in the environment (then that holds) or there is
-// one processor only. It starts on one.
+// one processor only. It starts on one, and leaves the process on all of
+// them when ctx ends (a server's shutdown: draining and saving).
 func Fit(ctx context.Context, o Options) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
@@ -76,6 +77,7 @@ func Fit(ctx context.Context, o Options) {
 	}
 	f := newFitter(o.Most, int(window/o.Tick))
 	o.Set(f.procs)
+	defer o.Set(o.Most)
 	t := time.NewTicker(o.Tick)
 	defer t.Stop()
 	last, lastAt := o.CPU(), time.Now()

@@ -107,9 +107,9 @@ func TestTheWindowsAverageDecides(t *testing.T) {
 	}
 }
 
-// TestFitSetsTheProcessors: Fit starts the process on one processor and
-// gives it more when its CPU time says it is busy; an operator's
-// GOMAXPROCS holds.
+// TestFitSetsTheProcessors: Fit starts the process on one processor,
+// gives it more when its CPU time says it is busy, and leaves it on all
+// when it ends; an operator's GOMAXPROCS holds.
 func TestFitSetsTheProcessors(t *testing.T) {
 	var cpu atomic.Int64
 	set := make(chan int, 16)
@@ -134,6 +134,14 @@ func TestFitSetsTheProcessors(t *testing.T) {
 	}
 	cancel()
 	<-done
+	// Ended (a server's shutdown): back on all processors.
+	for last := 0; last != 2; {
+		select {
+		case last = <-set:
+		default:
+			t.Fatalf("processors set last to %d when Fit ended; want 2", last)
+		}
+	}
 
 	t.Setenv("GOMAXPROCS", "2")
 	Fit(context.Background(), Options{Most: 2, Set: func(n int) { t.Fatalf("processors set to %d although GOMAXPROCS is set", n) }})
