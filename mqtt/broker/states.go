@@ -619,10 +619,10 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	// to another node, a save before a crash) covers what the second pass
 	// would have added.
 	// The second pass reads as many as this, whatever the limits of the
-	// connection that attaches meanwhile: what is remembered for it is
-	// bounded the same.
+	// connection that attaches meanwhile, and as many more as were queued
+	// since that it could bring again (recentSet).
 	limit := ss.limits.MaxQueued + seenBefore + len(got)
-	ss.recent = &recentSet{seen: seen, filters: filters, since: since, room: limit}
+	ss.recent = &recentSet{seen: seen, filters: filters, since: since, room: recentRoom * limit}
 	ss.replayFrom = start
 	ss.replayTimer = time.AfterFunc(replayAgain, func() {
 		select {
@@ -642,8 +642,12 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 			return
 		}
 		ss.replayStop = func() { end(errSessionEnded) }
+		read := limit
+		if ss.recent != nil {
+			read += ss.recent.counted
+		}
 		ss.mu.Unlock()
-		again := s.replayed(ctx, ss, filters, since, limit)
+		again := s.replayed(ctx, ss, filters, since, read)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
@@ -662,22 +666,28 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	})
 }
 
+// recentRoom is how many times its second replay's limit a session
+// remembers of what it queued until that replay.
+const recentRoom = 4
+
 // recentSet is what a session remembers having queued until its second
 // replay, so that the replay bringing it again does not queue it twice.
 // That replay reads the oldest messages (by the time they were received)
-// since since that filters match, at most room of them, those the first
-// pass knew included: of the messages queued since, only the oldest room
-// are remembered. The replay cannot reach past them when they are all in
-// history; it brings one it did not remember only when one remembered
-// never reached history, or one received in the same microsecond as the
-// newest remembered. That one comes twice, never not at all. A busy
-// subscriber's memory for those seconds is bounded by its queue's.
+// since since that filters match: as many as the queue bound and what
+// the first pass knew, and as many more as were queued since (counted),
+// so that it reaches past those to what it is for, whatever the session
+// was sent meanwhile. Of those queued, the oldest room are remembered (a
+// busy subscriber's memory for those seconds is bounded by its queue's).
+// A message the replay brings that is not remembered comes twice, never
+// not at all: one queued after room others, or received in the same
+// microsecond as the newest remembered.
 type recentSet struct {
 	seen    map[replayKey]struct{}
 	filters []string
 	since   time.Time
 	room    int
 	noted   newestFirst // the keys note added to seen
+	counted int         // the messages note was given that the replay could bring
 }
 
 // note remembers m, queued to the session, if the second replay could
@@ -686,16 +696,17 @@ type recentSet struct {
 // shared subscription's only, nor one subscribed after the first pass),
 // and among the oldest room of those.
 func (r *recentSet) note(m *Message) {
-	if r.room == 0 || m.QoS == 0 || m.Created.Before(r.since) || !r.matches(m.Topic) {
+	if m.QoS == 0 || m.Created.Before(r.since) || !r.matches(m.Topic) {
 		return
 	}
 	k := keyOf(m)
 	if _, ok := r.seen[k]; ok {
 		return
 	}
+	r.counted++
 	if len(r.noted) == r.room {
 		if k.at >= r.noted[0].at {
-			return // newer than all the replay can bring
+			return // newer than all it remembers
 		}
 		delete(r.seen, heap.Pop(&r.noted).(replayKey))
 	}
