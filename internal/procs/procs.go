@@ -40,13 +40,16 @@ const (
 // Options are what Fit needs; the zero value fits the running process.
 type Options struct {
 	// Most is the number of processors under load (default: the
-	// runtime's GOMAXPROCS at start, which follows the CPU limit of the
-	// process's cgroup and its CPU affinity).
+	// runtime's own default, which follows the CPU limit of the
+	// process's cgroup and its CPU affinity, and is read again each time
+	// the process goes back to it).
 	Most int
 	// CPU returns the process's CPU time so far (default: user and
-	// system time of all its threads, from getrusage).
+	// system time of all its threads, from getrusage; negative when it
+	// cannot be read).
 	CPU func() time.Duration
-	// Set sets the number of processors (default runtime.GOMAXPROCS).
+	// Set sets the number of processors (default: runtime.GOMAXPROCS, and
+	// the runtime's default for the most).
 	Set func(int)
 	// Tick is how often the CPU time is read (default 100 ms).
 	Tick time.Duration
@@ -56,20 +59,32 @@ type Options struct {
 // operator set GOMAXPROCS in the environment (then that holds) or there is
 // one processor only. It starts on one, and leaves the process on all of
 // them when ctx ends (a server's shutdown: draining and saving).
+//
+// On all of them, the process runs on the runtime's default number
+// (runtime.SetDefaultGOMAXPROCS), which the runtime keeps following the
+// process's CPU limit as it changes; Fit takes the number it finds there
+// as the most from then on.
 func Fit(ctx context.Context, o Options) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
+	auto := o.Set == nil
 	if o.Most == 0 {
 		o.Most = runtime.GOMAXPROCS(0)
 	}
 	if o.CPU == nil {
 		o.CPU = processCPU
 	}
-	if o.Set == nil {
-		o.Set = func(n int) { runtime.GOMAXPROCS(n) }
+	if auto {
+		o.Set = func(n int) {
+			if n >= o.Most {
+				runtime.SetDefaultGOMAXPROCS()
+			} else {
+				runtime.GOMAXPROCS(n)
+			}
+		}
 	}
-	if o.Tick == 0 {
+	if o.Tick <= 0 {
 		o.Tick = tick
 	}
 	if o.Most <= 1 {
@@ -77,7 +92,7 @@ func Fit(ctx context.Context, o Options) {
 	}
 	f := newFitter(o.Most, int(window/o.Tick))
 	o.Set(f.procs)
-	defer o.Set(o.Most)
+	defer func() { o.Set(o.Most) }()
 	t := time.NewTicker(o.Tick)
 	defer t.Stop()
 	last, lastAt := o.CPU(), time.Now()
@@ -85,18 +100,35 @@ func Fit(ctx context.Context, o Options) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			cpu := o.CPU()
-			wall := now.Sub(lastAt)
-			if wall <= 0 {
-				continue
+		case <-t.C:
+		}
+		cpu, now := o.CPU(), time.Now()
+		used, ok := usage(cpu, last, now.Sub(lastAt))
+		if !ok {
+			continue // unreadable: the next tick measures from the last reading
+		}
+		last, lastAt = cpu, now
+		p := f.next(used)
+		if p == 0 {
+			continue
+		}
+		o.Set(p)
+		if auto && p == f.most {
+			if m := runtime.GOMAXPROCS(0); m != f.most && m > 0 {
+				o.Most, f.most, f.procs = m, m, m // the CPU limit changed
 			}
-			if p := f.next(float64(cpu-last) / float64(wall)); p != 0 {
-				o.Set(p)
-			}
-			last, lastAt = cpu, now
 		}
 	}
+}
+
+// usage returns the cores used between two readings of the CPU time, wall
+// apart, and false when cpu could not be read (negative, or less than
+// last) or no time passed.
+func usage(cpu, last, wall time.Duration) (float64, bool) {
+	if cpu < 0 || cpu < last || wall <= 0 {
+		return 0, false
+	}
+	return float64(cpu-last) / float64(wall), true
 }
 
 // fitter decides the number of processors from the cores used in each
@@ -140,11 +172,12 @@ func (f *fitter) average() float64 {
 	return sum / float64(len(f.recent))
 }
 
-// processCPU returns the user and system CPU time the process used so far.
+// processCPU returns the user and system CPU time the process used so
+// far, or -1 when it cannot be read.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return -1
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -147,6 +147,26 @@ func TestFitSetsTheProcessors(t *testing.T) {
 	Fit(context.Background(), Options{Most: 2, Set: func(n int) { t.Fatalf("processors set to %d although GOMAXPROCS is set", n) }})
 }
 
+// TestUnreadableCPUTimeIsSkipped: a reading that failed, or that went
+// back, is no measure of the load (a tick of "negative" use would take
+// processors away, and the next one would give them back).
+func TestUnreadableCPUTimeIsSkipped(t *testing.T) {
+	for _, tc := range []struct {
+		cpu, last, wall time.Duration
+		ok              bool
+	}{
+		{150 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, true},
+		{-1, 100 * time.Millisecond, 100 * time.Millisecond, false},
+		{90 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, false},
+		{150 * time.Millisecond, 100 * time.Millisecond, 0, false},
+	} {
+		used, ok := usage(tc.cpu, tc.last, tc.wall)
+		if ok != tc.ok || (ok && used != 0.5) {
+			t.Errorf("usage(%v, %v, %v) = %v, %v; want %v (0.5 cores when readable)", tc.cpu, tc.last, tc.wall, used, ok, tc.ok)
+		}
+	}
+}
+
 // TestProcessCPUCounts: the process's CPU time grows with work.
 func TestProcessCPUCounts(t *testing.T) {
 	before := processCPU()
