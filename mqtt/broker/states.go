@@ -614,13 +614,13 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 		return
 	}
 	// Until the second replay is in, what is queued that it could bring
-	// again is remembered (enqueue), and the session's state is saved as pending from start
-	// (snapshotLocked): a replay from a state saved meanwhile (a hand-over
-	// to another node, a save before a crash) covers what the second pass
-	// would have added.
-	// The second pass reads as many as this, whatever the limits of the
-	// connection that attaches meanwhile, and as many more as were queued
-	// since that it could bring again (recentSet).
+	// again is remembered (enqueue), and the session's state is saved as
+	// pending from start (snapshotLocked): a replay from a state saved
+	// meanwhile (a hand-over to another node, a save before a crash)
+	// covers what the second pass would have added. The second pass reads
+	// limit, whatever the limits of the connection that attaches
+	// meanwhile, and as many more as were queued since that it could
+	// bring again (recentSet).
 	limit := ss.limits.MaxQueued + seenBefore + len(got)
 	ss.recent = &recentSet{seen: seen, filters: filters, since: since, room: recentRoom * limit}
 	ss.replayFrom = start
