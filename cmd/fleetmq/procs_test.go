@@ -2,10 +2,7 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -13,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // TestServersFitTheirProcessors: "fleetmq broker" runs on one processor
@@ -27,9 +27,10 @@ func TestServersFitTheirProcessors(t *testing.T) {
 	mqtt, metrics := startBrokerProcess(t)
 	waitProcessors(t, metrics, 1, 10*time.Second, nil)
 
+	load, _ := mqtttest.ConnectRaw(t, mqtt, &packet.Connect{ClientID: "load", KeepAlive: 60, CleanStart: true, ProtocolLevel: packet.Version311})
 	stop := make(chan struct{})
 	flooded := make(chan error, 1)
-	go func() { flooded <- flood(mqtt, stop) }()
+	go func() { flooded <- flood(load, stop) }()
 	waitProcessors(t, metrics, 2, 15*time.Second, flooded)
 	close(stop)
 	if err := <-flooded; err != nil {
@@ -98,36 +99,11 @@ func processors(t *testing.T, url string) int {
 	return 0
 }
 
-// flood connects to addr as an MQTT 3.1.1 client and publishes QoS 0
-// messages, a thousand a write followed by a PINGREQ whose answer it
-// waits for (so that little is left to read when it stops), until stop is
-// closed (at most 30 s).
-func flood(addr string, stop <-chan struct{}) error {
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	connect := []byte{0x10, 16, 0, 4, 'M', 'Q', 'T', 'T', 4, 0x02, 0, 60, 0, 4, 'l', 'o', 'a', 'd'}
-	if _, err := nc.Write(connect); err != nil {
-		return err
-	}
-	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	connack := make([]byte, 4)
-	if _, err := io.ReadFull(nc, connack); err != nil || connack[0] != 0x20 || connack[3] != 0 {
-		return fmt.Errorf("CONNACK % x: %v", connack, err)
-	}
-	topic, payload := "t/load", []byte(`{"seq":1,"temp":21.5}`)
-	var buf bytes.Buffer
-	for range 1000 {
-		buf.WriteByte(0x30)
-		buf.WriteByte(byte(2 + len(topic) + len(payload)))
-		buf.WriteByte(0)
-		buf.WriteByte(byte(len(topic)))
-		buf.WriteString(topic)
-		buf.Write(payload)
-	}
-	buf.Write([]byte{0xC0, 0}) // PINGREQ
+// flood publishes QoS 0 messages on c, a thousand a write followed by a
+// PINGREQ whose answer it waits for (so that little is left to read when
+// it stops), until stop is closed (at most 30 s).
+func flood(c *mqtttest.Raw, stop <-chan struct{}) error {
+	pub := &packet.Publish{Topic: "t/load", Payload: []byte(`{"seq":1,"temp":21.5}`)}
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -135,12 +111,17 @@ func flood(addr string, stop <-chan struct{}) error {
 			return nil
 		default:
 		}
-		nc.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := nc.Write(buf.Bytes()); err != nil {
+		c.Conn.SetDeadline(time.Now().Add(10 * time.Second))
+		for range 1000 {
+			if err := c.Send(pub, false); err != nil {
+				return err
+			}
+		}
+		if err := c.Send(&packet.Pingreq{}, true); err != nil {
 			return err
 		}
-		if _, err := io.ReadFull(nc, connack[:2]); err != nil || connack[0] != 0xD0 {
-			return fmt.Errorf("PINGRESP % x: %v", connack[:2], err)
+		if p, err := c.ReadPacket(); err != nil || p.Type() != packet.PINGRESP {
+			return fmt.Errorf("the answer to PINGREQ: %v, %v", p, err)
 		}
 	}
 	return fmt.Errorf("not stopped in 30 s")

@@ -175,9 +175,19 @@ func (f *fitter) average() float64 {
 // processCPU returns the user and system CPU time the process used so
 // far, or -1 when it cannot be read.
 func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := CPUTime()
+	if err != nil {
 		return -1
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
+}
+
+// CPUTime returns the CPU time this process has used so far, user and
+// system, all its threads.
+func CPUTime() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }

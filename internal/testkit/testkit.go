@@ -11,9 +11,10 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetmq/fleetmq/internal/procs"
 )
 
 // Clock is a settable clock; pass its Now where a component takes a clock.
@@ -147,9 +148,9 @@ func NeedTools(tb testing.TB, names ...string) {
 // system: the difference over a benchmark is what its work cost the
 // machine, waits excluded.
 func ProcessCPU(t testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := procs.CPUTime()
+	if err != nil {
 		t.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

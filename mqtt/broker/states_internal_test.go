@@ -125,6 +125,36 @@ func connack(t *testing.T, nc net.Conn) byte {
 	return first.Content.(*packets.Connack).ReasonCode
 }
 
+// attempt is the outcome of a CONNECT made in the background: the client
+// when the server accepted it, and the error when it did not.
+type attempt struct {
+	c   *mqtttest.V5
+	err error
+}
+
+// connectLater makes the CONNECT cp to addr in the background; its
+// outcome arrives on the channel.
+func connectLater(t *testing.T, addr string, cp *paho.Connect) <-chan attempt {
+	out := make(chan attempt, 1)
+	go func() {
+		c, _, err := mqtttest.TryV5(t, addr, cp)
+		out <- attempt{c, err}
+	}()
+	return out
+}
+
+// resumedAndServed fails unless a, who's CONNECT, resumed the session
+// and then gets what is published.
+func resumedAndServed(t *testing.T, addr, who string, a attempt) {
+	t.Helper()
+	if a.c == nil || !a.c.Connack.SessionPresent {
+		t.Fatalf("%s did not resume the session (%v)", who, a.err)
+	}
+	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
+	pub.Pub(t, "t/1", 1, "acknowledged")
+	a.c.Expect(t, "acknowledged")
+}
+
 func startStates(t *testing.T, opts Options) (*Server, string) {
 	t.Helper()
 	opts.Logger = slog.New(slog.DiscardHandler)
@@ -384,18 +414,14 @@ func TestResumeAfterARetry(t *testing.T) {
 		return nil
 	})
 	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{}, Replay: replay})
-	stuck := make(chan error, 1)
-	go func() {
-		_, _, err := mqtttest.TryV5(t, addr, persistent("dev"))
-		stuck <- err
-	}()
+	stuck := connectLater(t, addr, persistent("dev"))
 	<-entered
 	retry := mqtttest.DialV5(t, addr, persistent("dev"))
 	if !retry.Connack.SessionPresent {
 		t.Fatal("the retry did not resume the session")
 	}
 	close(release)
-	if err := <-stuck; err == nil {
+	if a := <-stuck; a.err == nil {
 		t.Fatal("the CONNECT that finished its resume after the retry was served too")
 	}
 	servesTheRetry(t, srv, addr, retry)
@@ -798,11 +824,7 @@ func TestThirdAttemptResumesToo(t *testing.T) {
 	srv, addr := startStates(t, Options{States: resumable(), Owners: &laterHere{}, Replay: replay})
 	go mqtttest.TryV5(t, addr, persistent("dev"))
 	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
-	second := make(chan error, 1)
-	go func() {
-		_, _, err := mqtttest.TryV5(t, addr, persistent("dev"))
-		second <- err
-	}()
+	second := connectLater(t, addr, persistent("dev"))
 	testkit.Eventually(t, 5*time.Second, "the first session installed, the second replaying", func() bool {
 		return calls.Load() == 2 && sessionOf(srv, "dev") != nil
 	})
@@ -815,8 +837,8 @@ func TestThirdAttemptResumesToo(t *testing.T) {
 	pub.Pub(t, "t/1", 1, "while the second replays")
 	close(releaseSecond)
 	select {
-	case err := <-second:
-		if err == nil {
+	case a := <-second:
+		if a.err == nil {
 			t.Fatal("the second attempt, finishing after the third, was served")
 		}
 	case <-time.After(10 * time.Second):
@@ -886,11 +908,7 @@ func TestRefusedThirdAttemptKeepsTheSecondsIndex(t *testing.T) {
 	srv, addr := startStates(t, Options{States: &failingTake{memStates: resumable(), failOn: 3}, Owners: &laterHere{}, Replay: replay})
 	go mqtttest.TryV5(t, addr, persistent("dev"))
 	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
-	second := make(chan *mqtttest.V5, 1)
-	go func() {
-		c, _, _ := mqtttest.TryV5(t, addr, persistent("dev"))
-		second <- c
-	}()
+	second := connectLater(t, addr, persistent("dev"))
 	testkit.Eventually(t, 5*time.Second, "the first session installed, the second replaying", func() bool {
 		return calls.Load() == 2 && sessionOf(srv, "dev") != nil
 	})
@@ -898,13 +916,7 @@ func TestRefusedThirdAttemptKeepsTheSecondsIndex(t *testing.T) {
 		t.Fatal("the third attempt was served though its Take failed")
 	}
 	close(releaseSecond)
-	c := <-second
-	if c == nil || !c.Connack.SessionPresent {
-		t.Fatal("the second attempt did not resume the session")
-	}
-	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
-	pub.Pub(t, "t/1", 1, "acknowledged")
-	c.Expect(t, "acknowledged")
+	resumedAndServed(t, addr, "the second attempt", <-second)
 }
 
 // TestGivenUpSessionEndingKeepsTheRetrysIndex: the first attempt's
@@ -918,31 +930,17 @@ func TestGivenUpSessionEndingKeepsTheRetrysIndex(t *testing.T) {
 	zero := uint32(0)
 	first := persistent("dev")
 	first.Properties.SessionExpiryInterval = &zero
-	served := make(chan *mqtttest.V5, 1)
-	go func() {
-		c, _, _ := mqtttest.TryV5(t, addr, first)
-		served <- c
-	}()
+	served := connectLater(t, addr, first)
 	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
-	retry := make(chan *mqtttest.V5, 1)
-	go func() {
-		c, _, _ := mqtttest.TryV5(t, addr, persistent("dev"))
-		retry <- c
-	}()
-	c1 := <-served
+	retry := connectLater(t, addr, persistent("dev"))
+	c1 := (<-served).c
 	if c1 == nil {
 		t.Fatal("the first attempt was not served")
 	}
 	c1.Disconnect(&paho.Disconnect{})
 	testkit.Eventually(t, 5*time.Second, "the first session ended", func() bool { return sessionOf(srv, "dev") == nil })
 	close(firstGone)
-	c := <-retry
-	if c == nil || !c.Connack.SessionPresent {
-		t.Fatal("the retry did not resume the session")
-	}
-	pub := mqtttest.DialV5(t, addr, mqtttest.Clean("pub"))
-	pub.Pub(t, "t/1", 1, "acknowledged")
-	c.Expect(t, "acknowledged")
+	resumedAndServed(t, addr, "the retry", <-retry)
 }
 
 // TestResumeUnderWayLeavesALaterSession: while an older claim's resume
@@ -1030,18 +1028,14 @@ func TestWillOfResumedOverGoesAtACleanStart(t *testing.T) {
 	watch := mqtttest.DialV5(t, addr, mqtttest.Clean("watch"))
 	watch.Sub(t, "will/#", 1)
 	mqtttest.DialV5(t, addr, withWill(persistent("dev"), 30))
-	superseded := make(chan error, 1)
-	go func() {
-		_, _, err := mqtttest.TryV5(t, addr, persistent("dev")) // its Take waits
-		superseded <- err
-	}()
+	superseded := connectLater(t, addr, persistent("dev")) // its Take waits
 	<-st.entered
 	clean := persistent("dev")
 	clean.CleanStart = true
 	mqtttest.DialV5(t, addr, clean)
 	watch.Expect(t, "gone")
 	close(st.release)
-	if err := <-superseded; err == nil {
+	if a := <-superseded; a.err == nil {
 		t.Fatal("the resume the clean start superseded was served")
 	}
 }
