@@ -9,15 +9,20 @@
 // costs more than the message's own work. One processor runs the same
 // work in one thread, as Mosquitto's event loop does: 15-25% less CPU per
 // message at 4,000 msg/s (docs/benchmarks.md). A loaded server needs every
-// core. Fit watches the process's CPU time and runs on one processor
-// while it uses a small part of one core, and on all of them as soon as
-// it uses more.
+// core, and so does one whose single processor is held: a call into C
+// (a SQLite commit) keeps its processor until the runtime's monitor takes
+// it back, up to milliseconds later, and every goroutine ready meanwhile
+// (another tenant's acknowledgement) waits. Fit watches the process's CPU
+// time and how long ready goroutines waited to run: it runs on one
+// processor while the process uses a small part of one core and nothing
+// waited long, and on all of them as soon as either is no longer so.
 package procs
 
 import (
 	"context"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"syscall"
 	"time"
 )
@@ -35,6 +40,20 @@ const (
 	// window is how long the load must stay low before processors are
 	// taken away.
 	window = 2 * time.Second
+	// waitLimit: a goroutine that waited this long to run, once ready,
+	// waited for a processor held elsewhere (a burst of a few hundred
+	// packets on one processor waits a millisecond or two); a tick with
+	// one raises the processors.
+	waitLimit = 4 * time.Millisecond
+	// After a long wait, processors are taken away only once no
+	// goroutine waited that long for a calm period: first the window,
+	// then twice as long each time long waits on fewer processors come
+	// back within twice that period of their lowering, up to mostCalm. A server whose processor is
+	// held again and again (a tenant's store writes go on) stays on all
+	// of them, each return to one costing another tenant a tick's
+	// latency; one that had a burst (a crowd connecting) goes back after
+	// the window.
+	mostCalm = time.Minute
 )
 
 // Options are what Fit needs; the zero value fits the running process.
@@ -51,6 +70,10 @@ type Options struct {
 	// Set sets the number of processors (default: runtime.GOMAXPROCS, and
 	// the runtime's default for the most).
 	Set func(int)
+	// Waits returns how many times so far a ready goroutine waited at
+	// least waitLimit to run (default: from the runtime's scheduling
+	// latencies, which it samples).
+	Waits func() uint64
 	// Tick is how often the CPU time is read (default 100 ms).
 	Tick time.Duration
 }
@@ -75,6 +98,9 @@ func Fit(ctx context.Context, o Options) {
 	if o.CPU == nil {
 		o.CPU = processCPU
 	}
+	if o.Waits == nil {
+		o.Waits = longWaits(waitLimit)
+	}
 	if auto {
 		o.Set = func(n int) {
 			if n >= o.Most {
@@ -90,12 +116,12 @@ func Fit(ctx context.Context, o Options) {
 	if o.Most <= 1 {
 		return
 	}
-	f := newFitter(o.Most, int(window/o.Tick))
+	f := newFitter(o.Most, int(window/o.Tick), int(mostCalm/o.Tick))
 	o.Set(f.procs)
 	defer func() { o.Set(o.Most) }()
 	t := time.NewTicker(o.Tick)
 	defer t.Stop()
-	last, lastAt := o.CPU(), time.Now()
+	last, lastAt, waits := o.CPU(), time.Now(), o.Waits()
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,7 +134,9 @@ func Fit(ctx context.Context, o Options) {
 			continue // unreadable: the next tick measures from the last reading
 		}
 		last, lastAt = cpu, now
-		p := f.next(used)
+		w := o.Waits()
+		p := f.next(used, w > waits)
+		waits = w
 		if p == 0 {
 			continue
 		}
@@ -132,31 +160,55 @@ func usage(cpu, last, wall time.Duration) (float64, bool) {
 }
 
 // fitter decides the number of processors from the cores used in each
-// tick.
+// tick and whether a goroutine waited long in it.
 type fitter struct {
 	most, procs int
 	recent      []float64 // the cores used in the last ticks, a ring
 	at          int       // the next slot of recent
 	filled      int       // the slots of recent written since procs changed
+	calm        int       // the ticks without a long wait needed to lower
+	mostCalm    int       // the most calm grows to
+	sinceWait   int       // the ticks since the last one with a long wait
+	sinceLower  int       // the ticks since the processors were lowered
 }
 
-func newFitter(most, ticks int) *fitter {
-	return &fitter{most: most, procs: 1, recent: make([]float64, max(ticks, 1))}
+// newFitter returns a fitter for most processors that lowers them after a
+// window of ticks with little load, and after up to mostCalm ticks
+// without a long wait.
+func newFitter(most, window, mostCalm int) *fitter {
+	window = max(window, 1)
+	mostCalm = max(mostCalm, window)
+	return &fitter{most: most, procs: 1, recent: make([]float64, window),
+		calm: window, mostCalm: mostCalm, sinceWait: mostCalm, sinceLower: 2 * mostCalm}
 }
 
 // next takes the cores used in the tick that ended (CPU seconds per
-// second) and returns the number of processors to run on from now, or 0
-// to keep the current number.
-func (f *fitter) next(used float64) int {
+// second) and whether a ready goroutine waited long to run in it, and
+// returns the number of processors to run on from now, or 0 to keep the
+// current number.
+func (f *fitter) next(used float64, waited bool) int {
 	f.recent[f.at] = used
 	f.at = (f.at + 1) % len(f.recent)
 	f.filled = min(f.filled+1, len(f.recent))
+	f.sinceWait = min(f.sinceWait+1, f.mostCalm)
+	f.sinceLower = min(f.sinceLower+1, 2*f.mostCalm)
 	p := f.procs
+	if waited {
+		f.sinceWait = 0
+		if p < f.most { // a long wait for too few processors
+			if f.sinceLower < 2*f.calm {
+				f.calm = min(2*f.calm, f.mostCalm) // back soon: hold longer
+			} else {
+				f.calm = len(f.recent)
+			}
+		}
+	}
 	switch {
-	case p < f.most && used > raiseAt*float64(p):
+	case p < f.most && (used > raiseAt*float64(p) || waited):
 		p = min(f.most, 2*p)
-	case p > 1 && f.filled == len(f.recent) && f.average() < lowerAt*float64(p):
+	case p > 1 && f.filled == len(f.recent) && f.sinceWait >= f.calm && f.average() < lowerAt*float64(p):
 		p = max(1, p/2)
+		f.sinceLower = 0
 	default:
 		return 0
 	}
@@ -170,6 +222,36 @@ func (f *fitter) average() float64 {
 		sum += u
 	}
 	return sum / float64(len(f.recent))
+}
+
+// schedLatencies is the runtime's histogram of how long ready goroutines
+// waited to run (a sample of them).
+const schedLatencies = "/sched/latencies:seconds"
+
+// longWaits returns a function that counts the sampled waits of at least
+// limit so far (the buckets that start at limit or later), or 0 when the
+// runtime does not have the metric.
+func longWaits(limit time.Duration) func() uint64 {
+	sample := []metrics.Sample{{Name: schedLatencies}}
+	return func() uint64 {
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+			return 0
+		}
+		return countFrom(sample[0].Value.Float64Histogram(), limit.Seconds())
+	}
+}
+
+// countFrom returns the counts of h's buckets whose lower bound is at
+// least from.
+func countFrom(h *metrics.Float64Histogram, from float64) uint64 {
+	var n uint64
+	for i, c := range h.Counts {
+		if h.Buckets[i] >= from {
+			n += c
+		}
+	}
+	return n
 }
 
 // processCPU returns the user and system CPU time the process used so

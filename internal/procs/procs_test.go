@@ -2,6 +2,11 @@ package procs
 
 import (
 	"context"
+	"math"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +17,7 @@ import (
 func feed(f *fitter, used ...float64) []int {
 	var out []int
 	for _, u := range used {
-		out = append(out, f.next(u))
+		out = append(out, f.next(u, false))
 	}
 	return out
 }
@@ -28,13 +33,13 @@ func repeat(u float64, n int) []float64 {
 // TestLightLoadRunsOnOne: a server using a small part of a core stays on
 // one processor; one that needs more gets all of them at the next tick.
 func TestLightLoadRunsOnOne(t *testing.T) {
-	f := newFitter(2, 20)
+	f := newFitter(2, 20, 20)
 	for i, p := range feed(f, repeat(0.15, 100)...) { // 4,000 msg/s through serve
 		if p != 0 {
 			t.Fatalf("tick %d at 0.15 cores: moved to %d processors; want to stay on 1", i, p)
 		}
 	}
-	if p := f.next(0.9); p != 2 {
+	if p := f.next(0.9, false); p != 2 {
 		t.Fatalf("a tick using 0.9 cores on one processor: %d processors; want 2", p)
 	}
 }
@@ -42,7 +47,7 @@ func TestLightLoadRunsOnOne(t *testing.T) {
 // TestProcessorsDoubleUpToTheMost: on a larger machine, load that keeps
 // the processors busy doubles them tick by tick up to the most, not past.
 func TestProcessorsDoubleUpToTheMost(t *testing.T) {
-	f := newFitter(8, 20)
+	f := newFitter(8, 20, 20)
 	got := feed(f, 0.9, 1.9, 3.5, 7.9, 7.9)
 	want := []int{2, 4, 8, 0, 0}
 	for i := range want {
@@ -56,7 +61,7 @@ func TestProcessorsDoubleUpToTheMost(t *testing.T) {
 // after a whole window of low load, half at a time, and a load between
 // the two thresholds keeps what it has (no flapping).
 func TestProcessorsGoOnlyAfterAQuietWindow(t *testing.T) {
-	f := newFitter(4, 20)
+	f := newFitter(4, 20, 20)
 	feed(f, 0.9, 1.9) // up to 4
 	if f.procs != 4 {
 		t.Fatalf("%d processors after two busy ticks; want 4", f.procs)
@@ -66,7 +71,7 @@ func TestProcessorsGoOnlyAfterAQuietWindow(t *testing.T) {
 			t.Fatalf("tick %d of a quiet window: %d processors; want to keep 4 until the window is over", i, p)
 		}
 	}
-	if p := f.next(0.3); p != 2 {
+	if p := f.next(0.3, false); p != 2 {
 		t.Fatalf("after a window at 0.3 cores on 4 processors: %d; want 2", p)
 	}
 	for i, p := range feed(f, repeat(0.5, 60)...) { // 25% of 2: between lowerAt and raiseAt
@@ -92,18 +97,116 @@ func TestTheWindowsAverageDecides(t *testing.T) {
 		used := append(repeat(quiet, 10), burst)
 		return append(used, repeat(quiet, 9)...)
 	}
-	f := newFitter(2, 20)
-	f.next(0.9)                   // on 2
+	f := newFitter(2, 20, 20)
+	f.next(0.9, false)            // on 2
 	feed(f, window(0.05, 1.0)...) // average 0.0975, under 0.4
 	if f.procs != 1 {
 		t.Fatalf("%d processors after a quiet window with one busy tick; want 1", f.procs)
 	}
-	f = newFitter(2, 20)
-	f.next(0.9)
+	f = newFitter(2, 20, 20)
+	f.next(0.9, false)
 	for i, p := range feed(f, window(0.3, 3.0)...) { // average 0.435
 		if p != 0 {
 			t.Fatalf("tick %d: moved to %d processors; the window's average with its burst is above the threshold", i, p)
 		}
+	}
+}
+
+// TestALongWaitRaisesAndHolds: a tick in which a ready goroutine waited
+// long for its one processor (held by a call into C) raises the
+// processors however little CPU the process used. They go after a window
+// without a long wait; when long waits come back soon after, the calm
+// they need doubles each time, up to the most, and a server whose long
+// waits stopped for a while starts from the window again.
+func TestALongWaitRaisesAndHolds(t *testing.T) {
+	f := newFitter(2, 20, 600)
+	feed(f, repeat(0.1, 50)...)
+	// held reports a long wait at 0.1 cores and counts the quiet ticks
+	// until the processors go back to one.
+	held := func() int {
+		t.Helper()
+		if p := f.next(0.1, true); p != 2 {
+			t.Fatalf("a tick at 0.1 cores with a long wait on one processor: %d processors; want 2", p)
+		}
+		for n := 1; n <= 1000; n++ {
+			switch p := f.next(0.1, false); p {
+			case 0:
+			case 1:
+				return n
+			default:
+				t.Fatalf("quiet tick %d after a long wait: %d processors", n, p)
+			}
+		}
+		t.Fatalf("still on 2 processors 1,000 quiet ticks after a long wait")
+		return 0
+	}
+	var holds []int
+	for range 7 {
+		holds = append(holds, held())
+	}
+	if want := []int{20, 40, 80, 160, 320, 600, 600}; !slices.Equal(holds, want) {
+		t.Fatalf("quiet ticks on 2 processors after long waits that came back at once: %v; want %v", holds, want)
+	}
+	feed(f, repeat(0.1, 1199)...) // 2 minutes without one: calm again
+	if n := held(); n != 20 {
+		t.Fatalf("quiet ticks on 2 processors after a long wait that came back 2 minutes later: %d; want the window, 20", n)
+	}
+
+	// Long waits on all processors (a load that needs them) hold them
+	// for the calm period from the last one, and make it no longer.
+	f = newFitter(2, 20, 600)
+	f.next(0.1, true)
+	for i := range 30 {
+		if p := f.next(0.1, true); p != 0 {
+			t.Fatalf("long wait %d on all processors: moved to %d", i, p)
+		}
+	}
+	for i := range 19 {
+		if p := f.next(0.1, false); p != 0 {
+			t.Fatalf("quiet tick %d after a crowd of long waits: moved to %d processors", i, p)
+		}
+	}
+	if p := f.next(0.1, false); p != 1 {
+		t.Fatalf("a window after a crowd of long waits on all processors: %d; want 1", p)
+	}
+}
+
+// TestLongWaitsAreCounted: goroutines kept waiting by one that holds the
+// only processor are counted as long waits (the runtime samples one
+// scheduling in eight, so the test makes a crowd wait until one is
+// counted).
+func TestLongWaitsAreCounted(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	waits := longWaits(waitLimit)
+	before := waits()
+	deadline := time.Now().Add(10 * time.Second)
+	for waits() == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("no long wait counted in 10 s of goroutines kept from their processor")
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Add(1)
+			go func() { defer wg.Done(); <-start }()
+		}
+		runtime.Gosched() // all of them waiting on start
+		close(start)      // all of them ready
+		for spin := time.Now(); time.Since(spin) < 3*waitLimit; {
+		} // the processor held past the runtime's preemption
+		wg.Wait()
+	}
+}
+
+// TestCountFromTheLimit: only the buckets that start at the limit or
+// later count.
+func TestCountFromTheLimit(t *testing.T) {
+	h := &metrics.Float64Histogram{
+		Buckets: []float64{0, 0.001, 0.004, 0.016, math.Inf(1)},
+		Counts:  []uint64{100, 10, 3, 1},
+	}
+	if n := countFrom(h, 0.004); n != 4 {
+		t.Fatalf("waits from 4 ms: %d; want 4 (3 in [4 ms, 16 ms), 1 past it)", n)
 	}
 }
 
@@ -119,7 +222,7 @@ func TestFitSetsTheProcessors(t *testing.T) {
 	const tick = 5 * time.Millisecond
 	go func() {
 		defer close(done)
-		Fit(ctx, Options{Most: 2, Tick: tick, Set: func(n int) { set <- n },
+		Fit(ctx, Options{Most: 2, Tick: tick, Set: func(n int) { set <- n }, Waits: func() uint64 { return 0 },
 			CPU: func() time.Duration { return time.Duration(cpu.Add(int64(10 * tick))) }}) // ten cores busy
 	}()
 	for _, want := range []int{1, 2} {
