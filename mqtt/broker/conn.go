@@ -34,6 +34,9 @@ type conn struct {
 	srv  *Server
 	nc   net.Conn
 	kind listenerKind
+	// version is the client's protocol level, from its CONNECT (next to
+	// kind, where it costs no padding: see TestConnFitsItsSizeClass).
+	version byte
 	// info is what a ConnectObserver sees of the connection; its
 	// last-received time is updated by the reader.
 	info *Connection
@@ -43,8 +46,7 @@ type conn struct {
 	large   *[]byte // pooled buffer while busy, nil while idle
 	buf     []byte  // small[:] or *large
 	r, w    int
-	lastN   int // bytes returned by the last read
-	version byte
+	lastN   int       // bytes returned by the last read
 	id      *Identity // set once after CONNECT; read by others through identity()
 	idp     atomic.Pointer[Identity]
 	sess    *session
@@ -152,9 +154,6 @@ type conn struct {
 	idleState  uint8
 	parkedIdle bool
 	noIdlePark bool
-	// flushes lists the connections this reader wrote routed messages to
-	// and owes a flush (reader-owned; see endWrite).
-	flushes flushList
 	// congested is set (by this reader) when a message it routed was
 	// dropped because the queue of a subscriber that is still reading was
 	// full; the reader then pauses briefly before reading more (see
@@ -162,6 +161,9 @@ type conn struct {
 	// cannot help it, and would slow the publisher a hundredfold.
 	congested bool
 	pausedAt  time.Time // the reader's last congestion pause
+	// flushes lists the connections this reader wrote routed messages to
+	// and owes a flush (reader-owned; see endWrite).
+	flushes flushList
 }
 
 // congestionPause is how long a publisher's reader waits before reading
