@@ -43,7 +43,8 @@ func main() {
 	}
 }
 
-// fitEnv, set to 0, keeps the long-running servers on all processors.
+// fitEnv, set to 0 (or false, off, no), keeps the long-running servers on
+// all processors.
 // By default they run on one while lightly loaded and on all once their
 // CPU use or a goroutine's long wait for the one says so (package procs):
 // a fifth less CPU per message at a steady few thousand messages a
@@ -54,9 +55,18 @@ const fitEnv = "FLEETMQ_FIT_PROCESSORS"
 // load until ctx ends, unless the operator turned it off (fitEnv); GOMAXPROCS
 // set by the operator holds.
 func fitProcessors(ctx context.Context, command string) {
-	if (command == "serve" || command == "broker") && os.Getenv(fitEnv) != "0" {
+	if (command == "serve" || command == "broker") && !isOff(os.Getenv(fitEnv)) {
 		go procs.Fit(ctx, procs.Options{})
 	}
+}
+
+// isOff reports whether an on/off setting says off.
+func isOff(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "false", "off", "no":
+		return true
+	}
+	return false
 }
 
 // keyWorkers is set when this is the fleetmq binary (not a test calling

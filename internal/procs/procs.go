@@ -28,8 +28,8 @@ import (
 )
 
 const (
-	// tick is how often the CPU time is read: a burst waits at most
-	// about this long for more processors.
+	// tick is how often the CPU time and the long waits are read: a
+	// burst waits at most about this long for more processors.
 	tick = 100 * time.Millisecond
 	// raiseAt: more processors (twice as many, up to the most) once a
 	// tick used more than this share of the processors there are.
@@ -43,16 +43,18 @@ const (
 	// waitLimit: a goroutine that waited this long to run, once ready,
 	// waited for a processor held elsewhere (a burst of a few hundred
 	// packets on one processor waits a millisecond or two); a tick with
-	// one raises the processors.
+	// one raises the processors. The runtime's histogram counts from its
+	// first bucket that starts at this or later (4.19 ms in Go 1.26).
 	waitLimit = 4 * time.Millisecond
 	// After a long wait, processors are taken away only once no
 	// goroutine waited that long for a calm period: first the window,
 	// then twice as long each time long waits on fewer processors come
-	// back within twice that period of their lowering, up to mostCalm. A server whose processor is
-	// held again and again (a tenant's store writes go on) stays on all
-	// of them, each return to one costing another tenant a tick's
-	// latency; one that had a burst (a crowd connecting) goes back after
-	// the window.
+	// back within twice that period of the processors' lowering, up to
+	// mostCalm; once they have stayed away that long, the window again.
+	// A server whose processor is held again and again (a tenant's store
+	// writes go on) stays on all of them, each return to one costing
+	// another tenant a tick's latency; one that had a burst (a crowd
+	// connecting) goes back after the window.
 	mostCalm = time.Minute
 )
 
@@ -74,7 +76,8 @@ type Options struct {
 	// least waitLimit to run (default: from the runtime's scheduling
 	// latencies, which it samples).
 	Waits func() uint64
-	// Tick is how often the CPU time is read (default 100 ms).
+	// Tick is how often the CPU time and the waits are read (default
+	// 100 ms).
 	Tick time.Duration
 }
 
@@ -170,6 +173,10 @@ type fitter struct {
 	mostCalm    int       // the most calm grows to
 	sinceWait   int       // the ticks since the last one with a long wait
 	sinceLower  int       // the ticks since the processors were lowered
+	// fixed says calm was set for the raises since the last lowering
+	// (the waits of one hold show in a tick or two after it: they double
+	// calm once).
+	fixed bool
 }
 
 // newFitter returns a fitter for most processors that lowers them after a
@@ -192,23 +199,25 @@ func (f *fitter) next(used float64, waited bool) int {
 	f.filled = min(f.filled+1, len(f.recent))
 	f.sinceWait = min(f.sinceWait+1, f.mostCalm)
 	f.sinceLower = min(f.sinceLower+1, 2*f.mostCalm)
-	p := f.procs
 	if waited {
 		f.sinceWait = 0
-		if p < f.most { // a long wait for too few processors
-			if f.sinceLower < 2*f.calm {
-				f.calm = min(2*f.calm, f.mostCalm) // back soon: hold longer
-			} else {
-				f.calm = len(f.recent)
-			}
-		}
 	}
+	p := f.procs
 	switch {
 	case p < f.most && (used > raiseAt*float64(p) || waited):
+		if !f.fixed {
+			f.fixed = true
+			switch {
+			case f.sinceLower >= 2*f.calm:
+				f.calm = len(f.recent) // long since the last lowering: calm again
+			case waited:
+				f.calm = min(2*f.calm, f.mostCalm) // back soon: hold longer
+			}
+		}
 		p = min(f.most, 2*p)
 	case p > 1 && f.filled == len(f.recent) && f.sinceWait >= f.calm && f.average() < lowerAt*float64(p):
 		p = max(1, p/2)
-		f.sinceLower = 0
+		f.sinceLower, f.fixed = 0, false
 	default:
 		return 0
 	}
@@ -230,7 +239,8 @@ const schedLatencies = "/sched/latencies:seconds"
 
 // longWaits returns a function that counts the sampled waits of at least
 // limit so far (the buckets that start at limit or later), or 0 when the
-// runtime does not have the metric.
+// runtime does not have the metric. The function reuses its sample: one
+// goroutine calls it.
 func longWaits(limit time.Duration) func() uint64 {
 	sample := []metrics.Sample{{Name: schedLatencies}}
 	return func() uint64 {

@@ -171,12 +171,74 @@ func TestALongWaitRaisesAndHolds(t *testing.T) {
 	}
 }
 
+// TestOneReturnDoublesTheCalmOnce: on a larger machine the waits of one
+// hold show in the ticks that raise the processors from one to all; they
+// double the calm period once, not at each raise. A server whose long
+// waits came back soon after a lowering, and that later used the CPU of
+// all its processors long after its last lowering, needs only the window
+// again.
+func TestOneReturnDoublesTheCalmOnce(t *testing.T) {
+	f := newFitter(8, 20, 600)
+	// quietFor counts the quiet ticks (0.1 cores) until the processors
+	// are lowered from 8 to 4.
+	quietFor := func() int {
+		t.Helper()
+		for n := 1; n <= 1000; n++ {
+			switch p := f.next(0.1, false); p {
+			case 0:
+			case 4:
+				return n
+			default:
+				t.Fatalf("quiet tick %d on 8 processors: moved to %d", n, p)
+			}
+		}
+		t.Fatalf("still on 8 processors 1,000 quiet ticks later")
+		return 0
+	}
+	if got := feed2(f, true, true, true); !slices.Equal(got, []int{2, 4, 8}) {
+		t.Fatalf("three ticks with long waits from one processor: %v; want 2, 4, 8", got)
+	}
+	if n := quietFor(); n != 20 {
+		t.Fatalf("quiet ticks on 8 after the first long waits: %d; want the window, 20", n)
+	}
+	feed(f, repeat(0.1, 40)...) // 4, then 2, then 1: a window each
+	if f.procs != 1 {
+		t.Fatalf("%d processors after three quiet windows; want 1", f.procs)
+	}
+	if got := feed2(f, true, true, true); !slices.Equal(got, []int{2, 4, 8}) {
+		t.Fatalf("three ticks with long waits soon after the lowering: %v; want 2, 4, 8", got)
+	}
+	if n := quietFor(); n != 40 {
+		t.Fatalf("quiet ticks on 8 after long waits came back: %d; want 40 (doubled once, not at each raise)", n)
+	}
+
+	feed(f, repeat(0.1, 1300)...) // down to one, and long quiet there
+	if p := f.next(0.9, false); p != 2 {
+		t.Fatalf("a busy tick on one processor: %d processors; want 2", p)
+	}
+	feed2(f, true, true) // the spike's own long waits, on 4 and 8
+	if n := quietFor(); n != 20 {
+		t.Fatalf("quiet ticks on 8 after a spike long after the last lowering: %d; want the window, 20", n)
+	}
+}
+
+// feed2 gives f ticks at 0.1 cores, with a long wait where waited says,
+// and returns the processors after each.
+func feed2(f *fitter, waited ...bool) []int {
+	var out []int
+	for _, w := range waited {
+		out = append(out, f.next(0.1, w))
+	}
+	return out
+}
+
 // TestLongWaitsAreCounted: goroutines kept waiting by one that holds the
 // only processor are counted as long waits (the runtime samples one
 // scheduling in eight, so the test makes a crowd wait until one is
 // counted).
 func TestLongWaitsAreCounted(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	runtime.GOMAXPROCS(1)
+	defer runtime.SetDefaultGOMAXPROCS()
 	waits := longWaits(waitLimit)
 	before := waits()
 	deadline := time.Now().Add(10 * time.Second)
@@ -207,6 +269,9 @@ func TestCountFromTheLimit(t *testing.T) {
 	}
 	if n := countFrom(h, 0.004); n != 4 {
 		t.Fatalf("waits from 4 ms: %d; want 4 (3 in [4 ms, 16 ms), 1 past it)", n)
+	}
+	if n := countFrom(h, 0.003); n != 4 {
+		t.Fatalf("waits from 3 ms: %d; want 4 (the bucket [1 ms, 4 ms) holds shorter waits too)", n)
 	}
 }
 
@@ -248,6 +313,44 @@ func TestFitSetsTheProcessors(t *testing.T) {
 
 	t.Setenv("GOMAXPROCS", "2")
 	Fit(context.Background(), Options{Most: 2, Set: func(n int) { t.Fatalf("processors set to %d although GOMAXPROCS is set", n) }})
+}
+
+// TestFitRaisesOnALongWait: Fit counts the long waits since its last
+// reading: a process using little CPU gets the second processor at the
+// tick after its first long wait, and not before.
+func TestFitRaisesOnALongWait(t *testing.T) {
+	var cpu, waits atomic.Int64
+	waits.Store(5) // long waits before Fit started do not count
+	set := make(chan int, 16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	const tick = 5 * time.Millisecond
+	go func() {
+		defer close(done)
+		Fit(ctx, Options{Most: 2, Tick: tick, Set: func(n int) { set <- n },
+			CPU:   func() time.Duration { return time.Duration(cpu.Add(int64(tick / 10))) }, // a tenth of a core
+			Waits: func() uint64 { return uint64(waits.Load()) }})
+	}()
+	if got := <-set; got != 1 {
+		t.Fatalf("processors set first to %d; want 1", got)
+	}
+	select {
+	case got := <-set:
+		t.Fatalf("processors set to %d at a tenth of a core and no new long wait; want to stay on 1", got)
+	case <-time.After(20 * tick):
+	}
+	waits.Add(1)
+	select {
+	case got := <-set:
+		if got != 2 {
+			t.Fatalf("processors set to %d after a long wait; want 2", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("processors not raised in 5 s after a long wait")
+	}
+	cancel()
+	<-done
 }
 
 // TestUnreadableCPUTimeIsSkipped: a reading that failed, or that went
