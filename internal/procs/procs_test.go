@@ -128,17 +128,7 @@ func TestALongWaitRaisesAndHolds(t *testing.T) {
 		if p := f.next(0.1, true); p != 2 {
 			t.Fatalf("a tick at 0.1 cores with a long wait on one processor: %d processors; want 2", p)
 		}
-		for n := 1; n <= 1000; n++ {
-			switch p := f.next(0.1, false); p {
-			case 0:
-			case 1:
-				return n
-			default:
-				t.Fatalf("quiet tick %d after a long wait: %d processors", n, p)
-			}
-		}
-		t.Fatalf("still on 2 processors 1,000 quiet ticks after a long wait")
-		return 0
+		return quietUntil(t, f, 1)
 	}
 	var holds []int
 	for range 7 {
@@ -179,22 +169,7 @@ func TestALongWaitRaisesAndHolds(t *testing.T) {
 // again.
 func TestOneReturnDoublesTheCalmOnce(t *testing.T) {
 	f := newFitter(8, 20, 600)
-	// quietFor counts the quiet ticks (0.1 cores) until the processors
-	// are lowered from 8 to 4.
-	quietFor := func() int {
-		t.Helper()
-		for n := 1; n <= 1000; n++ {
-			switch p := f.next(0.1, false); p {
-			case 0:
-			case 4:
-				return n
-			default:
-				t.Fatalf("quiet tick %d on 8 processors: moved to %d", n, p)
-			}
-		}
-		t.Fatalf("still on 8 processors 1,000 quiet ticks later")
-		return 0
-	}
+	quietFor := func() int { t.Helper(); return quietUntil(t, f, 4) }
 	if got := feed2(f, true, true, true); !slices.Equal(got, []int{2, 4, 8}) {
 		t.Fatalf("three ticks with long waits from one processor: %v; want 2, 4, 8", got)
 	}
@@ -220,6 +195,25 @@ func TestOneReturnDoublesTheCalmOnce(t *testing.T) {
 	if n := quietFor(); n != 20 {
 		t.Fatalf("quiet ticks on 8 after a spike long after the last lowering: %d; want the window, 20", n)
 	}
+}
+
+// quietUntil gives f quiet ticks (0.1 cores, no long wait) until it
+// lowers the processors, which must be to want, and returns how many it
+// took.
+func quietUntil(t *testing.T, f *fitter, want int) int {
+	t.Helper()
+	from := f.procs
+	for n := 1; n <= 1000; n++ {
+		switch p := f.next(0.1, false); p {
+		case 0:
+		case want:
+			return n
+		default:
+			t.Fatalf("quiet tick %d on %d processors: moved to %d; want %d", n, from, p, want)
+		}
+	}
+	t.Fatalf("still on %d processors 1,000 quiet ticks later", from)
+	return 0
 }
 
 // feed2 gives f ticks at 0.1 cores, with a long wait where waited says,
@@ -280,16 +274,9 @@ func TestCountFromTheLimit(t *testing.T) {
 // when it ends; an operator's GOMAXPROCS holds.
 func TestFitSetsTheProcessors(t *testing.T) {
 	var cpu atomic.Int64
-	set := make(chan int, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
 	const tick = 5 * time.Millisecond
-	go func() {
-		defer close(done)
-		Fit(ctx, Options{Most: 2, Tick: tick, Set: func(n int) { set <- n }, Waits: func() uint64 { return 0 },
-			CPU: func() time.Duration { return time.Duration(cpu.Add(int64(10 * tick))) }}) // ten cores busy
-	}()
+	set, stop := startFit(t, Options{Most: 2, Tick: tick, Waits: func() uint64 { return 0 },
+		CPU: func() time.Duration { return time.Duration(cpu.Add(int64(10 * tick))) }}) // ten cores busy
 	for _, want := range []int{1, 2} {
 		select {
 		case got := <-set:
@@ -300,8 +287,7 @@ func TestFitSetsTheProcessors(t *testing.T) {
 			t.Fatalf("processors never set to %d", want)
 		}
 	}
-	cancel()
-	<-done
+	stop()
 	// Ended (a server's shutdown): back on all processors.
 	for last := 0; last != 2; {
 		select {
@@ -315,23 +301,35 @@ func TestFitSetsTheProcessors(t *testing.T) {
 	Fit(context.Background(), Options{Most: 2, Set: func(n int) { t.Fatalf("processors set to %d although GOMAXPROCS is set", n) }})
 }
 
+// startFit runs Fit with o until stop, which waits for it to end, and
+// sends each number of processors it sets on set.
+func startFit(t *testing.T, o Options) (set <-chan int, stop func()) {
+	t.Helper()
+	ch := make(chan int, 16)
+	o.Set = func(n int) { ch <- n }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Fit(ctx, o)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return ch, stop
+}
+
 // TestFitRaisesOnALongWait: Fit counts the long waits since its last
 // reading: a process using little CPU gets the second processor at the
 // tick after its first long wait, and not before.
 func TestFitRaisesOnALongWait(t *testing.T) {
 	var cpu, waits atomic.Int64
 	waits.Store(5) // long waits before Fit started do not count
-	set := make(chan int, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan struct{})
 	const tick = 5 * time.Millisecond
-	go func() {
-		defer close(done)
-		Fit(ctx, Options{Most: 2, Tick: tick, Set: func(n int) { set <- n },
-			CPU:   func() time.Duration { return time.Duration(cpu.Add(int64(tick / 10))) }, // a tenth of a core
-			Waits: func() uint64 { return uint64(waits.Load()) }})
-	}()
+	set, stop := startFit(t, Options{Most: 2, Tick: tick,
+		CPU:   func() time.Duration { return time.Duration(cpu.Add(int64(tick / 10))) }, // a tenth of a core
+		Waits: func() uint64 { return uint64(waits.Load()) }})
+	defer stop()
 	if got := <-set; got != 1 {
 		t.Fatalf("processors set first to %d; want 1", got)
 	}
@@ -349,8 +347,6 @@ func TestFitRaisesOnALongWait(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("processors not raised in 5 s after a long wait")
 	}
-	cancel()
-	<-done
 }
 
 // TestUnreadableCPUTimeIsSkipped: a reading that failed, or that went
