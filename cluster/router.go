@@ -42,7 +42,7 @@ import (
 // subscription on the filter's subjects, in a queue group of that name,
 // on a connection of its own that also hears this node's messages: NATS
 // gives each message to one node of the group, which delivers it to one
-// of its members (Server.DeliverShared). Every node, the publisher's
+// of its members (Deliverer.DeliverShared). Every node, the publisher's
 // included, leaves shared subscriptions out of its direct delivery.
 //
 // Bounds: at most SendQueue messages wait for the sender (a publisher
@@ -417,8 +417,7 @@ func (r *Router) subscribe(filter string) {
 	for _, subj := range subjects {
 		var s *nats.Subscription
 		if shared {
-			share := filter
-			s, err = r.shared.QueueSubscribe(subj, queueName(group, inner), func(msg *nats.Msg) { r.deliverShared(msg, share) })
+			s, err = r.shared.QueueSubscribe(subj, queueName(group, inner), r.sharedHandler(filter))
 			if err == nil {
 				err = s.SetPendingLimits(ReceiveQueue, 64<<20)
 			}
@@ -448,14 +447,45 @@ func queueName(group, filter string) string {
 	return "share." + hex.EncodeToString(h[:16])
 }
 
-func (r *Router) deliverShared(msg *nats.Msg, share string) {
-	_, _, m, err := decode(msg.Data)
-	if err != nil {
-		r.stats.Malformed.Add(1)
-		return
+// sharedHandler returns the handler of a NATS queue subscription for the
+// shared subscription share. NATS calls it on the subscription's own
+// goroutine, one message at a time: it delivers through a Deliverer of its
+// own and makes the writes, as the receiver does, when no more messages
+// wait or after receiveFlush of them.
+func (r *Router) sharedHandler(share string) nats.MsgHandler {
+	var (
+		d *broker.Deliverer
+		n int
+	)
+	return func(msg *nats.Msg) {
+		_, _, m, err := decode(msg.Data)
+		if err != nil {
+			r.stats.Malformed.Add(1)
+			return
+		}
+		r.stats.SharedReceived.Add(1)
+		s := r.server.Load()
+		if s == nil {
+			return
+		}
+		if d == nil || d.Server() != s {
+			if d != nil {
+				d.Flush()
+			}
+			d, n = s.NewDeliverer(), 0
+		}
+		d.DeliverShared(m, share)
+		if n++; n == receiveFlush || msg.Sub == nil || pendingNone(msg.Sub) {
+			d.Flush()
+			n = 0
+		}
 	}
-	r.stats.SharedReceived.Add(1)
-	if s := r.server.Load(); s != nil {
-		s.DeliverShared(m, share)
-	}
+}
+
+// pendingNone reports, from sub's handler, whether no other message waits
+// for it (or the count could not be read). NATS counts the message being
+// handled as pending until its handler returns.
+func pendingNone(sub *nats.Subscription) bool {
+	msgs, _, err := sub.Pending()
+	return err != nil || msgs <= 1
 }

@@ -54,7 +54,7 @@ func (l Local) Deliver(m *Message) { l.s.deliverLocal(m, l.from, scope{}) }
 
 // DeliverUnshared is Deliver without the shared subscriptions: a router
 // that hands each shared subscription's messages to one member across
-// several nodes (Server.DeliverShared on the node it picks) calls it
+// several nodes (Deliverer.DeliverShared on the node it picks) calls it
 // instead of Deliver.
 func (l Local) DeliverUnshared(m *Message) { l.s.deliverLocal(m, l.from, scope{unshared: true}) }
 
@@ -95,7 +95,13 @@ func (d *Deliverer) Flush() { d.from.flushes.flush() }
 // subscription share, named as Router.Subscribed names it
 // ("$share/{group}/{filter}"), when m's topic matches it; nothing else
 // gets m. A cluster router calls it on the node its queue group picked.
-func (s *Server) DeliverShared(m *Message, share string) { s.deliverLocal(m, nil, scope{share: share}) }
+// Its writes are left to Flush.
+func (d *Deliverer) DeliverShared(m *Message, share string) {
+	d.s.deliverLocal(m, &d.from, scope{share: share})
+}
+
+// Server is the server d delivers to.
+func (d *Deliverer) Server() *Server { return d.s }
 
 // scope narrows a delivery: the zero scope is every matching
 // subscription.
