@@ -153,7 +153,9 @@ type session struct {
 	// replayFrom is when the replay of what the session missed starts
 	// (the time of the state it was restored from at start, or resumed
 	// from another node's), until both passes of that replay are in
-	// (restart.go, states.go: replay); zero otherwise. restart is the
+	// (restart.go, states.go: replay), or for good when a later CONNECT's
+	// resume gave that replay up (its session replaces this one); zero
+	// otherwise. restart is the
 	// replay of a session restored at start (nil for others); set before
 	// the session is shared.
 	replayFrom time.Time

@@ -610,7 +610,10 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	}
 	if errors.Is(context.Cause(ctx), errResumedAgain) {
 		// A later CONNECT of the session resumes it here: its session
-		// replaces this one and runs both passes itself.
+		// replaces this one and runs both passes itself. Until then this
+		// one, whose replay was cut short, is saved as pending from start
+		// (a restart meanwhile replays what it had not reached).
+		ss.replayFrom = start
 		return
 	}
 	// Until the second replay is in, what is queued that it could bring

@@ -1093,3 +1093,41 @@ func TestWillSettledByANoticeThatCameFirst(t *testing.T) {
 	case <-time.After(3 * time.Second):
 	}
 }
+
+// TestGivenUpSessionIsSavedPending: the first attempt's session, whose
+// replay a retry gave up, is installed while the retry's replay runs;
+// saved meanwhile (the state file a restart replays from), it is saved
+// as pending from where its replay started, not as current: a crash
+// before the retry's session is in must still replay what that first
+// replay had not reached.
+func TestGivenUpSessionIsSavedPending(t *testing.T) {
+	releaseSecond := make(chan struct{})
+	calls, replay := givenUpFirst(func() { <-releaseSecond })
+	st := resumable()
+	var sv0 savedSession
+	if err := json.Unmarshal(st.take, &sv0); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "state.json")
+	srv, addr := startStates(t, Options{States: st, Owners: &laterHere{}, Replay: replay, StatePath: path, SaveInterval: 20 * time.Millisecond})
+	go mqtttest.TryV5(t, addr, persistent("dev"))
+	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
+	second := connectLater(t, addr, persistent("dev"))
+	testkit.Eventually(t, 5*time.Second, "the first session installed, the second replaying", func() bool {
+		return calls.Load() == 2 && sessionOf(srv, "dev") != nil
+	})
+	var saved savedSession
+	testkit.Eventually(t, 5*time.Second, "the first session in the state file", func() bool {
+		f, err := readStateFile(path)
+		if err != nil || len(f.Sessions) != 1 {
+			return false
+		}
+		saved = f.Sessions[0]
+		return true
+	})
+	if !saved.Pending || !saved.Saved.Equal(sv0.Saved) {
+		t.Errorf("the given-up session was saved at %v, pending %v; want pending from %v (its replay was cut short)", saved.Saved, saved.Pending, sv0.Saved)
+	}
+	close(releaseSecond)
+	resumedAndServed(t, addr, "the second attempt", <-second)
+}
