@@ -417,8 +417,10 @@ func (r *Router) subscribe(filter string) {
 	for _, subj := range subjects {
 		var s *nats.Subscription
 		if shared {
-			s, err = r.shared.QueueSubscribe(subj, queueName(group, inner), r.sharedHandler(filter))
+			handle, closed := r.sharedHandler(filter)
+			s, err = r.shared.QueueSubscribe(subj, queueName(group, inner), handle)
 			if err == nil {
+				s.SetClosedHandler(closed)
 				err = s.SetPendingLimits(ReceiveQueue, 64<<20)
 			}
 		} else {
@@ -448,16 +450,30 @@ func queueName(group, filter string) string {
 }
 
 // sharedHandler returns the handler of a NATS queue subscription for the
-// shared subscription share. NATS calls it on the subscription's own
-// goroutine, one message at a time: it delivers through a Deliverer of its
+// shared subscription share, and what to call when the subscription
+// closes. NATS calls both on the subscription's own goroutine, the
+// handler one message at a time: it delivers through a Deliverer of its
 // own and makes the writes, as the receiver does, when no more messages
-// wait or after receiveFlush of them.
-func (r *Router) sharedHandler(share string) nats.MsgHandler {
+// wait or after receiveFlush of them, whatever became of the message; the
+// close makes those still owed (a connection written to and not flushed
+// would get nothing more).
+func (r *Router) sharedHandler(share string) (handle nats.MsgHandler, closed func(subject string)) {
 	var (
 		d *broker.Deliverer
 		n int
 	)
-	return func(msg *nats.Msg) {
+	flush := func() {
+		if d != nil {
+			d.Flush()
+		}
+		n = 0
+	}
+	handle = func(msg *nats.Msg) {
+		defer func() {
+			if n == receiveFlush || pendingNone(msg.Sub) {
+				flush()
+			}
+		}()
 		_, _, m, err := decode(msg.Data)
 		if err != nil {
 			r.stats.Malformed.Add(1)
@@ -469,23 +485,22 @@ func (r *Router) sharedHandler(share string) nats.MsgHandler {
 			return
 		}
 		if d == nil || d.Server() != s {
-			if d != nil {
-				d.Flush()
-			}
-			d, n = s.NewDeliverer(), 0
+			flush()
+			d = s.NewDeliverer()
 		}
 		d.DeliverShared(m, share)
-		if n++; n == receiveFlush || msg.Sub == nil || pendingNone(msg.Sub) {
-			d.Flush()
-			n = 0
-		}
+		n++
 	}
+	return handle, func(string) { flush() }
 }
 
 // pendingNone reports, from sub's handler, whether no other message waits
 // for it (or the count could not be read). NATS counts the message being
 // handled as pending until its handler returns.
 func pendingNone(sub *nats.Subscription) bool {
+	if sub == nil {
+		return true
+	}
 	msgs, _, err := sub.Pending()
 	return err != nil || msgs <= 1
 }

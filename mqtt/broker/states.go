@@ -304,9 +304,14 @@ func (s *Server) resume(claim Claim) error {
 		// client that gave up waiting and connected again): the one it
 		// left must not hold a place in the account's line (a node died
 		// and all its sessions resume here at once).
+		//
+		// The resume stays under way (Server.resuming) until ss is
+		// installed: a CONNECT of the session meanwhile finds the session
+		// of a resume this one gave up, if that one is installed, older
+		// than this one and resumes again instead of attaching to it.
 		ctx, end := s.resumeRun(claim)
+		defer end()
 		s.replay(ctx, ss, &sv, through)
-		end()
 	}
 	return s.install(ss, claim)
 }
