@@ -238,11 +238,7 @@ func (r *Router) send() {
 // publish sends m to the other nodes (on the sender goroutine).
 func (r *Router) publish(m *broker.Message) {
 	r.seq++
-	buf := append(r.buf[:0], envelopeVersion)
-	buf = appendString(buf, r.node)
-	buf = binary.AppendUvarint(buf, r.seq)
-	buf = appendString(buf, m.Origin)
-	buf = broker.AppendMessage(buf, m)
+	buf := appendEnvelope(r.buf[:0], r.node, r.seq, m)
 	r.buf = buf
 	if err := r.pub.Publish(Subject(m.Topic), buf); err != nil {
 		if n := r.stats.SendErrors.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, 8th...
@@ -251,6 +247,16 @@ func (r *Router) publish(m *broker.Message) {
 		return
 	}
 	r.stats.Sent.Add(1)
+}
+
+// appendEnvelope appends m's envelope, from node with sequence number
+// seq, to b.
+func appendEnvelope(b []byte, node string, seq uint64, m *broker.Message) []byte {
+	b = append(b, envelopeVersion)
+	b = appendString(b, node)
+	b = binary.AppendUvarint(b, seq)
+	b = appendString(b, m.Origin)
+	return broker.AppendMessage(b, m)
 }
 
 func appendString(b []byte, s string) []byte {
