@@ -35,6 +35,11 @@ func TestServersFitTheirProcessors(t *testing.T) {
 	flooded := make(chan error, 1)
 	go func() { flooded <- flood(load, stop) }()
 	waitProcessors(t, metrics, 2, true, 15*time.Second, flooded)
+	raised := metricValue(t, metrics, `fleetmq_processor_raises_total{reason="cpu"}`) +
+		metricValue(t, metrics, `fleetmq_processor_raises_total{reason="wait"}`)
+	if raised < 1 {
+		t.Errorf("the broker runs on more processors, and its metrics count %v raises", raised)
+	}
 	close(stop)
 	if err := <-flooded; err != nil {
 		t.Fatal(err)
@@ -94,6 +99,13 @@ func waitProcessors(t *testing.T, url string, want int, atLeast bool, within tim
 // processors reads go_sched_gomaxprocs_threads from the metrics at url.
 func processors(t *testing.T, url string) int {
 	t.Helper()
+	return int(metricValue(t, url, "go_sched_gomaxprocs_threads"))
+}
+
+// metricValue reads the sample named (with its labels, as exposed) from
+// the metrics at url.
+func metricValue(t *testing.T, url, sample string) float64 {
+	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
@@ -101,15 +113,15 @@ func processors(t *testing.T, url string) int {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_sched_gomaxprocs_threads "); ok {
-			n, err := strconv.Atoi(v)
+		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
+			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
-				t.Fatalf("go_sched_gomaxprocs_threads %q", v)
+				t.Fatalf("%s %q", sample, v)
 			}
 			return n
 		}
 	}
-	t.Fatalf("no go_sched_gomaxprocs_threads in %s", url)
+	t.Fatalf("no %s in %s", sample, url)
 	return 0
 }
 

@@ -16,12 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fleetmq/fleetmq/internal/procs"
 )
 
 // NewRegistry returns a registry holding the Go runtime collector
 // (go_*: memory, goroutines, GC), the process collector (process_*: CPU
-// seconds, resident memory, open file descriptors and their limit) and
-// fleetmq_build_info{version, go_version}, always 1.
+// seconds, resident memory, open file descriptors and their limit),
+// fleetmq_build_info{version, go_version}, always 1, and
+// fleetmq_processor_raises_total{reason} (package procs).
 func NewRegistry(version string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
@@ -30,10 +33,19 @@ func NewRegistry(version string) *prometheus.Registry {
 		ConstLabels: prometheus.Labels{"version": version, "go_version": runtime.Version()},
 	})
 	build.Set(1)
+	raises := func(reason string, read func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "fleetmq_processor_raises_total",
+			Help:        "Times the server took more processors (GOMAXPROCS) while fitting them to its load, by reason: cpu (a 100 ms tick used more than 60% of them), wait (a goroutine waited 4 ms or more for one).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, read)
+	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		build,
+		raises("cpu", func() float64 { busy, _ := procs.Raises(); return float64(busy) }),
+		raises("wait", func() float64 { _, wait := procs.Raises(); return float64(wait) }),
 	)
 	return reg
 }

@@ -45,6 +45,8 @@ func TestSnapshotExposition(t *testing.T) {
 			"fleetmq_test_by_qos{qos=\"0\"} 5\nfleetmq_test_by_qos{qos=\"1\"} 6\nfleetmq_test_by_qos{qos=\"2\"} 7\n",
 		"# TYPE fleetmq_test_done_total counter\nfleetmq_test_done_total 1\n",
 		`fleetmq_build_info{go_version="` + runtime.Version() + `",version="1.2.3"} 1`,
+		"\nfleetmq_processor_raises_total{reason=\"cpu\"} 0\n",
+		"\nfleetmq_processor_raises_total{reason=\"wait\"} 0\n",
 		"\ngo_goroutines ",
 		"\ngo_memstats_heap_alloc_bytes ",
 		"\ngo_gc_duration_seconds_count ",

@@ -23,6 +23,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -138,10 +139,18 @@ func Fit(ctx context.Context, o Options) {
 		}
 		last, lastAt = cpu, now
 		w := o.Waits()
+		from, busy := f.procs, used > raiseAt*float64(f.procs)
 		p := f.next(used, w > waits)
 		waits = w
 		if p == 0 {
 			continue
+		}
+		if p > from {
+			if busy {
+				raisedBusy.Add(1)
+			} else {
+				raisedWait.Add(1)
+			}
 		}
 		o.Set(p)
 		if auto && p == f.most {
@@ -151,6 +160,15 @@ func Fit(ctx context.Context, o Options) {
 		}
 	}
 }
+
+// raisedBusy and raisedWait count the times Fit raised the processors
+// for the CPU a tick used, and for a long wait in a tick that used little.
+var raisedBusy, raisedWait atomic.Int64
+
+// Raises returns how many times so far Fit raised the processors because
+// a tick used more than its share of them (busy), and because a goroutine
+// waited long for one in a tick that did not (wait).
+func Raises() (busy, wait int64) { return raisedBusy.Load(), raisedWait.Load() }
 
 // usage returns the cores used between two readings of the CPU time, wall
 // apart, and false when cpu could not be read (negative, or less than

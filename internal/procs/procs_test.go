@@ -270,11 +270,13 @@ func TestCountFromTheLimit(t *testing.T) {
 }
 
 // TestFitSetsTheProcessors: Fit starts the process on one processor,
-// gives it more when its CPU time says it is busy, and leaves it on all
-// when it ends; an operator's GOMAXPROCS holds.
+// gives it more when its CPU time says it is busy (a raise for CPU,
+// counted), and leaves it on all when it ends; an operator's GOMAXPROCS
+// holds.
 func TestFitSetsTheProcessors(t *testing.T) {
 	var cpu atomic.Int64
 	const tick = 5 * time.Millisecond
+	busy0, wait0 := Raises()
 	set, stop := startFit(t, Options{Most: 2, Tick: tick, Waits: func() uint64 { return 0 },
 		CPU: func() time.Duration { return time.Duration(cpu.Add(int64(10 * tick))) }}) // ten cores busy
 	for _, want := range []int{1, 2} {
@@ -288,6 +290,9 @@ func TestFitSetsTheProcessors(t *testing.T) {
 		}
 	}
 	stop()
+	if busy, wait := Raises(); busy != busy0+1 || wait != wait0 {
+		t.Fatalf("raises counted: cpu +%d, wait +%d; want cpu +1, wait +0", busy-busy0, wait-wait0)
+	}
 	// Ended (a server's shutdown): back on all processors.
 	for last := 0; last != 2; {
 		select {
@@ -321,7 +326,8 @@ func startFit(t *testing.T, o Options) (set <-chan int, stop func()) {
 
 // TestFitRaisesOnALongWait: Fit counts the long waits since its last
 // reading: a process using little CPU gets the second processor at the
-// tick after its first long wait, and not before.
+// tick after its first long wait, and not before (a raise for a wait,
+// counted).
 func TestFitRaisesOnALongWait(t *testing.T) {
 	var cpu, waits atomic.Int64
 	waits.Store(5) // long waits before Fit started do not count
@@ -338,6 +344,7 @@ func TestFitRaisesOnALongWait(t *testing.T) {
 		t.Fatalf("processors set to %d at a tenth of a core and no new long wait; want to stay on 1", got)
 	case <-time.After(20 * tick):
 	}
+	busy0, wait0 := Raises()
 	waits.Add(1)
 	select {
 	case got := <-set:
@@ -346,6 +353,9 @@ func TestFitRaisesOnALongWait(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatalf("processors not raised in 5 s after a long wait")
+	}
+	if busy, wait := Raises(); busy != busy0 || wait != wait0+1 {
+		t.Fatalf("raises counted: cpu +%d, wait +%d; want cpu +0, wait +1", busy-busy0, wait-wait0)
 	}
 }
 
