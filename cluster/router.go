@@ -307,32 +307,53 @@ const receiveFlush = 64
 
 func (r *Router) receive() {
 	defer r.wg.Done()
-	var (
-		srv *broker.Server
-		d   *broker.Deliverer
-		n   int
-	)
+	var x delivering
 	for {
 		select {
 		case msg := <-r.in:
-			if s := r.server.Load(); s != srv && s != nil {
-				if d != nil {
-					d.Flush()
-				}
-				srv, d, n = s, s.NewDeliverer(), 0
-			}
-			r.deliver(msg, d)
-			if n++; d != nil && (n == receiveFlush || len(r.in) == 0) {
-				d.Flush()
-				n = 0
-			}
+			r.deliver(msg, x.to(r.server.Load()))
+			x.done(len(r.in) > 0)
 		case <-r.done:
-			if d != nil {
-				d.Flush()
-			}
+			x.flush()
 			return
 		}
 	}
+}
+
+// delivering is a goroutine's Deliverer of the server the router is
+// attached to, and how many messages it handled since its writes were
+// last made: they are made when no more messages wait, or after
+// receiveFlush of them.
+type delivering struct {
+	d *broker.Deliverer
+	n int
+}
+
+// to returns the Deliverer of s (nil while s is nil): the one it has, or
+// a new one once the server changed, the old one's writes made.
+func (x *delivering) to(s *broker.Server) *broker.Deliverer {
+	if s != nil && (x.d == nil || x.d.Server() != s) {
+		x.flush()
+		x.d = s.NewDeliverer()
+	}
+	return x.d
+}
+
+// done counts a message handled, whatever became of it, and makes the
+// writes unless more messages wait and fewer than receiveFlush were
+// handled since the last.
+func (x *delivering) done(more bool) {
+	if x.n++; !more || x.n >= receiveFlush {
+		x.flush()
+	}
+}
+
+// flush makes the writes owed.
+func (x *delivering) flush() {
+	if x.d != nil {
+		x.d.Flush()
+	}
+	x.n = 0
 }
 
 // deliver delivers a message from another node through d (nil before the
@@ -458,46 +479,26 @@ func queueName(group, filter string) string {
 // sharedHandler returns the handler of a NATS queue subscription for the
 // shared subscription share, and what to call when the subscription
 // closes. NATS calls both on the subscription's own goroutine, the
-// handler one message at a time: it delivers through a Deliverer of its
-// own and makes the writes, as the receiver does, when no more messages
-// wait or after receiveFlush of them, whatever became of the message; the
-// close makes those still owed (a connection written to and not flushed
-// would get nothing more).
+// handler one message at a time: it delivers as the receiver does,
+// making the writes when no more messages wait (whatever became of the
+// message: one that does not decode may be the last); the close makes
+// those still owed (a connection written to and not flushed would get
+// nothing more).
 func (r *Router) sharedHandler(share string) (handle nats.MsgHandler, closed func(subject string)) {
-	var (
-		d *broker.Deliverer
-		n int
-	)
-	flush := func() {
-		if d != nil {
-			d.Flush()
-		}
-		n = 0
-	}
+	var x delivering
 	handle = func(msg *nats.Msg) {
-		defer func() {
-			if n == receiveFlush || pendingNone(msg.Sub) {
-				flush()
-			}
-		}()
+		defer func() { x.done(!pendingNone(msg.Sub)) }()
 		_, _, m, err := decode(msg.Data)
 		if err != nil {
 			r.stats.Malformed.Add(1)
 			return
 		}
 		r.stats.SharedReceived.Add(1)
-		s := r.server.Load()
-		if s == nil {
-			return
+		if d := x.to(r.server.Load()); d != nil {
+			d.DeliverShared(m, share)
 		}
-		if d == nil || d.Server() != s {
-			flush()
-			d = s.NewDeliverer()
-		}
-		d.DeliverShared(m, share)
-		n++
 	}
-	return handle, func(string) { flush() }
+	return handle, func(string) { x.flush() }
 }
 
 // pendingNone reports, from sub's handler, whether no other message waits

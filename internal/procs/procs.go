@@ -139,17 +139,17 @@ func Fit(ctx context.Context, o Options) {
 		}
 		last, lastAt = cpu, now
 		w := o.Waits()
-		from, busy := f.procs, used > raiseAt*float64(f.procs)
+		from := f.procs
 		p := f.next(used, w > waits)
 		waits = w
 		if p == 0 {
 			continue
 		}
 		if p > from {
-			if busy {
-				raisedBusy.Add(1)
-			} else {
+			if f.forWait {
 				raisedWait.Add(1)
+			} else {
+				raisedBusy.Add(1)
 			}
 		}
 		o.Set(p)
@@ -195,6 +195,9 @@ type fitter struct {
 	// (the waits of one hold show in a tick or two after it: they double
 	// calm once).
 	fixed bool
+	// forWait says the last raise was for a long wait in a tick that
+	// used little CPU.
+	forWait bool
 }
 
 // newFitter returns a fitter for most processors that lowers them after a
@@ -221,8 +224,10 @@ func (f *fitter) next(used float64, waited bool) int {
 		f.sinceWait = 0
 	}
 	p := f.procs
+	busy := used > raiseAt*float64(p)
 	switch {
-	case p < f.most && (used > raiseAt*float64(p) || waited):
+	case p < f.most && (busy || waited):
+		f.forWait = !busy
 		if !f.fixed {
 			f.fixed = true
 			switch {

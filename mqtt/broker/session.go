@@ -155,9 +155,8 @@ type session struct {
 	// from another node's), until both passes of that replay are in
 	// (restart.go, states.go: replay), or for good when a later CONNECT's
 	// resume gave that replay up (its session replaces this one); zero
-	// otherwise. restart is the
-	// replay of a session restored at start (nil for others); set before
-	// the session is shared.
+	// otherwise. restart is the replay of a session restored at start
+	// (nil for others); set before the session is shared.
 	replayFrom time.Time
 	restart    *restart
 
