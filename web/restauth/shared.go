@@ -144,16 +144,14 @@ func (r *reservation) roll(h uint64) uint64 {
 
 // release gives back what this process reserved and did not use, of the
 // tokens that used nothing since the last release (all of them: at
-// shutdown). What the store does not take stays reserved here, to be
-// given back at the next release. The caller holds l.mu.
+// shutdown). A give-back that fails is not tried again: the store may
+// have taken it all the same (a commit whose answer was lost), and giving
+// the same requests back twice would let the token's requests pass the
+// limit. A failure leaves them counted in the store, so the token may be
+// refused up to maxBlock requests early in that hour, never late. The
+// caller holds l.mu.
 func (l *Limiter) release(ctx context.Context, all bool) error {
-	type giving struct {
-		r      *reservation
-		hour   uint64
-		unused int64
-	}
 	back := map[uint64]map[string]int64{}
-	var gave []giving
 	l.reservations.Range(func(k, v any) bool {
 		r := v.(*reservation)
 		r.mu.Lock()
@@ -168,7 +166,6 @@ func (l *Limiter) release(ctx context.Context, all bool) error {
 			}
 			back[r.hour][k.(string)] = -unused
 			r.reserved, r.count = r.used, r.count-unused
-			gave = append(gave, giving{r, r.hour, unused})
 		}
 		return true
 	})
@@ -176,17 +173,6 @@ func (l *Limiter) release(ctx context.Context, all bool) error {
 	for h, counts := range back {
 		if err := l.store.AddRESTRequests(ctx, windowStart(h), counts); err != nil {
 			failed = err
-			for _, g := range gave {
-				if g.hour != h {
-					continue
-				}
-				g.r.mu.Lock()
-				if g.r.hour == h { // still that window: it holds them again
-					g.r.reserved += g.unused
-					g.r.count += g.unused
-				}
-				g.r.mu.Unlock()
-			}
 		}
 	}
 	return failed

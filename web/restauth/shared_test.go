@@ -14,6 +14,9 @@ type memReserver struct {
 	mu   sync.Mutex
 	c    map[time.Time]map[string]int64
 	fail bool // AddRESTRequests fails
+	// lost: AddRESTRequests applies the counts, then fails (a commit
+	// whose answer never came back).
+	lost bool
 }
 
 func newMemReserver() *memReserver { return &memReserver{c: map[time.Time]map[string]int64{}} }
@@ -29,6 +32,9 @@ func (m *memReserver) AddRESTRequests(_ context.Context, w time.Time, counts map
 	}
 	for k, v := range counts {
 		m.c[w][k] += v
+	}
+	if m.lost {
+		return context.DeadlineExceeded
 	}
 	return nil
 }
@@ -138,22 +144,16 @@ func TestSharedLimiterNearTheLimit(t *testing.T) {
 }
 
 // TestSharedLimiterGivesBackAtShutdown: GiveBack returns everything held,
-// busy tokens' too; a failed give-back keeps it held for the next.
+// busy tokens' too.
 func TestSharedLimiterGivesBackAtShutdown(t *testing.T) {
 	store := newMemReserver()
 	ctx := context.Background()
 	now := window.Add(10 * time.Minute)
 	l := restauth.NewSharedLimiter(store, 5000)
 	l.Allow("tok", now)
-	store.mu.Lock()
-	store.fail = true
-	store.mu.Unlock()
-	if err := l.GiveBack(ctx); err == nil {
-		t.Fatal("GiveBack into a failing store returned no error")
+	if c := store.count(window, "tok"); c <= 1 {
+		t.Fatalf("the store counts %d after the first request, want the block reserved for it", c)
 	}
-	store.mu.Lock()
-	store.fail = false
-	store.mu.Unlock()
 	if err := l.GiveBack(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -181,5 +181,43 @@ func TestSharedLimiterStoreOutOfReach(t *testing.T) {
 	d := l.Allow("tok", window.Add(time.Minute))
 	if d.Allowed || !d.Unavailable || d.RetryAfter != time.Second || d.Remaining != 0 {
 		t.Fatalf("Allow with the store out of reach: %+v; want refused, unavailable, retry after 1 s, nothing remaining", d)
+	}
+}
+
+// TestSharedLimiterNeverGivesBackTwice: a give-back whose outcome is not
+// known (the store took it, the answer was lost) is not made again, which
+// would count the token's requests below what they are and let it pass
+// its limit; one that failed leaves the requests counted (the token may
+// be refused early, never late).
+func TestSharedLimiterNeverGivesBackTwice(t *testing.T) {
+	ctx := context.Background()
+	now := window.Add(10 * time.Minute)
+	for _, tc := range []struct {
+		name       string
+		lost, fail bool
+		want       func(reserved int64) int64
+	}{
+		{"taken, answer lost", true, false, func(int64) int64 { return 1 }},
+		{"refused", false, true, func(reserved int64) int64 { return reserved }},
+	} {
+		store := newMemReserver()
+		l := restauth.NewSharedLimiter(store, 5000)
+		l.Allow("tok", now)
+		reserved := store.count(window, "tok")
+		store.mu.Lock()
+		store.lost, store.fail = tc.lost, tc.fail
+		store.mu.Unlock()
+		if err := l.GiveBack(ctx); err == nil {
+			t.Fatalf("%s: GiveBack returned no error", tc.name)
+		}
+		store.mu.Lock()
+		store.lost, store.fail = false, false
+		store.mu.Unlock()
+		if err := l.GiveBack(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if c, want := store.count(window, "tok"), tc.want(reserved); c != want {
+			t.Errorf("%s: after one request and two give-backs the store counts %d, want %d", tc.name, c, want)
+		}
 	}
 }
