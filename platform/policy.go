@@ -249,6 +249,7 @@ type Session struct {
 	client *clientMeter
 	pool   *Pool
 	conn   *broker.Connection // set by Connected (publishers)
+	own    string             // "{account}/{client}/", its topics' prefix
 }
 
 // MessageInfo is the policy's data on an accepted message (Message.Data).
@@ -311,7 +312,7 @@ func (p *Policy) Authenticate(_ context.Context, req *broker.ConnectRequest) (*b
 		return known, packet.Errorf(packet.NotAuthorized, "account %s is suspended", acc.ID)
 	}
 	s := &Session{AccountID: acc.ID, Kind: cred.Kind, ClientID: c.ClientID, CredID: cred.ID, Username: cred.Username,
-		acct: p.meter.account(acc.ID), pool: p.Pool(acc.ID)}
+		acct: p.meter.account(acc.ID), pool: p.Pool(acc.ID), own: acc.ID + "/" + c.ClientID + "/"}
 	id := &broker.Identity{
 		Namespace: acc.ID,
 		ClientID:  c.ClientID,
@@ -373,7 +374,7 @@ func (p *Policy) Subscribe(id *broker.Identity, _ string, sub *packet.Subscripti
 	}
 	switch s.Kind {
 	case fleetmq.KindPublisher:
-		own := s.AccountID + "/" + s.ClientID + "/#"
+		own := s.own + "#"
 		if !topic.Covers(own, f) {
 			return "", 0, packet.Errorf(packet.NotAuthorized, "filter %s is outside this client's own topics %s", f, own)
 		}
@@ -417,7 +418,7 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 		return packet.Errorf(packet.QoSNotSupported, "QoS %d above this client's Max QoS %d", pk.QoS, cl.MaxPublishQoS)
 	}
 	info := &MessageInfo{AccountID: s.AccountID, ClientID: s.ClientID, WireTopic: pk.Topic}
-	own := s.AccountID + "/" + s.ClientID + "/"
+	own := s.own
 	internal, prefixed := StripPrefix(p.opts.TopicPrefix, pk.Topic)
 	switch {
 	case prefixed && strings.HasPrefix(internal, own):

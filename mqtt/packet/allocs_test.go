@@ -29,5 +29,9 @@ func TestHotPathAllocations(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { _, _ = Decode(header, body, v.version) }); n > 1 {
 			t.Errorf("%s Decode(PUBLISH): %v allocations, want at most 1", v.name, n)
 		}
+		into := new(Publish)
+		if n := testing.AllocsPerRun(100, func() { _ = DecodePublish(header, body, v.version, into) }); n != 0 {
+			t.Errorf("%s DecodePublish: %v allocations, want 0", v.name, n)
+		}
 	}
 }

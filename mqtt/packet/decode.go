@@ -148,47 +148,66 @@ func (r *reader) packetID(t Type) (uint16, error) {
 }
 
 func decodePublish(flags byte, body []byte, v5 bool) (*Publish, error) {
+	p := &Publish{}
+	if err := decodePublishInto(p, flags, body, v5); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// DecodePublish decodes a PUBLISH into p, which the caller owns and may
+// reuse once it is done with the packet: the broker's per-message path
+// decodes PUBLISHes into pooled packets. p's fields may alias body (like
+// Decode's); on error p holds nothing to use.
+func DecodePublish(header byte, body []byte, version byte, p *Publish) error {
+	if t := Type(header >> 4); t != PUBLISH {
+		return malformed("%s is not a PUBLISH", t)
+	}
+	return decodePublishInto(p, header&0x0F, body, version == Version5)
+}
+
+func decodePublishInto(p *Publish, flags byte, body []byte, v5 bool) error {
 	qos := flags >> 1 & 3
 	if qos == 3 {
-		return nil, malformed("PUBLISH with QoS 3") // MQTT-3.3.1-4
+		return malformed("PUBLISH with QoS 3") // MQTT-3.3.1-4
 	}
 	dup := flags&0b1000 != 0
 	if dup && qos == 0 {
 		// MQTT-3.3.1-2 gives no reason code; a fixed header flag that breaks
 		// the rules is a Malformed Packet (section 2.1.3), so use that.
-		return nil, malformed("PUBLISH with DUP set at QoS 0")
+		return malformed("PUBLISH with DUP set at QoS 0")
 	}
 	r := reader{b: body, alias: true}
 	topic, err := r.bytes("topic name")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := checkTopicName(topic, "topic name"); err != nil {
-		return nil, err
+		return err
 	}
-	p := &Publish{Dup: dup, QoS: qos, Retain: flags&1 != 0, Topic: r.str(topic)}
+	*p = Publish{Dup: dup, QoS: qos, Retain: flags&1 != 0, Topic: r.str(topic)}
 	if qos > 0 {
 		if p.PacketID, err = r.packetID(PUBLISH); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if v5 {
 		if err := r.props(&p.Properties, PUBLISH); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if len(topic) == 0 && !p.Properties.Has(PropTopicAlias) {
 		// MQTT 5, 3.3.2.1: a Protocol Error. 3.1.1 (4.7.3) forbids empty
 		// topic names without naming an error; use the same code.
 		if !v5 {
-			return nil, protocolErr("empty topic name")
+			return protocolErr("empty topic name")
 		}
-		return nil, protocolErr("empty topic name without a Topic Alias")
+		return protocolErr("empty topic name without a Topic Alias")
 	}
 	if r.rest() > 0 {
 		p.Payload = body[r.off:len(body):len(body)]
 	}
-	return p, nil
+	return nil
 }
 
 // checkTopicName validates a topic name (PUBLISH or will): UTF-8 rules, and

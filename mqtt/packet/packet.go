@@ -103,30 +103,35 @@ const (
 type Properties struct {
 	present uint64
 
+	// Fields are grouped by size so the struct has no padding: it is part
+	// of every message the broker routes.
+	ContentType      string
+	ResponseTopic    string
+	AssignedClientID string
+	AuthMethod       string
+	ResponseInfo     string
+	ServerReference  string
+	ReasonString     string
+	CorrelationData  []byte
+	SubscriptionIDs  []uint32 // PUBLISH may carry several; SUBSCRIBE at most one
+	AuthData         []byte
+	User             []UserProperty
+
+	MessageExpiry     uint32
+	SessionExpiry     uint32
+	WillDelay         uint32
+	MaximumPacketSize uint32
+
+	ServerKeepAlive   uint16
+	ReceiveMaximum    uint16
+	TopicAliasMaximum uint16
+	TopicAlias        uint16
+
 	PayloadFormat        byte
-	MessageExpiry        uint32
-	ContentType          string
-	ResponseTopic        string
-	CorrelationData      []byte
-	SubscriptionIDs      []uint32 // PUBLISH may carry several; SUBSCRIBE at most one
-	SessionExpiry        uint32
-	AssignedClientID     string
-	ServerKeepAlive      uint16
-	AuthMethod           string
-	AuthData             []byte
 	RequestProblemInfo   byte
-	WillDelay            uint32
 	RequestResponseInfo  byte
-	ResponseInfo         string
-	ServerReference      string
-	ReasonString         string
-	ReceiveMaximum       uint16
-	TopicAliasMaximum    uint16
-	TopicAlias           uint16
 	MaximumQoS           byte
 	RetainAvailable      byte
-	User                 []UserProperty
-	MaximumPacketSize    uint32
 	WildcardSubAvailable byte
 	SubIDAvailable       byte
 	SharedSubAvailable   byte
