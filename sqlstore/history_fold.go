@@ -74,7 +74,7 @@ type foldTail struct {
 	// those before head are folded (trimmed now and then).
 	rows       []tailRow
 	base, head int
-	clients    map[string]*tailClient
+	clients    map[tailKey]*tailClient
 	unfolded   int
 	// stale: the list may miss committed rows, or list rows that are not
 	// (read it again before use).
@@ -131,7 +131,7 @@ type tailRow struct {
 // tailClient is a client's unfolded rows, by id, with their positions in
 // foldTail.rows.
 type tailClient struct {
-	key  string // account, NUL, client
+	key  tailKey
 	rows []tailRef
 }
 
@@ -141,7 +141,9 @@ type tailRef struct {
 	pos   int
 }
 
-func tailKey(account, client string) string { return account + "\x00" + client }
+// tailKey names a client in foldTail.clients (a struct of the two, not a
+// string made of them: nothing is allocated per record to look it up).
+type tailKey struct{ account, client string }
 
 // add lists a batch's rows, in id order, each in the day's table tables
 // gives for it ("": a day in client order, whose rows are in its client
@@ -151,13 +153,13 @@ func (t *foldTail) add(recs []*fleetmq.Record, tables []string, given int64) {
 	defer t.mu.Unlock()
 	t.given = max(t.given, given)
 	if t.clients == nil {
-		t.clients = map[string]*tailClient{}
+		t.clients = map[tailKey]*tailClient{}
 	}
 	for i, r := range recs {
 		if tables[i] == "" {
 			continue
 		}
-		key := tailKey(r.AccountID, r.ClientID)
+		key := tailKey{r.AccountID, r.ClientID}
 		c := t.clients[key]
 		if c == nil {
 			c = &tailClient{key: key}
@@ -306,7 +308,7 @@ func (t *foldTail) folded(through int64) {
 func (t *foldTail) unfoldedIDs(account, client, table string) []int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := t.clients[tailKey(account, client)]
+	c := t.clients[tailKey{account, client}]
 	if c == nil {
 		return nil
 	}

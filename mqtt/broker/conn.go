@@ -276,6 +276,7 @@ func (c *conn) serve() error {
 		if err := c.handle(p); err != nil {
 			return err
 		}
+		release(p)
 	}
 }
 
@@ -435,25 +436,10 @@ func (c *conn) readRaw() error {
 	if idle {
 		c.setIdle(idleWaiting)
 	}
-	var n int
-	var rerr error
-	err := c.raw.Read(func(fd uintptr) bool {
-		if c.large == nil {
-			c.large = readPool.Get().(*[]byte)
-		}
-		for {
-			n, rerr = sysRead(int(fd), *c.large)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			readPool.Put(c.large) // wait with no buffer
-			c.large = nil
-			return false
-		}
-		return true
-	})
+	op := getRawOp(c, nil)
+	err := c.raw.Read(op.readOnce)
+	n, rerr := op.n, op.err
+	putRawOp(op)
 	if idle && c.setIdle(idleBusy) && errors.Is(err, os.ErrDeadlineExceeded) && c.ending.Load() == nil {
 		return errParked // idle: the watchdog woke the wait to park it
 	}
@@ -570,7 +556,30 @@ func (c *conn) readPacket() (packet.Packet, error) {
 			}
 			return &c.ack, nil
 		}
+		if typ == packet.PUBLISH && c.version != 0 {
+			// Into a pooled packet, which serve gives back once handled.
+			p := publishPool.Get().(*packet.Publish)
+			if err := packet.DecodePublish(header, body, c.version, p); err != nil {
+				publishPool.Put(p)
+				return nil, err
+			}
+			return p, nil
+		}
 		return packet.Decode(header, body, c.version)
+	}
+}
+
+// publishPool holds the inbound PUBLISH packets the readers decode into:
+// a packet lives from its decode to the end of its handling (the Message
+// made from it copies what it keeps), so one per message need not be
+// allocated.
+var publishPool = sync.Pool{New: func() any { return new(packet.Publish) }}
+
+// release gives a handled packet back to its pool, if it came from one.
+func release(p packet.Packet) {
+	if pub, ok := p.(*packet.Publish); ok {
+		*pub = packet.Publish{} // keeps no payload alive
+		publishPool.Put(pub)
 	}
 }
 

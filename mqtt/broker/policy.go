@@ -143,8 +143,10 @@ type Policy interface {
 	// granted QoS (at most the requested), or a refusal (other errors: Not
 	// authorized).
 	Subscribe(id *Identity, share string, sub *packet.Subscription) (filter string, qos byte, err error)
-	// Publish decides an inbound PUBLISH (topic alias already resolved).
-	// m is prefilled from the packet; to accept, the policy may rewrite
+	// Publish decides an inbound PUBLISH (topic alias already resolved;
+	// the packet is the broker's again once Publish returns, so a policy
+	// keeps what it needs from it, not p). m is prefilled from the packet;
+	// to accept, the policy may rewrite
 	// m.Topic (the internal topic), lower m.QoS (the effective QoS, which
 	// caps delivery while the inbound handshake keeps the published QoS),
 	// set m.Expiry and m.Data, and return nil. A refusal refuses the

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"cmp"
-	"io"
 	"syscall"
 	"time"
 
@@ -271,27 +270,10 @@ func (c *conn) write(buf []byte) (int, error) {
 	if c.raw == nil {
 		return c.nc.Write(buf)
 	}
-	n := 0
-	var werr error
-	err := c.raw.Write(func(fd uintptr) bool {
-		for n < len(buf) {
-			m, err := sysWrite(int(fd), buf[n:])
-			switch {
-			case m > 0:
-				n += m
-			case err == syscall.EINTR:
-			case err == syscall.EAGAIN:
-				return false // wait until the socket takes more
-			case err != nil:
-				werr = err
-				return true
-			default:
-				werr = io.ErrShortWrite // 0 bytes and no error: not from a socket
-				return true
-			}
-		}
-		return true
-	})
+	op := getRawOp(nil, buf)
+	err := c.raw.Write(op.writeAll)
+	n, werr := op.n, op.err
+	putRawOp(op)
 	return n, cmp.Or(err, werr)
 }
 
@@ -394,11 +376,10 @@ func (t *conn) flushDirect() {
 	if !ok {
 		return
 	}
-	n, err := 0, error(nil)
-	werr := t.raw.Write(func(fd uintptr) bool {
-		n, err = sysWrite(int(fd), buf)
-		return true // one attempt: never wait for the socket here
-	})
+	op := getRawOp(nil, buf)
+	werr := t.raw.Write(op.writeOnce) // one attempt: never wait for the socket here
+	n, err := op.n, op.err
+	putRawOp(op)
 	if n < 0 {
 		n = 0
 	}
