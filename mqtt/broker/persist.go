@@ -62,6 +62,9 @@ type savedSub struct {
 	RAP            bool   `json:"rap,omitempty"`
 	RetainHandling byte   `json:"retain_handling,omitempty"`
 	ID             uint32 `json:"id,omitempty"`
+	// Since is the subscription's since (zero in states saved before
+	// it was kept: replayed from the state's start, as then).
+	Since time.Time `json:"since,omitzero"`
 }
 
 type savedSession struct {
@@ -174,7 +177,7 @@ func (ss *session) snapshotLocked(now time.Time) savedSession {
 	}
 	for _, sub := range ss.subs {
 		sv.Subs = append(sv.Subs, savedSub{Wire: sub.wire, Filter: sub.filter, QoS: sub.qos, NoLocal: sub.noLocal,
-			RAP: sub.rap, RetainHandling: sub.retainHandling, ID: sub.id})
+			RAP: sub.rap, RetainHandling: sub.retainHandling, ID: sub.id, Since: sub.since})
 	}
 	for _, d := range ss.inflight {
 		if d != nil {
@@ -374,7 +377,7 @@ func (ss *session) restoreLocked(sv *savedSession) {
 	ss.ident.Store(ss.id)
 	for _, x := range sv.Subs {
 		sub := &subscription{sess: ss, wire: x.Wire, filter: x.Filter, qos: x.QoS, noLocal: x.NoLocal, rap: x.RAP,
-			retainHandling: x.RetainHandling, id: x.ID}
+			retainHandling: x.RetainHandling, id: x.ID, since: x.Since}
 		ss.subs[x.Wire] = sub
 		s.index(sub)
 	}

@@ -21,6 +21,15 @@ type subscription struct {
 	rap            bool // retain as published
 	retainHandling byte
 	id             uint32 // subscription identifier, 0 when none
+	// since is when the subscription was made, when that was while the
+	// session's replay of what it missed was pending (replayFrom) and
+	// the session had no subscription to its filter yet; zero otherwise.
+	// A state saved meanwhile is pending from where that replay started:
+	// a replay from it gives this subscription only what was received
+	// since it was made (only retained messages predate a subscription),
+	// and reads that from there, so that what it had not yet subscribed
+	// to takes no room from what the session missed.
+	since time.Time
 }
 
 // delivery is one message on its way to one session: one copy, standing

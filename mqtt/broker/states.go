@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
@@ -552,7 +554,9 @@ type savedSent struct {
 // shortly before the state was last known current (through: the old
 // node saved it, or found it unchanged, then), which Options.Replay reads
 // from history: the messages the old node got after that (it died) and
-// those that crossed the cluster while the session moved. They go after
+// those that crossed the cluster while the session moved (a subscription
+// made while an earlier replay was pending matches only what was
+// received since it was made: replayReads). They go after
 // the restored queue and before what arrived live since the
 // subscriptions were indexed; a message the state holds, says it sent,
 // or that already arrived is not added twice. The replay runs again
@@ -573,11 +577,11 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	}
 	start := since
 	since = since.Add(-replayWindow)
-	filters := ss.replayFilters()
+	reads := ss.replayReads(since)
 	// What the state holds or says it sent comes back too (and is
 	// skipped): room for it beside the session's queue bound.
 	seenBefore := len(sv.Sent) + len(sv.Queue) + len(sv.Inflight)
-	got := s.replayed(ctx, ss, filters, since, ss.replayLimit(seenBefore))
+	got := s.replayed(ctx, ss, reads, ss.replayLimit(seenBefore))
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
@@ -630,7 +634,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	// meanwhile, and as many more as were queued since that it could
 	// bring again (recentSet).
 	limit := ss.limits.MaxQueued + seenBefore + len(got)
-	ss.recent = &recentSet{seen: seen, filters: filters, since: since, room: recentRoom * limit}
+	ss.recent = &recentSet{seen: seen, filters: readFilters(reads), since: since, room: recentRoom * limit}
 	ss.replayFrom = start
 	ss.replayTimer = time.AfterFunc(replayAgain, func() {
 		select {
@@ -655,7 +659,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 			read += ss.recent.counted
 		}
 		ss.mu.Unlock()
-		again := s.replayed(ctx, ss, filters, since, read)
+		again := s.replayed(ctx, ss, reads, read)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
@@ -759,17 +763,63 @@ func (ss *session) stopReplayLocked() {
 	ss.recent = nil
 }
 
-// replayFilters returns the filters of the session's non-shared
-// subscriptions (a shared subscription's messages went to another member
-// of its group).
-func (ss *session) replayFilters() []string {
-	var filters []string
+// replayRead is one read of a replay: the filters its subscriptions had
+// all been made by from (subscription.since), read from there.
+type replayRead struct {
+	from    time.Time
+	filters []string
+}
+
+// maxReplayReads bounds the reads of one replay pass: a session whose
+// client subscribed to new filters many times while its replay was
+// pending reads those subscribed last together, from the earliest of
+// them (what that read brings from before a filter's subscription is not
+// given to it: grantLocked).
+const maxReplayReads = 4
+
+// replayReads returns the reads of a replay from since of the session's
+// non-shared subscriptions (a shared subscription's messages went to
+// another member of its group): the filters subscribed by since, read
+// from there, and each filter subscribed later while a replay was
+// pending, read from its subscription, in the order of their starts. A
+// filter subscribed after the replay's start must not get what was
+// published before (only retained messages predate a subscription), nor
+// let it fill the read's limit ahead of what the session missed.
+func (ss *session) replayReads(since time.Time) []replayRead {
+	from := make(map[string]time.Time) // each filter's earliest start
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	for _, sub := range ss.subs {
-		if _, _, shared, _ := topic.ParseShare(sub.wire); !shared {
-			filters = append(filters, sub.filter)
+		if _, _, shared, _ := topic.ParseShare(sub.wire); shared {
+			continue
 		}
+		at := since
+		if sub.since.After(since) {
+			at = sub.since
+		}
+		if f, ok := from[sub.filter]; !ok || at.Before(f) {
+			from[sub.filter] = at
+		}
+	}
+	ss.mu.Unlock()
+	filters := slices.Sorted(maps.Keys(from))
+	slices.SortStableFunc(filters, func(a, b string) int { return from[a].Compare(from[b]) })
+	var reads []replayRead
+	for _, f := range filters {
+		at := from[f]
+		if n := len(reads); n > 0 && (reads[n-1].from.Equal(at) || n == maxReplayReads) {
+			reads[n-1].filters = append(reads[n-1].filters, f)
+			continue
+		}
+		reads = append(reads, replayRead{from: at, filters: []string{f}})
+	}
+	return reads
+}
+
+// readFilters returns the filters of reads.
+func readFilters(reads []replayRead) []string {
+	var filters []string
+	for _, r := range reads {
+		filters = append(filters, r.filters...)
 	}
 	return filters
 }
@@ -783,13 +833,28 @@ func (ss *session) replayLimit(seen int) int {
 	return ss.limits.MaxQueued + seen
 }
 
-// replayed reads the messages since that filters match, at most limit
-// (replayLimit); on an error, what it read before it, the error logged
-// (the session goes on without the rest).
-func (s *Server) replayed(ctx context.Context, ss *session, filters []string, since time.Time, limit int) []*Message {
-	if len(filters) == 0 {
-		return nil
+// replayed makes the reads of a replay (replayReads), each of at most
+// limit messages (replayLimit), and returns what they found, oldest
+// first (by the time they were received): a message that matches filters
+// of two reads comes twice (the caller skips what it has seen).
+func (s *Server) replayed(ctx context.Context, ss *session, reads []replayRead, limit int) []*Message {
+	var got []*Message
+	for i, r := range reads {
+		if i > 0 && ctx.Err() != nil {
+			break // given up, ended or out of time: said once
+		}
+		got = append(got, s.replayed1(ctx, ss, r.filters, r.from, limit)...)
 	}
+	if len(reads) > 1 {
+		slices.SortStableFunc(got, func(a, b *Message) int { return a.Created.Compare(b.Created) })
+	}
+	return got
+}
+
+// replayed1 reads the messages since that filters match, at most limit;
+// on an error, what it read before it, the error logged (the session
+// goes on without the rest).
+func (s *Server) replayed1(ctx context.Context, ss *session, filters []string, since time.Time, limit int) []*Message {
 	ss.mu.Lock()
 	id := ss.id
 	ss.mu.Unlock()
@@ -843,6 +908,9 @@ func (ss *session) grantLocked(m *Message) (qos byte, ids []uint32, ok bool) {
 		}
 		if sub.noLocal && m.Origin != "" && m.Origin == ss.key {
 			continue // its own message [MQTT-3.8.3-3]
+		}
+		if sub.since.After(m.Created) {
+			continue // received before the client subscribed (subscription.since)
 		}
 		ok = true
 		qos = max(qos, min(m.QoS, sub.qos))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
 // memStates is a SessionStates in memory: Take gives take, Save counts
@@ -551,6 +552,206 @@ func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
 	ss3.mu.Unlock()
 	if after.Pending || !after.Saved.Equal(now) {
 		t.Fatalf("after its second replay the session is saved as of %v, pending %v; want current (%v)", after.Saved, after.Pending, now)
+	}
+}
+
+// historyOf is an Options.Replay over msgs as history reads them: the
+// QoS 1 and 2 messages received since since that filters match, oldest
+// first, at most limit.
+func historyOf(msgs ...*Message) func(context.Context, *Identity, []string, time.Time, int, func(*Message)) error {
+	sorted := slices.SortedStableFunc(slices.Values(msgs), func(a, b *Message) int { return a.Created.Compare(b.Created) })
+	return func(_ context.Context, _ *Identity, filters []string, since time.Time, limit int, fn func(*Message)) error {
+		n := 0
+		for _, m := range sorted {
+			matches := slices.ContainsFunc(filters, func(f string) bool { return topic.Match(f, m.Topic) })
+			if m.QoS == 0 || m.Created.Before(since) || !matches {
+				continue
+			}
+			if n == limit {
+				break
+			}
+			fn(m)
+			n++
+		}
+		return nil
+	}
+}
+
+// newFilterDuringSecondPass resumes session dev (t/#, its state saved
+// at t0) on a server whose second replay pass waits, and has its client
+// subscribe to n/# meanwhile (and to t/# again, as many clients do on
+// every CONNECT: that one keeps its whole replay); history holds olds
+// messages on n/...
+// received after t0 and before that SUBSCRIBE, then t/missed, received
+// during the move. It returns the server and the messages of history.
+func newFilterDuringSecondPass(t *testing.T, t0 time.Time, olds int, opts Options) (*Server, []*Message) {
+	t.Helper()
+	sv := savedSession{Saved: t0, ClientID: "dev", Limits: Limits{MaxQueued: opts.MaxQueued, MaxInflight: 10}, Expiry: 3600,
+		DisconnectedAt: t0, Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
+	st := &memStates{}
+	st.take, _ = json.Marshal(&sv)
+	var msgs []*Message
+	for i := range olds {
+		msgs = append(msgs, &Message{Topic: fmt.Sprint("n/old", i), QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, "old%d", i),
+			Created: t0.Add(time.Second + time.Duration(i)*time.Millisecond)})
+	}
+	msgs = append(msgs, &Message{Topic: "t/missed", QoS: 1, PublishedQoS: 1, Payload: []byte("missed"), Created: t0.Add(5 * time.Second)})
+	var calls atomic.Int32
+	opts.States, opts.Owners = st, &elsewhere{}
+	opts.Replay = func(ctx context.Context, _ *Identity, _ []string, _ time.Time, _ int, _ func(*Message)) error {
+		if calls.Add(1) == 1 {
+			return nil // nothing stored yet
+		}
+		<-ctx.Done() // the second pass waits in its account's line
+		return ctx.Err()
+	}
+	srv, addr := startStates(t, opts)
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !c.Connack.SessionPresent {
+		t.Fatal("session present 0: the state was not resumed")
+	}
+	c.Sub(t, "n/#", 1)
+	c.Sub(t, "t/#", 1)
+	ss := sessionOf(srv, "dev")
+	ss.mu.Lock()
+	pending := !ss.replayFrom.IsZero()
+	ss.mu.Unlock()
+	if !pending {
+		t.Fatal("the second replay was in before the SUBSCRIBE")
+	}
+	return srv, msgs
+}
+
+// expectMissedNotOld connects dev to addr and expects t/missed; once the
+// server's second replay of the session is in, a message published live
+// comes next: none on n/ received before the client subscribed to n/#.
+func expectMissedNotOld(t *testing.T, srv *Server, addr string) {
+	t.Helper()
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !c.Connack.SessionPresent {
+		t.Fatal("session present 0 after the move")
+	}
+	c.Expect(t, "missed")
+	ss := sessionOf(srv, "dev")
+	testkit.Eventually(t, 10*time.Second, "the second replay", func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.replayTimer == nil && ss.replayFrom.IsZero()
+	})
+	srv.Publish(&Message{Topic: "t/end", QoS: 1, PublishedQoS: 1, Payload: []byte("end")})
+	c.Expect(t, "end")
+}
+
+// TestHandOffDuringSecondPassReplaysANewFilterFromItsSubscription: a
+// session resumed here subscribes to a new filter before its second
+// replay is in, and is handed over to a third node then. Its state is
+// pending from where its replay started, but the third node replays the
+// new filter only from when it was subscribed: the client gets no message
+// published before that SUBSCRIBE (only retained messages may predate a
+// subscription), and, with more of those than the session's queue bound,
+// still gets the message it missed on its old filter (they do not fill
+// the replay's read ahead of it).
+func TestHandOffDuringSecondPassReplaysANewFilterFromItsSubscription(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		olds      int
+		maxQueued int
+	}{{"one", 1, 100}, {"more than the queue bound", 20, 10}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Now().Add(-10 * time.Second)
+			srv, history := newFilterDuringSecondPass(t, t0, tc.olds, Options{MaxQueued: tc.maxQueued})
+			st := srv.states.(*memStates)
+			srv.takenElsewhere(sessionOf(srv, "dev").currentClaim()) // a third node resumes it
+			st.mu.Lock()
+			state := st.last
+			st.mu.Unlock()
+			var handed savedSession
+			if err := json.Unmarshal(state, &handed); err != nil {
+				t.Fatalf("the hand-over saved no readable state: %v (%q)", err, state)
+			}
+			if !handed.Pending || !handed.Saved.Equal(t0) || len(handed.Subs) != 2 {
+				t.Fatalf("handed over as saved at %v, pending %v, with %d subscriptions; want pending from %v, with both", handed.Saved, handed.Pending, len(handed.Subs), t0)
+			}
+			third, addr3 := startStates(t, Options{States: &memStates{take: state}, Owners: &elsewhere{}, Replay: historyOf(history...), MaxQueued: tc.maxQueued})
+			expectMissedNotOld(t, third, addr3)
+		})
+	}
+}
+
+// TestRestartDuringSecondPassReplaysANewFilterFromItsSubscription: the
+// same session, saved in the state file before its second replay is in
+// (the process then stops), is restored at start and replays the new
+// filter only from when it was subscribed.
+func TestRestartDuringSecondPassReplaysANewFilterFromItsSubscription(t *testing.T) {
+	t0 := time.Now().Add(-10 * time.Second)
+	path := filepath.Join(t.TempDir(), "state.json")
+	srv, history := newFilterDuringSecondPass(t, t0, 20, Options{MaxQueued: 10, StatePath: path, SaveInterval: time.Hour})
+	if err := srv.Save(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := readStateFile(path)
+	if err != nil || len(f.Sessions) != 1 || !f.Sessions[0].Pending {
+		t.Fatalf("state file: %v; want the session saved pending", err)
+	}
+	next := filepath.Join(t.TempDir(), "state.json") // the state as the process left it
+	writeState(t, next, f.Saved, f.Sessions...)
+	restarted, addr := startStates(t, Options{StatePath: next, SaveInterval: time.Hour, Replay: historyOf(history...), MaxQueued: 10})
+	expectMissedNotOld(t, restarted, addr)
+}
+
+// TestReplayedNotGrantedBeforeTheSubscription: a replayed message that
+// two subscriptions match takes the QoS and subscription identifier only
+// of those made by the time it was received.
+func TestReplayedNotGrantedBeforeTheSubscription(t *testing.T) {
+	srv, _ := startStates(t, Options{})
+	s0 := time.Now()
+	ss := &session{srv: srv, key: "g", subs: map[string]*subscription{
+		"t/#": {wire: "t/#", filter: "t/#", qos: 1},
+		"t/x": {wire: "t/x", filter: "t/x", qos: 2, id: 7, since: s0},
+	}}
+	for _, tc := range []struct {
+		at      time.Time
+		qos     byte
+		ids     []uint32
+		matched bool
+	}{{s0.Add(-time.Microsecond), 1, nil, true}, {s0, 2, []uint32{7}, true}} {
+		ss.mu.Lock()
+		qos, ids, ok := ss.grantLocked(&Message{Topic: "t/x", QoS: 2, Created: tc.at})
+		ss.mu.Unlock()
+		if qos != tc.qos || !slices.Equal(ids, tc.ids) || ok != tc.matched {
+			t.Errorf("received %v after t/x's subscription: QoS %d, ids %v, %v; want %d, %v", tc.at.Sub(s0), qos, ids, ok, tc.qos, tc.ids)
+		}
+	}
+}
+
+// TestReplayReadsAreBounded: a session subscribed to new filters at many
+// moments while its replay was pending reads those of the first moments
+// each from its own and the rest together, from the earliest of them.
+func TestReplayReadsAreBounded(t *testing.T) {
+	srv, _ := startStates(t, Options{})
+	since := time.Now()
+	ss := &session{srv: srv, key: "r", subs: map[string]*subscription{
+		"a/#":           {wire: "a/#", filter: "a/#"},
+		"b/#":           {wire: "b/#", filter: "b/#", since: since.Add(-time.Second)}, // before the replay's start
+		"$share/g/c/#":  {wire: "$share/g/c/#", filter: "c/#", since: since.Add(time.Second)},
+		"d/#":           {wire: "d/#", filter: "d/#", since: since.Add(2 * time.Second)},
+		"e/#":           {wire: "e/#", filter: "e/#", since: since.Add(2 * time.Second)},
+		"f/#":           {wire: "f/#", filter: "f/#", since: since.Add(3 * time.Second)},
+		"g/#":           {wire: "g/#", filter: "g/#", since: since.Add(4 * time.Second)},
+		"h/#":           {wire: "h/#", filter: "h/#", since: since.Add(5 * time.Second)},
+		"policy/mapped": {wire: "policy/mapped", filter: "a/#", since: since.Add(6 * time.Second)}, // a/# is there from the start
+	}}
+	got := ss.replayReads(since)
+	want := []replayRead{
+		{since, []string{"a/#", "b/#"}},
+		{since.Add(2 * time.Second), []string{"d/#", "e/#"}},
+		{since.Add(3 * time.Second), []string{"f/#"}},
+		{since.Add(4 * time.Second), []string{"g/#", "h/#"}},
+	}
+	if len(got) != maxReplayReads || !slices.EqualFunc(got, want, func(a, b replayRead) bool {
+		return a.from.Equal(b.from) && slices.Equal(a.filters, b.filters)
+	}) {
+		t.Fatalf("reads %v, want %v", got, want)
 	}
 }
 

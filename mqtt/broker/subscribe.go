@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 	"github.com/fleetmq/fleetmq/mqtt/topic"
@@ -33,6 +34,7 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 		shared bool
 	}
 	var retained []pending
+	now := c.srv.now()
 	for i := range p.Subscriptions {
 		req := p.Subscriptions[i]
 		group, inner, shared, err := topic.ParseShare(req.Filter)
@@ -71,6 +73,7 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 			noLocal: req.NoLocal, rap: req.RetainAsPublished, retainHandling: req.RetainHandling, id: subID}
 		ss.mu.Lock()
 		old := ss.subs[req.Filter]
+		sub.since = ss.subscribedSinceLocked(old, filter, now)
 		if old != nil && old.filter != filter {
 			c.srv.unindex(old, ss.key)
 		}
@@ -86,7 +89,6 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 	// (MQTT-3.8.4-?: retained messages are not sent to shared subscriptions).
 	bound := ss.limits.MaxRetainedBurst // 0: no bound beyond the queue
 	sent := 0
-	now := c.srv.now()
 	for _, r := range retained {
 		if r.shared || r.sub.retainHandling == 2 || r.sub.retainHandling == 1 && !r.isNew {
 			continue
@@ -105,6 +107,23 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 		}
 	}
 	return nil
+}
+
+// subscribedSinceLocked returns the since of a subscription to filter
+// made now that replaces old (nil when there was none): now while the
+// session's replay is pending and the filter is new to it; else old's, so
+// that a client subscribing again to what it had (as many do on every
+// CONNECT) keeps the whole replay of what it missed. Now is taken to
+// history's precision (a microsecond), down: a message received in the
+// same microsecond is the subscription's. The caller holds ss.mu.
+func (ss *session) subscribedSinceLocked(old *subscription, filter string, now time.Time) time.Time {
+	switch {
+	case old != nil && old.filter == filter:
+		return old.since
+	case ss.replayFrom.IsZero():
+		return time.Time{}
+	}
+	return now.Truncate(time.Microsecond)
 }
 
 // refuseFilter counts and logs a refused filter and returns the code its
