@@ -250,6 +250,9 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 		prev, ss = ss, nil
 	}
 	present := ss != nil
+	if clean {
+		s.startedCleanLocked(key, claim)
+	}
 	// Resumed within the will delay, the will is not published; the
 	// session ends (clean start or expired), and with it the will delay:
 	// the will is published now.

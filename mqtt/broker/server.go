@@ -39,8 +39,9 @@ type Server struct {
 	// lost are the takeover notices of the last minute, by session key
 	// (guarded by mu; states.go).
 	lost map[string]lostNotice
-	// resuming are the resumes from another node's state whose replay is
-	// under way, by session key (guarded by mu; states.go).
+	// resuming are the resumes from another node's state under way (from
+	// before their Take until their session is installed), by session
+	// key (guarded by mu; states.go).
 	resuming map[string]*resumeRun
 	unwatch  func() // ends the watch of this node's claims
 	subs     *topic.Index[string, subscription]

@@ -270,6 +270,11 @@ func (s *Server) resumes(claim Claim) bool {
 // ends first, whatever is in the store: the claim says the session was
 // elsewhere since. An error refuses the CONNECT (the client tries again).
 func (s *Server) resume(claim Claim) error {
+	// Under way (Server.resuming) from before its Take until ss is
+	// installed: a later CONNECT of the session here meanwhile gives it
+	// up (resumeRun), and a clean start discards it (startedCleanLocked).
+	run, end := s.resumeRun(claim)
+	defer end()
 	s.mu.Lock()
 	prev := s.sessions[claim.Key]
 	delete(s.sessions, claim.Key)
@@ -302,26 +307,30 @@ func (s *Server) resume(claim Claim) error {
 	ss.mu.Unlock()
 	if s.opts.Replay != nil {
 		// Bounded, its wait for the account's other replays included, and
-		// given up when a later CONNECT of the session resumes it here (a
-		// client that gave up waiting and connected again): the one it
-		// left must not hold a place in the account's line (a node died
-		// and all its sessions resume here at once).
+		// given up with the resume (run): the one a client left must not
+		// hold a place in the account's line (a node died and all its
+		// sessions resume here at once).
 		//
-		// The resume stays under way (Server.resuming) until ss is
-		// installed: a CONNECT of the session meanwhile finds the session
-		// of a resume this one gave up, if that one is installed, older
-		// than this one and resumes again instead of attaching to it.
-		ctx, end := s.resumeRun(claim)
-		defer end()
+		// A CONNECT of the session while the resume is under way finds
+		// the session of a resume this one gave up, if that one is
+		// installed, older than this one and resumes again instead of
+		// attaching to it.
+		ctx, stop := context.WithTimeout(run.ctx, replayTimeout)
+		defer stop()
 		s.replay(ctx, ss, &sv, through)
 	}
-	return s.install(ss, claim)
+	return s.install(ss, claim, run)
 }
 
-// resumeRun is a resume's replay under way (Server.resuming).
+// resumeRun is a resume under way (Server.resuming).
 type resumeRun struct {
 	epoch  uint64
+	ctx    context.Context // its replay's, ended when it is given up
 	cancel context.CancelCauseFunc
+	// startedClean says that a clean start of the session attached here
+	// after the resume's claim: the session the resume brings back was
+	// discarded (guarded by Server.mu).
+	startedClean bool
 }
 
 // errSessionEnded ends the second replay of a session that ended.
@@ -331,16 +340,19 @@ var errSessionEnded = errors.New("the session ended")
 // same session resuming on this server made pointless.
 var errResumedAgain = errors.New("a later connection of this client resumes the session")
 
-// resumeRun starts the context of the replay of a session that claim
-// resumes, bounded by replayTimeout, and gives up the replay of an earlier
-// claim of the same session resuming here (errResumedAgain): that
-// CONNECT's client gave up on it and tried again, and its session, if it
-// is installed at all, is replaced by this one's (install keeps the
-// latest claim). end releases the context.
-func (s *Server) resumeRun(claim Claim) (ctx context.Context, end func()) {
+// errStartedClean ends the replay of a resume that a later clean start of
+// the same session on this server made pointless.
+var errStartedClean = errors.New("a later connection of this client started the session afresh")
+
+// resumeRun records the resume of the session claim resumes as under way
+// (Server.resuming) and gives up the resume of an earlier claim of the
+// same session resuming here (errResumedAgain): that CONNECT's client gave
+// up on it and tried again, and its session, if it is installed at all,
+// is replaced by this one's (install keeps the latest claim). end
+// releases the run.
+func (s *Server) resumeRun(claim Claim) (run *resumeRun, end func()) {
 	ctx, cancel := context.WithCancelCause(s.life)
-	ctx, stop := context.WithTimeout(ctx, replayTimeout)
-	run := &resumeRun{epoch: claim.Epoch, cancel: cancel}
+	run = &resumeRun{epoch: claim.Epoch, ctx: ctx, cancel: cancel}
 	s.mu.Lock()
 	if prev := s.resuming[claim.Key]; prev != nil && prev.epoch > claim.Epoch {
 		cancel(errResumedAgain) // a later claim resumes already: this one is late
@@ -351,8 +363,7 @@ func (s *Server) resumeRun(claim Claim) (ctx context.Context, end func()) {
 		s.resuming[claim.Key] = run
 	}
 	s.mu.Unlock()
-	return ctx, func() {
-		stop()
+	return run, func() {
 		cancel(nil)
 		s.mu.Lock()
 		if s.resuming[claim.Key] == run {
@@ -362,25 +373,40 @@ func (s *Server) resumeRun(claim Claim) (ctx context.Context, end func()) {
 	}
 }
 
+// startedCleanLocked tells the resume of the session key under way here,
+// if its claim is older than claim, a clean start's, that the client
+// discarded the session it brings back: its replay ends, and install
+// refuses it. Without that, once the clean start's session ended (no
+// session expiry) the resume would install the discarded session in the
+// empty place and answer session present. The caller holds s.mu.
+func (s *Server) startedCleanLocked(key string, claim Claim) {
+	if r := s.resuming[key]; r != nil && r.epoch < claim.Epoch {
+		r.startedClean = true
+		r.cancel(errStartedClean)
+	}
+}
+
 // errSuperseded refuses a CONNECT whose resume finished after a later
 // CONNECT of the same session on this server (a client that gave up
-// waiting and tried again).
+// waiting and tried again, or started afresh).
 var errSuperseded = errors.New("a later connection of this client took the session meanwhile")
 
-// install makes ss, resumed for claim, the server's session for its key,
-// unless a session with a later claim is there already (then ss ends and
+// install makes ss, resumed for claim by run, the server's session for
+// its key, unless a session with a later claim is there already or a
+// clean start discarded the session meanwhile (then ss ends and
 // errSuperseded says why). A session with an earlier claim there ends.
-func (s *Server) install(ss *session, claim Claim) error {
+func (s *Server) install(ss *session, claim Claim, run *resumeRun) error {
 	for {
 		s.mu.Lock()
 		cur := s.sessions[ss.key]
+		clean := run.startedClean
 		s.mu.Unlock()
-		if cur != nil && cur.currentClaim().Epoch > claim.Epoch {
-			s.retireBeside(ss, cur, true) // the store keeps its messages for cur
+		if clean || cur != nil && cur.currentClaim().Epoch > claim.Epoch {
+			s.supersede(ss, cur)
 			return errSuperseded
 		}
 		s.mu.Lock()
-		if s.sessions[ss.key] != cur {
+		if s.sessions[ss.key] != cur || run.startedClean {
 			s.mu.Unlock()
 			continue // changed meanwhile: look again
 		}
@@ -398,6 +424,29 @@ func (s *Server) install(ss *session, claim Claim) error {
 			s.reindex(ss)
 		}
 		return nil
+	}
+}
+
+// supersede ends ss, a resumed session never installed, that cur (nil
+// when none) or a clean start meanwhile superseded. Its messages are not
+// counted as dropped: the store keeps them for cur, or the client
+// discarded them. A session of the key attached since ss's end took out
+// the entries both had indexes them again.
+func (s *Server) supersede(ss, cur *session) {
+	if cur != nil {
+		s.retireBeside(ss, cur, true)
+		return
+	}
+	ss.mu.Lock()
+	if !ss.ended {
+		ss.retireLocked(DropSessionExpired, true, nil)
+	}
+	ss.mu.Unlock()
+	s.mu.Lock()
+	cur = s.sessions[ss.key]
+	s.mu.Unlock()
+	if cur != nil {
+		s.reindex(cur)
 	}
 }
 
@@ -866,6 +915,8 @@ func (s *Server) replayed1(ctx context.Context, ss *session, filters []string, s
 		// Not a failure to read: the session ended here.
 	case errors.Is(context.Cause(ctx), errResumedAgain):
 		s.log.Info("a session's replay was given up: a later connection of its client resumes it", "session", ss.key)
+	case errors.Is(context.Cause(ctx), errStartedClean):
+		s.log.Info("a session's replay was given up: a later connection of its client started afresh", "session", ss.key)
 	default:
 		s.log.Error("a session's replay could not read all it missed from history; it goes on without the rest",
 			"session", ss.key, "since", since, "replayed", len(got), "error", err)

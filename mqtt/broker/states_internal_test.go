@@ -428,6 +428,61 @@ func TestResumeAfterARetry(t *testing.T) {
 	servesTheRetry(t, srv, addr, retry)
 }
 
+// TestCleanStartDuringAResumeEndsIt: while a CONNECT resumes the
+// session here (in its replay, or waiting for the store's Take), the
+// client starts clean with no session expiry and leaves, ending the
+// session. The resume, finishing after, does not bring back the session
+// the clean start discarded: its CONNECT is refused (or starts afresh),
+// and the server holds nothing of the old session.
+func TestCleanStartDuringAResumeEndsIt(t *testing.T) {
+	t.Run("replay", func(t *testing.T) {
+		release := make(chan struct{})
+		entered, replay := firstReplayHeld(func(context.Context) error {
+			<-release
+			return nil
+		})
+		cleanStartDuringAResume(t, Options{States: resumable(), Replay: replay}, entered, release)
+	})
+	t.Run("take", func(t *testing.T) {
+		st := &blockingTake{memStates: resumable(), blockOn: 1, entered: make(chan struct{}), release: make(chan struct{})}
+		cleanStartDuringAResume(t, Options{States: st}, st.entered, st.release)
+	})
+}
+
+// cleanStartDuringAResume runs TestCleanStartDuringAResumeEndsIt on a
+// server of opts whose resume is held from entered until release.
+func cleanStartDuringAResume(t *testing.T, opts Options, entered, release chan struct{}) {
+	t.Helper()
+	opts.Owners = &elsewhere{}
+	srv, addr := startStates(t, opts)
+	resuming := connectLater(t, addr, persistent("dev"))
+	<-entered
+	clean := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "dev", KeepAlive: 30, CleanStart: true})
+	if clean.Connack.SessionPresent {
+		t.Fatal("the clean start found a session")
+	}
+	clean.Disconnect(&paho.Disconnect{})
+	testkit.Eventually(t, 5*time.Second, "the clean start's session ended", func() bool { return sessionOf(srv, "dev") == nil })
+	close(release)
+	var a attempt
+	select {
+	case a = <-resuming:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resuming CONNECT got no answer")
+	}
+	if a.err == nil && a.c.Connack.SessionPresent {
+		t.Fatal("the resume brought back, session present, the session the clean start discarded")
+	}
+	if ss := sessionOf(srv, "dev"); ss != nil {
+		ss.mu.Lock()
+		_, old := ss.subs["t/#"]
+		ss.mu.Unlock()
+		if old {
+			t.Fatal("the server holds the discarded session's subscription to t/#")
+		}
+	}
+}
+
 // TestResumedSessionRemembersNoQoS0: until its second replay, a session
 // resumed from another node remembers the QoS 1 and 2 messages queued to
 // it, so that the replay bringing one again does not send it twice; it
