@@ -4,10 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -54,13 +53,13 @@ func BenchmarkOnePacketPerRead(b *testing.B) {
 			one := onePacketPerRead(b, qos)
 			one() // connections warm
 			b.ReportAllocs()
-			start := processCPU(b)
+			start := testkit.ProcessCPU(b)
 			b.ResetTimer()
 			for range b.N {
 				one()
 			}
 			b.StopTimer()
-			b.ReportMetric(float64((processCPU(b)-start).Microseconds())/float64(b.N), "cpu-µs/msg")
+			b.ReportMetric(float64((testkit.ProcessCPU(b)-start).Microseconds())/float64(b.N), "cpu-µs/msg")
 		})
 	}
 }
@@ -99,13 +98,4 @@ func onePacketPerRead(tb testing.TB, qos byte) func() {
 			pub.Expect(tb, packet.PUBACK)
 		}
 	}
-}
-
-// processCPU is the CPU time the process has used, user and system.
-func processCPU(tb testing.TB) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
