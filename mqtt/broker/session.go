@@ -21,9 +21,11 @@ type subscription struct {
 	rap            bool // retain as published
 	retainHandling byte
 	id             uint32 // subscription identifier, 0 when none
-	// since is when the subscription was made, when that was while the
-	// session's replay of what it missed was pending (replayFrom) and
-	// the session had no subscription to its filter yet; zero otherwise.
+	// since is when the subscription was made (less replayWindow, for a
+	// message stamped by a clock a moment behind: subscribedSinceLocked),
+	// when that was while the session's replay of what it missed was
+	// pending (replayFrom) and the session had no subscription to its
+	// filter yet; zero otherwise.
 	// A state saved meanwhile is pending from where that replay started:
 	// a replay from it gives this subscription only what was received
 	// since it was made (only retained messages predate a subscription),

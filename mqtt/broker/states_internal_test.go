@@ -754,6 +754,75 @@ func TestRestartDuringSecondPassReplaysANewFilterFromItsSubscription(t *testing.
 	expectMissedNotOld(t, restarted, addr)
 }
 
+// TestSkewedMessageAfterASubscribeIsReplayed: a message stamped a moment
+// before a SUBSCRIBE made while the session's replay is pending (its
+// publishing node's clock is 1 ms behind this one's) reaches the session
+// after the SUBACK and is queued to it live; the session was saved
+// pending before, and the process stops before the next save. Restored
+// from that save, the replay reads the new filter from its subscription
+// less replayWindow, and gives the message to it: it was the session's
+// before the restart and must not be lost by it.
+func TestSkewedMessageAfterASubscribeIsReplayed(t *testing.T) {
+	t0 := time.Now().Add(-10 * time.Second)
+	path := filepath.Join(t.TempDir(), "state.json")
+	sv := savedSession{Saved: t0, ClientID: "dev", Limits: Limits{MaxQueued: 10, MaxInflight: 10}, Expiry: 3600,
+		DisconnectedAt: t0, Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
+	st := &memStates{}
+	st.take, _ = json.Marshal(&sv)
+	var calls atomic.Int32
+	opts := Options{MaxQueued: 10, StatePath: path, SaveInterval: time.Hour, States: st, Owners: &elsewhere{}}
+	opts.Replay = func(ctx context.Context, _ *Identity, _ []string, _ time.Time, _ int, _ func(*Message)) error {
+		if calls.Add(1) == 1 {
+			return nil // nothing stored yet
+		}
+		<-ctx.Done() // the second pass waits: the replay stays pending
+		return ctx.Err()
+	}
+	srv, addr := startStates(t, opts)
+	c := mqtttest.DialV5(t, addr, persistent("dev"))
+	if !c.Connack.SessionPresent {
+		t.Fatal("session present 0: the state was not resumed")
+	}
+	subAt := time.Now()
+	c.Sub(t, "n/#", 1)
+	ss := sessionOf(srv, "dev")
+	ss.mu.Lock()
+	since := ss.subs["n/#"].since
+	ss.mu.Unlock()
+	if since.IsZero() {
+		t.Fatal("n/# has no since: the replay was in before the SUBSCRIBE")
+	}
+	c.Disconnect(&paho.Disconnect{})
+	testkit.Eventually(t, 5*time.Second, "the client gone", func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return ss.c == nil
+	})
+	if err := srv.Save(); err != nil { // the last save before the process stops
+		t.Fatal(err)
+	}
+	m := &Message{Topic: "n/x", QoS: 1, PublishedQoS: 1, Payload: []byte("skewed"), Created: subAt.Add(-time.Millisecond)}
+	srv.Publish(m) // after the SUBACK: queued to the offline session
+	ss.mu.Lock()
+	queued := ss.qlen()
+	ss.mu.Unlock()
+	if queued != 1 {
+		t.Fatalf("queued %d, want the message queued live", queued)
+	}
+	f, err := readStateFile(path)
+	if err != nil || len(f.Sessions) != 1 || !f.Sessions[0].Pending {
+		t.Fatalf("state file: %v; want the session saved pending", err)
+	}
+	next := filepath.Join(t.TempDir(), "state.json") // the state as the process left it
+	writeState(t, next, f.Saved, f.Sessions...)
+	_, addr2 := startStates(t, Options{StatePath: next, SaveInterval: time.Hour, Replay: historyOf(m), MaxQueued: 10})
+	c2 := mqtttest.DialV5(t, addr2, persistent("dev"))
+	if !c2.Connack.SessionPresent {
+		t.Fatal("session present 0 after the restart")
+	}
+	c2.Expect(t, "skewed")
+}
+
 // TestReplayedNotGrantedBeforeTheSubscription: a replayed message that
 // two subscriptions match takes the QoS and subscription identifier only
 // of those made by the time it was received.

@@ -110,12 +110,13 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 }
 
 // subscribedSinceLocked returns the since of a subscription to filter
-// made now that replaces old (nil when there was none): now while the
-// session's replay is pending and the filter is new to it; else old's, so
-// that a client subscribing again to what it had (as many do on every
-// CONNECT) keeps the whole replay of what it missed. Now is taken to
-// history's precision (a microsecond), down: a message received in the
-// same microsecond is the subscription's. The caller holds ss.mu.
+// made now that replaces old (nil when there was none): now, less
+// replayWindow, while the session's replay is pending and the filter is
+// new to it; else old's, so that a client subscribing again to what it
+// had (as many do on every CONNECT) keeps the whole replay of what it
+// missed. It is taken to history's precision (a microsecond), down: a
+// message received in the same microsecond is the subscription's. The
+// caller holds ss.mu.
 func (ss *session) subscribedSinceLocked(old *subscription, filter string, now time.Time) time.Time {
 	switch {
 	case old != nil && old.filter == filter:
@@ -123,7 +124,12 @@ func (ss *session) subscribedSinceLocked(old *subscription, filter string, now t
 	case ss.replayFrom.IsZero():
 		return time.Time{}
 	}
-	return now.Truncate(time.Microsecond)
+	// replayWindow, as for a replay's start: a message stamped a moment
+	// before now (by its publishing node's clock, or before this SUBSCRIBE
+	// took now) may reach the session after the subscription is indexed;
+	// queued to it live, a replay from a state saved meanwhile must not
+	// skip it.
+	return now.Add(-replayWindow).Truncate(time.Microsecond)
 }
 
 // refuseFilter counts and logs a refused filter and returns the code its
