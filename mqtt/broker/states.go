@@ -331,6 +331,30 @@ type resumeRun struct {
 	// after the resume's claim: the session the resume brings back was
 	// discarded (guarded by Server.mu).
 	startedClean bool
+	// next is the resume of a later claim of the session that gave this
+	// one up (or that was under way when this one came late), so that
+	// a run no longer in Server.resuming still learns of what happened
+	// to those after it (supersededLocked); installed says the run's
+	// session was installed (both guarded by Server.mu). A run holds
+	// only the runs after it, and only while its resume is under way.
+	next      *resumeRun
+	installed bool
+}
+
+// supersededLocked reports whether the session r brings back must not be
+// installed: a clean start discarded it (startedCleanLocked marks only
+// the run in Server.resuming, the latest, and the runs before it learn
+// of it through next), or the resume of a later claim installed its own
+// session (which may have ended since: a session the client ended, or
+// started afresh after, must not come back from an older copy). The
+// caller holds Server.mu.
+func (r *resumeRun) supersededLocked() bool {
+	for x := r; x != nil; x = x.next {
+		if x.startedClean || x != r && x.installed {
+			return true
+		}
+	}
+	return false
 }
 
 // errSessionEnded ends the second replay of a session that ended.
@@ -356,9 +380,11 @@ func (s *Server) resumeRun(claim Claim) (run *resumeRun, end func()) {
 	s.mu.Lock()
 	if prev := s.resuming[claim.Key]; prev != nil && prev.epoch > claim.Epoch {
 		cancel(errResumedAgain) // a later claim resumes already: this one is late
+		run.next = prev
 	} else {
 		if prev != nil {
 			prev.cancel(errResumedAgain)
+			prev.next = run
 		}
 		s.resuming[claim.Key] = run
 	}
@@ -376,7 +402,8 @@ func (s *Server) resumeRun(claim Claim) (run *resumeRun, end func()) {
 // startedCleanLocked tells the resume of the session key under way here,
 // if its claim is older than claim, a clean start's, that the client
 // discarded the session it brings back: its replay ends, and install
-// refuses it. Without that, once the clean start's session ended (no
+// refuses it, as it refuses the resumes that one gave up
+// (supersededLocked). Without that, once the clean start's session ended (no
 // session expiry) the resume would install the discarded session in the
 // empty place and answer session present. The caller holds s.mu.
 func (s *Server) startedCleanLocked(key string, claim Claim) {
@@ -392,25 +419,26 @@ func (s *Server) startedCleanLocked(key string, claim Claim) {
 var errSuperseded = errors.New("a later connection of this client took the session meanwhile")
 
 // install makes ss, resumed for claim by run, the server's session for
-// its key, unless a session with a later claim is there already or a
-// clean start discarded the session meanwhile (then ss ends and
-// errSuperseded says why). A session with an earlier claim there ends.
+// its key, unless a session with a later claim is there already, a clean
+// start discarded the session meanwhile or a later resume installed its
+// own (run.supersededLocked; then ss ends and errSuperseded says why). A session with an earlier claim there ends.
 func (s *Server) install(ss *session, claim Claim, run *resumeRun) error {
 	for {
 		s.mu.Lock()
 		cur := s.sessions[ss.key]
-		clean := run.startedClean
+		clean := run.supersededLocked()
 		s.mu.Unlock()
 		if clean || cur != nil && cur.currentClaim().Epoch > claim.Epoch {
 			s.supersede(ss, cur)
 			return errSuperseded
 		}
 		s.mu.Lock()
-		if s.sessions[ss.key] != cur || run.startedClean {
+		if s.sessions[ss.key] != cur || run.supersededLocked() {
 			s.mu.Unlock()
 			continue // changed meanwhile: look again
 		}
 		s.sessions[ss.key] = ss
+		run.installed = true
 		s.mu.Unlock()
 		if cur != nil {
 			// An earlier resume's (its replay given up for this one's,

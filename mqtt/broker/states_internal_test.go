@@ -483,6 +483,53 @@ func cleanStartDuringAResume(t *testing.T, opts Options, entered, release chan s
 	}
 }
 
+// TestCleanStartEndsAResumeGivenUpByARetry: a CONNECT's resume is held in
+// its replay (a history read slow to see its context end); its client
+// gives up and connects again, and that retry resumes the session and is
+// served; then the client starts clean with no session expiry and
+// leaves. The first resume, no longer under way in Server.resuming (the
+// retry's replaced it) when the clean start came, finishes after: it
+// does not bring back the session the clean start discarded (its CONNECT
+// is refused, or starts afresh), and the server holds nothing of it.
+func TestCleanStartEndsAResumeGivenUpByARetry(t *testing.T) {
+	release := make(chan struct{})
+	entered, replay := firstReplayHeld(func(context.Context) error {
+		<-release // a read slow to see its context end
+		return nil
+	})
+	srv, addr := startStates(t, Options{States: resumable(), Owners: &elsewhere{}, Replay: replay})
+	first := connectLater(t, addr, persistent("dev")) // claim 1, held in its replay
+	<-entered
+	retry := mqtttest.DialV5(t, addr, persistent("dev")) // claim 2: gives the first up
+	if !retry.Connack.SessionPresent {
+		t.Fatal("session present 0: the retry did not resume")
+	}
+	clean := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "dev", KeepAlive: 30, CleanStart: true}) // claim 3
+	if clean.Connack.SessionPresent {
+		t.Fatal("the clean start found a session")
+	}
+	clean.Disconnect(&paho.Disconnect{})
+	testkit.Eventually(t, 5*time.Second, "the clean start's session ended", func() bool { return sessionOf(srv, "dev") == nil })
+	close(release)
+	var a attempt
+	select {
+	case a = <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first CONNECT got no answer")
+	}
+	if a.err == nil && a.c.Connack.SessionPresent {
+		t.Error("the given-up resume brought back, session present, the session the clean start discarded")
+	}
+	if ss := sessionOf(srv, "dev"); ss != nil {
+		ss.mu.Lock()
+		_, old := ss.subs["t/#"]
+		ss.mu.Unlock()
+		if old {
+			t.Error("the server holds the discarded session's subscription to t/#")
+		}
+	}
+}
+
 // TestResumedSessionRemembersNoQoS0: until its second replay, a session
 // resumed from another node remembers the QoS 1 and 2 messages queued to
 // it, so that the replay bringing one again does not send it twice; it
