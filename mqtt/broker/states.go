@@ -458,8 +458,9 @@ func (s *Server) install(ss *session, claim Claim, run *resumeRun) error {
 // supersede ends ss, a resumed session never installed, that cur (nil
 // when none) or a clean start meanwhile superseded. Its messages are not
 // counted as dropped: the store keeps them for cur, or the client
-// discarded them. A session of the key attached since ss's end took out
-// the entries both had indexes them again.
+// discarded them. The session of the key current after ss's end (cur, or
+// one attached since) indexes again the entries both had, which ss's end
+// took out.
 func (s *Server) supersede(ss, cur *session) {
 	if cur != nil {
 		s.retireBeside(ss, cur, true)
@@ -470,20 +471,17 @@ func (s *Server) supersede(ss, cur *session) {
 		ss.retireLocked(DropSessionExpired, true, nil)
 	}
 	ss.mu.Unlock()
-	s.mu.Lock()
-	cur = s.sessions[ss.key]
-	s.mu.Unlock()
-	if cur != nil {
-		s.reindex(cur)
-	}
+	s.reindexCurrent(ss.key)
 }
 
 // retireBeside ends old, a session of the same key as keep that keep
 // replaces (install) or supersedes before old was installed. Both indexed
 // their subscriptions under the key: old takes out only the filters keep
-// does not hold, and keep's subscriptions are indexed again (an entry
-// both made is the one indexed last). kept: old's messages are not
-// counted as dropped (the store keeps them for keep).
+// does not hold, and the session of the key current after old's end
+// (keep, unless it ended and another attached meanwhile) indexes its
+// subscriptions again (an entry both made is the one indexed last). kept:
+// old's messages are not counted as dropped (the store keeps them for
+// keep).
 func (s *Server) retireBeside(old, keep *session, kept bool) {
 	keep.mu.Lock()
 	held := make(map[string]bool, len(keep.subs))
@@ -496,7 +494,22 @@ func (s *Server) retireBeside(old, keep *session, kept bool) {
 		old.retireLocked(DropSessionExpired, kept, held)
 	}
 	old.mu.Unlock()
-	s.reindex(keep)
+	s.reindexCurrent(old.key)
+}
+
+// reindexCurrent indexes again the subscriptions of the session of key
+// current now (none if it ended), after the end of another session of
+// key took out the entries both had. It reads that session under s.mu
+// after the end, not before: the session a caller read earlier (install's
+// cur) may have ended since and another attached, whose entries the end
+// took out and only it can put back.
+func (s *Server) reindexCurrent(key string) {
+	s.mu.Lock()
+	cur := s.sessions[key]
+	s.mu.Unlock()
+	if cur != nil {
+		s.reindex(cur)
+	}
 }
 
 // reindex puts ss's subscriptions in the index again, unless it ended: a
@@ -519,12 +532,7 @@ func (s *Server) reindex(ss *session) {
 func (s *Server) endStale(prev *session, epoch uint64) {
 	s.closeTaken(prev, epoch)
 	s.endSession(prev, false, DropSessionExpired)
-	s.mu.Lock()
-	cur := s.sessions[prev.key]
-	s.mu.Unlock()
-	if cur != nil {
-		s.reindex(cur)
-	}
+	s.reindexCurrent(prev.key)
 }
 
 // closeTaken closes the connection of ss, if any, with Session taken

@@ -1315,6 +1315,46 @@ func TestGivenUpSessionEndingKeepsTheRetrysIndex(t *testing.T) {
 	resumedAndServed(t, addr, "the retry", <-retry)
 }
 
+// TestSupersededBesideAnEndedSessionKeepsTheCurrentsIndex: install
+// reads the session of the key (cur) and, without s.mu, supersedes the
+// resumed session beside it; cur may end meanwhile and another session of
+// the key attach and subscribe. That interleaving is set up here without
+// a hook: supersede gets the resumed session, which indexed t/# under the
+// key (taking the entry of the current session's t/#), and an ended cur.
+// The resumed session's end takes the key's t/# out of the index, and the
+// session current then indexes it again: it still gets what is published.
+func TestSupersededBesideAnEndedSessionKeepsTheCurrentsIndex(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(srv *Server, resumed, stale *session)
+	}{
+		{"supersede", func(srv *Server, resumed, stale *session) { srv.supersede(resumed, stale) }},
+		{"retireBeside", func(srv *Server, resumed, stale *session) { srv.retireBeside(resumed, stale, false) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, addr := startStates(t, Options{})
+			c := mqtttest.DialV5(t, addr, persistent("dev"))
+			c.Sub(t, "t/#", 1)
+			sv := savedSession{ClientID: "dev", Limits: Limits{MaxQueued: 10, MaxInflight: 10}, Expiry: 3600,
+				Subs: []savedSub{{Wire: "t/#", Filter: "t/#", QoS: 1}}}
+			stale := srv.savedSession(&sv) // install's cur, ended since
+			stale.mu.Lock()
+			stale.retireLocked(DropSessionExpired, true, nil)
+			stale.mu.Unlock()
+			resumed := srv.savedSession(&sv)
+			resumed.mu.Lock()
+			resumed.restoreLocked(&sv) // its t/# is the key's entry now
+			resumed.mu.Unlock()
+			if cur := sessionOf(srv, "dev"); cur == nil || cur.key != resumed.key {
+				t.Fatalf("no current session of the resumed one's key %q", resumed.key)
+			}
+			tc.end(srv, resumed, stale)
+			srv.Publish(&Message{Topic: "t/1", QoS: 1, PublishedQoS: 1, Payload: []byte("still here")})
+			c.Expect(t, "still here")
+		})
+	}
+}
+
 // TestResumeUnderWayLeavesALaterSession: while an older claim's resume
 // reads history slowly, the client starts clean, subscribes and leaves; a
 // message is queued for it; when it comes back (no clean start) it gets
