@@ -114,9 +114,13 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 // replayWindow, while the session's replay is pending and the filter is
 // new to it; else old's, so that a client subscribing again to what it
 // had (as many do on every CONNECT) keeps the whole replay of what it
-// missed. It is taken to history's precision (a microsecond), down: a
-// message received in the same microsecond is the subscription's. The
-// caller holds ss.mu.
+// missed. A filter the client unsubscribed from meanwhile (old nil) is
+// new again: what the replay would have brought it from before this
+// SUBSCRIBE is dropped with the UNSUBSCRIBE, which MQTT allows (a server
+// may drop what it buffered for a filter at UNSUBSCRIBE; remembering it
+// would mean keeping unsubscribed filters until the replay is in). It is
+// taken to history's precision (a microsecond), down: a message received
+// in the same microsecond is the subscription's. The caller holds ss.mu.
 func (ss *session) subscribedSinceLocked(old *subscription, filter string, now time.Time) time.Time {
 	switch {
 	case old != nil && old.filter == filter:
