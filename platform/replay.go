@@ -36,17 +36,25 @@ var replayRead = 20 * time.Second
 
 // Replay is the broker's Options.Replay: a session resumed from another
 // node's saved state, or restored from the state file at start, gets the
-// QoS 1 and 2 messages of its account in history that its filters match,
-// from since on, in the order they were received. History has every
-// message acknowledged to its publisher, so a session that moved, or
-// whose server crashed or was down, misses none of them. At most
+// QoS 1 and 2 messages of its account in history that one of its filters
+// matches, received from that filter's From on, in the order they were
+// received. History has every message acknowledged to its publisher, so
+// a session that moved, or whose server crashed or was down, misses none
+// of them. A call is one read of history, from the earliest From: a
+// record only filters starting after it match (a filter subscribed later)
+// is skipped, neither given nor counted toward max, so that it cannot
+// fill the read ahead of what the session missed. At most
 // ReplaysPerAccount replays of an account run at once (the others wait,
-// until ctx ends), each read bounded by replayRead, and the store time
-// they take is charged to the account's history reads (slots, when not
-// nil), as its REST reads are.
-func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
+// until ctx ends; a call takes one place, whatever its filters' starts),
+// each read bounded by replayRead, and the store time they take is
+// charged to the account's history reads (slots, when not nil), as its
+// REST reads are.
+func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Context, id *broker.Identity, filters []broker.ReplayFilter, max int, fn func(*broker.Message)) error {
 	replays := &lines.Lines{Per: ReplaysPerAccount}
-	return func(ctx context.Context, id *broker.Identity, filters []string, since time.Time, max int, fn func(*broker.Message)) error {
+	return func(ctx context.Context, id *broker.Identity, filters []broker.ReplayFilter, max int, fn func(*broker.Message)) error {
+		if len(filters) == 0 {
+			return nil
+		}
 		account := namespaceAccount(id.Namespace)
 		release, err := replays.Take(ctx, account)
 		if err != nil {
@@ -59,14 +67,20 @@ func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Conte
 		if slots != nil {
 			h = slots.Charged(account, h)
 		}
-		q := &fleetmq.HistoryQuery{AccountID: account, From: since, Ascending: true, ScanBudget: ReplayScanBudget}
+		from := filters[0].From
+		for _, f := range filters[1:] {
+			if f.From.Before(from) {
+				from = f.From
+			}
+		}
+		q := &fleetmq.HistoryQuery{AccountID: account, From: from, Ascending: true, ScanBudget: ReplayScanBudget}
 		// The filters go to the store as one expression (rows outside it
 		// come without their payload), and one client's index serves
 		// filters that all name that client.
 		var res []string
 		client := ""
 		for i, f := range filters {
-			re, c, err := history.FilterRegex(account, f)
+			re, c, err := history.FilterRegex(account, f.Filter)
 			if err != nil {
 				return err
 			}
@@ -81,7 +95,7 @@ func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Conte
 		n := 0
 		err = h.QueryHistory(ctx, q,
 			func(r *fleetmq.Record) error {
-				if r.QoS == 0 || !matchesAny(filters, r.Topic) {
+				if r.QoS == 0 || !matchesFrom(filters, r.Topic, r.Received) {
 					return nil
 				}
 				fn(replayed(r))
@@ -97,9 +111,11 @@ func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Conte
 	}
 }
 
-func matchesAny(filters []string, name string) bool {
+// matchesFrom reports whether one of filters matches name and had
+// started by received, when the record was received.
+func matchesFrom(filters []broker.ReplayFilter, name string, received time.Time) bool {
 	for _, f := range filters {
-		if topic.Match(f, name) {
+		if !f.From.After(received) && topic.Match(f.Filter, name) {
 			return true
 		}
 	}

@@ -2,6 +2,8 @@ package platform
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -9,7 +11,17 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
+	"github.com/fleetmq/fleetmq/sqlstore"
 )
+
+// filtersFrom returns filters, each read from at.
+func filtersFrom(at time.Time, filters ...string) []broker.ReplayFilter {
+	out := make([]broker.ReplayFilter, len(filters))
+	for i, f := range filters {
+		out[i] = broker.ReplayFilter{Filter: f, From: at}
+	}
+	return out
+}
 
 // heldHistory is a HistoryStore whose queries of account "storm" wait
 // until released, counting how many run at once; it returns recs.
@@ -61,7 +73,7 @@ func TestReplay(t *testing.T) {
 	replay := Replay(h, nil)
 	var got []*broker.Message
 	id := &broker.Identity{Namespace: "calm/cred", ClientID: "follower"}
-	err := replay(context.Background(), id, []string{"calm/d1/#", "calm/d2/#"}, at, 2, func(m *broker.Message) { got = append(got, m) })
+	err := replay(context.Background(), id, filtersFrom(at, "calm/d1/#", "calm/d2/#"), 2, func(m *broker.Message) { got = append(got, m) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +90,7 @@ func TestReplay(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 6 {
 		wg.Go(func() {
-			replay(context.Background(), &broker.Identity{Namespace: "storm"}, []string{"storm/#"}, at, 10, func(*broker.Message) {})
+			replay(context.Background(), &broker.Identity{Namespace: "storm"}, filtersFrom(at, "storm/#"), 10, func(*broker.Message) {})
 		})
 	}
 	testkit.Eventually(t, 5*time.Second, "the storm's replays to reach the store", func() bool {
@@ -88,7 +100,7 @@ func TestReplay(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() {
-		done <- replay(context.Background(), id, []string{"calm/#"}, at, 10, func(*broker.Message) {})
+		done <- replay(context.Background(), id, filtersFrom(at, "calm/#"), 10, func(*broker.Message) {})
 	}()
 	select {
 	case err := <-done:
@@ -101,13 +113,53 @@ func TestReplay(t *testing.T) {
 	// A replay whose wait ends (its CONNECT's bound) says so.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := replay(ctx, &broker.Identity{Namespace: "storm"}, []string{"storm/#"}, at, 10, func(*broker.Message) {}); err == nil {
+	if err := replay(ctx, &broker.Identity{Namespace: "storm"}, filtersFrom(at, "storm/#"), 10, func(*broker.Message) {}); err == nil {
 		t.Fatal("a replay that could not wait for its account's line returned no error")
 	}
 	close(h.release)
 	wg.Wait()
 	if h.most != ReplaysPerAccount {
 		t.Fatalf("%d replays of one account ran at once, want %d", h.most, ReplaysPerAccount)
+	}
+}
+
+// TestReplayCountsFromEachFiltersStart: a session's filters start at
+// different times (one subscribed while its replay was pending); history
+// (a SQLite store) holds, between the two starts, more messages on the
+// later filter's topics than the replay's max, then one on the earlier
+// filter's. The replay reads from the earlier start and skips, uncounted,
+// what only the later filter matches from before its own: it brings the
+// earlier filter's message and the later filter's message after its start.
+func TestReplayCountsFromEachFiltersStart(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	at := time.Now().Add(-time.Hour).UTC().Truncate(time.Microsecond)
+	rec := func(client, sub string, d time.Duration, payload string) *fleetmq.Record {
+		return &fleetmq.Record{AccountID: "acct", ClientID: client, Topic: "acct/" + client + "/" + sub, Class: "event",
+			QoS: 1, PublishedQoS: 1, Payload: []byte(payload), Received: at.Add(d)}
+	}
+	var recs []*fleetmq.Record
+	for i := range 5 { // d2's, before acct/d2/# was subscribed
+		recs = append(recs, rec("d2", "event/old", time.Second+time.Duration(i)*time.Millisecond, fmt.Sprint("old", i)))
+	}
+	recs = append(recs, rec("d1", "event/x", 2*time.Second, "missed"), rec("d2", "event/y", 4*time.Second, "new"))
+	if err := st.AppendHistory(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	filters := []broker.ReplayFilter{{Filter: "acct/d1/#", From: at}, {Filter: "acct/d2/#", From: at.Add(3 * time.Second)}}
+	var got []string
+	err = Replay(st, nil)(ctx, &broker.Identity{Namespace: "acct/cred", ClientID: "follower"}, filters, 2, func(m *broker.Message) {
+		got = append(got, string(m.Payload))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[missed new]" {
+		t.Fatalf("replayed %q, want [missed new] (max 2)", got)
 	}
 }
 
@@ -171,7 +223,7 @@ func TestReplayWaitIsNotBounded(t *testing.T) {
 	for range storm {
 		wg.Go(func() {
 			start := time.Now()
-			err := replay(context.Background(), &broker.Identity{Namespace: "storm"}, []string{"storm/#"}, at, 10, func(*broker.Message) {})
+			err := replay(context.Background(), &broker.Identity{Namespace: "storm"}, filtersFrom(at, "storm/#"), 10, func(*broker.Message) {})
 			mu.Lock()
 			defer mu.Unlock()
 			errs = append(errs, err)
@@ -189,7 +241,7 @@ func TestReplayWaitIsNotBounded(t *testing.T) {
 			longest, replayRead, h.most, ReplaysPerAccount)
 	}
 	slow := &slowHistory{took: time.Hour}
-	if err := Replay(slow, nil)(context.Background(), &broker.Identity{Namespace: "storm"}, []string{"storm/#"}, at, 10, func(*broker.Message) {}); err == nil {
+	if err := Replay(slow, nil)(context.Background(), &broker.Identity{Namespace: "storm"}, filtersFrom(at, "storm/#"), 10, func(*broker.Message) {}); err == nil {
 		t.Fatal("a read slower than its bound returned no error")
 	}
 }

@@ -12,7 +12,7 @@ import (
 // first packet is the CONNACK [MQTT-3.2.0-1], and the keep alive counts
 // from there.
 func TestKeepAliveFromConnack(t *testing.T) {
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+	replay := func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
 		select { // waits in the account's line of replays
 		case <-time.After(4 * time.Second): // past 1.5 x the keep alive of 2 s
 		case <-ctx.Done():

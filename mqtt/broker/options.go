@@ -9,6 +9,16 @@ import (
 	"time"
 )
 
+// ReplayFilter is a filter a replay reads (Options.Replay) and From, when
+// it became the session's: a message received before From (Created) is
+// not the filter's. A filter subscribed while the session's replay was
+// pending starts at its subscription (a second before its SUBSCRIBE:
+// subscription.since), the others at the replay's start.
+type ReplayFilter struct {
+	Filter string
+	From   time.Time
+}
+
 // Options configure a Server. Zero values are replaced by the defaults in
 // fill; Validate reports values that cannot work.
 type Options struct {
@@ -35,13 +45,20 @@ type Options struct {
 	States SessionStates
 	// Replay reads the messages a session resumed from another node's
 	// state (States), or restored from StatePath at start, may have
-	// missed: the QoS 1 and 2 messages matching one of filters published
-	// from since on, oldest first, at most max, each given to fn (the
-	// platform reads them from history). Replay bounds its own reading
-	// time; ctx bounds the whole (a resume's and a second pass's, not a
-	// restored session's at start, which ends only with the server).
-	// Default: none (a session has what was saved).
-	Replay func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error
+	// missed: the QoS 1 and 2 messages that match one of filters whose
+	// From is not after the message's Created (when it was received),
+	// oldest first, at most max, each given to fn (the platform reads
+	// them from history). It reads from the earliest From; a message that
+	// matches only filters starting after it (subscribed later) neither
+	// counts toward max nor goes to fn, so that it takes no room from
+	// what the session missed. One call is one read: the session's pass
+	// reads all its filters at once, whatever their starts (the platform
+	// gives each call one place in its account's line of replays).
+	// Replay bounds its own reading time; ctx bounds the whole (a
+	// resume's and a second pass's, not a restored session's at start,
+	// which ends only with the server). Default: none (a session has
+	// what was saved).
+	Replay func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error
 	// Logger receives connection-level events. Default: slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (tests inject one). Default: time.Now.

@@ -32,14 +32,14 @@ func TestRestartReplay(t *testing.T) {
 	writeState(t, path, t0, sv)
 	called, release := make(chan time.Time, 4), make(chan struct{})
 	var calls atomic.Int32
-	replay := func(ctx context.Context, _ *Identity, filters []string, since time.Time, _ int, fn func(*Message)) error {
+	replay := func(ctx context.Context, _ *Identity, filters []ReplayFilter, _ int, fn func(*Message)) error {
 		if d, ok := ctx.Deadline(); calls.Add(1) == 1 && ok {
 			// The restored session's replay bounds its reads itself,
 			// never its wait for the account's other replays (a
 			// restart's reconnect storm); its second pass is bounded.
 			t.Errorf("the replay is given a deadline (%v): a session that waited for others' replays would lose what it missed", d)
 		}
-		called <- since
+		called <- replayStart(filters)
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -135,7 +135,7 @@ func TestRestartReplayByTheConnect(t *testing.T) {
 	writeState(t, path, t0, sessions...)
 	last := sessions[restartReplays].ClientID
 	busy, release := make(chan struct{}, restartReplays), make(chan struct{})
-	replay := func(ctx context.Context, id *Identity, _ []string, _ time.Time, _ int, fn func(*Message)) error {
+	replay := func(ctx context.Context, id *Identity, _ []ReplayFilter, _ int, fn func(*Message)) error {
 		if id.ClientID != last {
 			busy <- struct{}{}
 			select { // the workers stay busy until the test ends
@@ -166,8 +166,8 @@ func TestRestartReplayByTheConnect(t *testing.T) {
 func TestPendingStateIgnoresRounds(t *testing.T) {
 	t0 := time.Now().Add(-time.Minute)
 	since, maxes := make(chan time.Time, 2), make(chan int, 2)
-	replay := func(_ context.Context, _ *Identity, _ []string, from time.Time, max int, _ func(*Message)) error {
-		since <- from
+	replay := func(_ context.Context, _ *Identity, filters []ReplayFilter, max int, _ func(*Message)) error {
+		since <- replayStart(filters)
 		maxes <- max
 		return nil
 	}

@@ -641,7 +641,7 @@ type savedSent struct {
 // from history: the messages the old node got after that (it died) and
 // those that crossed the cluster while the session moved (a subscription
 // made while an earlier replay was pending matches only what was
-// received since it was made: replayReads). They go after
+// received since it was made: replayFilters). They go after
 // the restored queue and before what arrived live since the
 // subscriptions were indexed; a message the state holds, says it sent,
 // or that already arrived is not added twice. The replay runs again
@@ -662,11 +662,11 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	}
 	start := since
 	since = since.Add(-replayWindow)
-	reads := ss.replayReads(since)
+	filters := ss.replayFilters(since)
 	// What the state holds or says it sent comes back too (and is
 	// skipped): room for it beside the session's queue bound.
 	seenBefore := len(sv.Sent) + len(sv.Queue) + len(sv.Inflight)
-	got := s.replayed(ctx, ss, reads, ss.replayLimit(seenBefore))
+	got := s.replayed(ctx, ss, filters, ss.replayLimit(seenBefore))
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
@@ -719,7 +719,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 	// meanwhile, and as many more as were queued since that it could
 	// bring again (recentSet).
 	limit := ss.limits.MaxQueued + seenBefore + len(got)
-	ss.recent = &recentSet{seen: seen, filters: readFilters(reads), since: since, room: recentRoom * limit}
+	ss.recent = &recentSet{seen: seen, filters: filters, room: recentRoom * limit}
 	ss.replayFrom = start
 	ss.replayTimer = time.AfterFunc(replayAgain, func() {
 		select {
@@ -744,7 +744,7 @@ func (s *Server) replay(ctx context.Context, ss *session, sv *savedSession, thro
 			read += ss.recent.counted
 		}
 		ss.mu.Unlock()
-		again := s.replayed(ctx, ss, reads, read)
+		again := s.replayed(ctx, ss, filters, read)
 		ss.mu.Lock()
 		defer ss.mu.Unlock()
 		if !ss.ended && ss.recent != nil {
@@ -770,8 +770,8 @@ const recentRoom = 4
 // recentSet is what a session remembers having queued until its second
 // replay, so that the replay bringing it again does not queue it twice.
 // That replay reads the oldest messages (by the time they were received)
-// since since that filters match: as many as the queue bound and what
-// the first pass knew, and as many more as were queued since (counted),
+// that filters match, each from its From: as many as the queue bound and
+// what the first pass knew, and as many more as were queued since (counted),
 // so that it reaches past those to what it is for, whatever the session
 // was sent meanwhile. Of those queued, the oldest room are remembered (a
 // busy subscriber's memory for those seconds is bounded by its queue's).
@@ -780,20 +780,19 @@ const recentRoom = 4
 // microsecond as the newest remembered.
 type recentSet struct {
 	seen    map[replayKey]struct{}
-	filters []string
-	since   time.Time
+	filters []ReplayFilter
 	room    int
 	noted   newestFirst // the keys note added to seen
 	counted int         // the messages note was given that the replay could bring
 }
 
 // note remembers m, queued to the session, if the second replay could
-// bring it: a QoS 1 or 2 message (a replay brings none of QoS 0), received
-// since the replay's start, on a topic a replayed filter matches (not a
-// shared subscription's only, nor one subscribed after the first pass),
+// bring it: a QoS 1 or 2 message (a replay brings none of QoS 0) on a
+// topic a replayed filter matches, received since that filter's From (not
+// a shared subscription's only, nor one subscribed after the first pass),
 // and among the oldest room of those.
 func (r *recentSet) note(m *Message) {
-	if m.QoS == 0 || m.Created.Before(r.since) || !r.matches(m.Topic) {
+	if m.QoS == 0 || !replayMatches(r.filters, m.Topic, m.Created) {
 		return
 	}
 	k := keyOf(m)
@@ -809,15 +808,6 @@ func (r *recentSet) note(m *Message) {
 	}
 	r.seen[k] = struct{}{}
 	heap.Push(&r.noted, k)
-}
-
-func (r *recentSet) matches(name string) bool {
-	for _, f := range r.filters {
-		if topic.Match(f, name) {
-			return true
-		}
-	}
-	return false
 }
 
 // newestFirst is a heap of replay keys, the latest received at its top.
@@ -848,29 +838,16 @@ func (ss *session) stopReplayLocked() {
 	ss.recent = nil
 }
 
-// replayRead is one read of a replay: the filters its subscriptions had
-// all been made by from (subscription.since), read from there.
-type replayRead struct {
-	from    time.Time
-	filters []string
-}
-
-// maxReplayReads bounds the reads of one replay pass: a session whose
-// client subscribed to new filters many times while its replay was
-// pending reads those subscribed last together, from the earliest of
-// them (what that read brings from before a filter's subscription is not
-// given to it: grantLocked).
-const maxReplayReads = 4
-
-// replayReads returns the reads of a replay from since of the session's
-// non-shared subscriptions (a shared subscription's messages went to
-// another member of its group): the filters subscribed by since, read
-// from there, and each filter subscribed later while a replay was
-// pending, read from its subscription, in the order of their starts. A
-// filter subscribed after the replay's start must not get what was
-// published before (only retained messages predate a subscription), nor
-// let it fill the read's limit ahead of what the session missed.
-func (ss *session) replayReads(since time.Time) []replayRead {
+// replayFilters returns the filters a replay from since reads of the
+// session's non-shared subscriptions (a shared subscription's messages
+// went to another member of its group), each from the later of since and
+// its subscription's since (the earliest of those of the subscriptions
+// that map to it): a filter subscribed after the replay's start while a
+// replay was pending must not get what was published before (only
+// retained messages predate a subscription), nor let that fill the
+// read's limit ahead of what the session missed (Options.Replay counts
+// only what a filter's From allows). They are sorted by filter.
+func (ss *session) replayFilters(since time.Time) []ReplayFilter {
 	from := make(map[string]time.Time) // each filter's earliest start
 	ss.mu.Lock()
 	for _, sub := range ss.subs {
@@ -886,27 +863,35 @@ func (ss *session) replayReads(since time.Time) []replayRead {
 		}
 	}
 	ss.mu.Unlock()
-	filters := slices.Sorted(maps.Keys(from))
-	slices.SortStableFunc(filters, func(a, b string) int { return from[a].Compare(from[b]) })
-	var reads []replayRead
-	for _, f := range filters {
-		at := from[f]
-		if n := len(reads); n > 0 && (reads[n-1].from.Equal(at) || n == maxReplayReads) {
-			reads[n-1].filters = append(reads[n-1].filters, f)
-			continue
-		}
-		reads = append(reads, replayRead{from: at, filters: []string{f}})
-	}
-	return reads
-}
-
-// readFilters returns the filters of reads.
-func readFilters(reads []replayRead) []string {
-	var filters []string
-	for _, r := range reads {
-		filters = append(filters, r.filters...)
+	filters := make([]ReplayFilter, 0, len(from))
+	for _, f := range slices.Sorted(maps.Keys(from)) {
+		filters = append(filters, ReplayFilter{Filter: f, From: from[f]})
 	}
 	return filters
+}
+
+// replayStart returns where a replay of filters reads from: the earliest
+// From (zero when there are none).
+func replayStart(filters []ReplayFilter) time.Time {
+	var start time.Time
+	for i, f := range filters {
+		if i == 0 || f.From.Before(start) {
+			start = f.From
+		}
+	}
+	return start
+}
+
+// replayMatches reports whether a message on name received at created
+// is one a replay of filters brings: a filter matches it and started by
+// then (Options.Replay).
+func replayMatches(filters []ReplayFilter, name string, created time.Time) bool {
+	for _, f := range filters {
+		if !f.From.After(created) && topic.Match(f.Filter, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // replayLimit is how many messages a replay reads: the session's queue
@@ -918,33 +903,20 @@ func (ss *session) replayLimit(seen int) int {
 	return ss.limits.MaxQueued + seen
 }
 
-// replayed makes the reads of a replay (replayReads), each of at most
-// limit messages (replayLimit), and returns what they found, oldest
-// first (by the time they were received): a message that matches filters
-// of two reads comes twice (the caller skips what it has seen).
-func (s *Server) replayed(ctx context.Context, ss *session, reads []replayRead, limit int) []*Message {
-	var got []*Message
-	for i, r := range reads {
-		if i > 0 && ctx.Err() != nil {
-			break // given up, ended or out of time: said once
-		}
-		got = append(got, s.replayed1(ctx, ss, r.filters, r.from, limit)...)
+// replayed reads the messages of filters (replayFilters), at most limit
+// (replayLimit), in one call of Options.Replay: one read, and one place in
+// the account's line of replays, per pass, whatever the filters' starts.
+// On an error it returns what it read before it, the error logged (the
+// session goes on without the rest).
+func (s *Server) replayed(ctx context.Context, ss *session, filters []ReplayFilter, limit int) []*Message {
+	if len(filters) == 0 {
+		return nil
 	}
-	if len(reads) > 1 {
-		slices.SortStableFunc(got, func(a, b *Message) int { return a.Created.Compare(b.Created) })
-	}
-	return got
-}
-
-// replayed1 reads the messages since that filters match, at most limit;
-// on an error, what it read before it, the error logged (the session
-// goes on without the rest).
-func (s *Server) replayed1(ctx context.Context, ss *session, filters []string, since time.Time, limit int) []*Message {
 	ss.mu.Lock()
 	id := ss.id
 	ss.mu.Unlock()
 	var got []*Message
-	err := s.opts.Replay(ctx, id, filters, since, limit, func(m *Message) { got = append(got, m) })
+	err := s.opts.Replay(ctx, id, filters, limit, func(m *Message) { got = append(got, m) })
 	switch {
 	case err == nil || s.life.Err() != nil:
 	case errors.Is(context.Cause(ctx), errSessionEnded):
@@ -955,7 +927,7 @@ func (s *Server) replayed1(ctx context.Context, ss *session, filters []string, s
 		s.log.Info("a session's replay was given up: a later connection of its client started afresh", "session", ss.key)
 	default:
 		s.log.Error("a session's replay could not read all it missed from history; it goes on without the rest",
-			"session", ss.key, "since", since, "replayed", len(got), "error", err)
+			"session", ss.key, "since", replayStart(filters), "replayed", len(got), "error", err)
 	}
 	return got
 }

@@ -223,7 +223,7 @@ func TestNoticeDuringResume(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	st := resumable()
 	var once sync.Once
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+	replay := func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
 		once.Do(func() { // the first replay waits for the notice
 			close(entered)
 			<-release
@@ -348,10 +348,10 @@ func TestRounds(t *testing.T) {
 
 // firstReplayHeld returns an Options.Replay whose first call closes
 // entered and returns what hold returns; later calls find nothing.
-func firstReplayHeld(hold func(ctx context.Context) error) (entered chan struct{}, replay func(context.Context, *Identity, []string, time.Time, int, func(*Message)) error) {
+func firstReplayHeld(hold func(ctx context.Context) error) (entered chan struct{}, replay func(context.Context, *Identity, []ReplayFilter, int, func(*Message)) error) {
 	entered = make(chan struct{})
 	var first sync.Once
-	return entered, func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+	return entered, func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
 		held := false
 		first.Do(func() { held = true })
 		if !held {
@@ -543,7 +543,7 @@ func TestResumedSessionRemembersNoQoS0(t *testing.T) {
 			Created: t0.Add(time.Duration(2*i+int(qos)) * time.Microsecond)}
 	}
 	var calls atomic.Int32
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+	replay := func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
 		if calls.Add(1) == 2 {
 			fn(live(0, 1)) // the second pass brings the first live message again
 		}
@@ -603,14 +603,14 @@ func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
 	// In history: published during the move, stored after the first
 	// pass here read it (only the second pass would find it here).
 	missed := &Message{Topic: "t/missed", QoS: 1, PublishedQoS: 1, Payload: []byte("missed"), Created: t0.Add(2 * time.Second)}
-	history := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
-		if !since.After(missed.Created) {
+	history := func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
+		if replayAllows(filters, missed) {
 			fn(missed)
 		}
 		return nil
 	}
 	srv, addr := startStates(t, Options{States: st, Owners: &elsewhere{},
-		Replay: func(context.Context, *Identity, []string, time.Time, int, func(*Message)) error { return nil }})
+		Replay: func(context.Context, *Identity, []ReplayFilter, int, func(*Message)) error { return nil }})
 	c := mqtttest.DialV5(t, addr, persistent("dev"))
 	if !c.Connack.SessionPresent {
 		t.Fatal("session present 0: the state was not resumed")
@@ -657,16 +657,23 @@ func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
 	}
 }
 
+// replayAllows reports whether a replay of filters brings m (the
+// contract of Options.Replay): one of them matches its topic and starts
+// by the time it was received.
+func replayAllows(filters []ReplayFilter, m *Message) bool {
+	return slices.ContainsFunc(filters, func(f ReplayFilter) bool { return !f.From.After(m.Created) && topic.Match(f.Filter, m.Topic) })
+}
+
 // historyOf is an Options.Replay over msgs as history reads them: the
-// QoS 1 and 2 messages received since since that filters match, oldest
-// first, at most limit.
-func historyOf(msgs ...*Message) func(context.Context, *Identity, []string, time.Time, int, func(*Message)) error {
+// QoS 1 and 2 messages a filter matches that were received since its
+// From, oldest first, at most limit (what only a filter that started
+// later matches is not counted).
+func historyOf(msgs ...*Message) func(context.Context, *Identity, []ReplayFilter, int, func(*Message)) error {
 	sorted := slices.SortedStableFunc(slices.Values(msgs), func(a, b *Message) int { return a.Created.Compare(b.Created) })
-	return func(_ context.Context, _ *Identity, filters []string, since time.Time, limit int, fn func(*Message)) error {
+	return func(_ context.Context, _ *Identity, filters []ReplayFilter, limit int, fn func(*Message)) error {
 		n := 0
 		for _, m := range sorted {
-			matches := slices.ContainsFunc(filters, func(f string) bool { return topic.Match(f, m.Topic) })
-			if m.QoS == 0 || m.Created.Before(since) || !matches {
+			if m.QoS == 0 || !replayAllows(filters, m) {
 				continue
 			}
 			if n == limit {
@@ -700,7 +707,7 @@ func newFilterDuringSecondPass(t *testing.T, t0 time.Time, olds int, opts Option
 	msgs = append(msgs, &Message{Topic: "t/missed", QoS: 1, PublishedQoS: 1, Payload: []byte("missed"), Created: t0.Add(5 * time.Second)})
 	var calls atomic.Int32
 	opts.States, opts.Owners = st, &elsewhere{}
-	opts.Replay = func(ctx context.Context, _ *Identity, _ []string, _ time.Time, _ int, _ func(*Message)) error {
+	opts.Replay = func(ctx context.Context, _ *Identity, _ []ReplayFilter, _ int, _ func(*Message)) error {
 		if calls.Add(1) == 1 {
 			return nil // nothing stored yet
 		}
@@ -818,7 +825,7 @@ func TestSkewedMessageAfterASubscribeIsReplayed(t *testing.T) {
 	st.take, _ = json.Marshal(&sv)
 	var calls atomic.Int32
 	opts := Options{MaxQueued: 10, StatePath: path, SaveInterval: time.Hour, States: st, Owners: &elsewhere{}}
-	opts.Replay = func(ctx context.Context, _ *Identity, _ []string, _ time.Time, _ int, _ func(*Message)) error {
+	opts.Replay = func(ctx context.Context, _ *Identity, _ []ReplayFilter, _ int, _ func(*Message)) error {
 		if calls.Add(1) == 1 {
 			return nil // nothing stored yet
 		}
@@ -895,10 +902,12 @@ func TestReplayedNotGrantedBeforeTheSubscription(t *testing.T) {
 	}
 }
 
-// TestReplayReadsAreBounded: a session subscribed to new filters at many
-// moments while its replay was pending reads those of the first moments
-// each from its own and the rest together, from the earliest of them.
-func TestReplayReadsAreBounded(t *testing.T) {
+// TestReplayFiltersStartAtTheirSubscriptions: a session subscribed to
+// new filters at many moments while its replay was pending replays each
+// from the later of the replay's start and its subscription (a filter
+// two subscriptions map to, from the earlier); shared subscriptions are
+// not replayed.
+func TestReplayFiltersStartAtTheirSubscriptions(t *testing.T) {
 	srv, _ := startStates(t, Options{})
 	since := time.Now()
 	ss := &session{srv: srv, key: "r", subs: map[string]*subscription{
@@ -912,24 +921,75 @@ func TestReplayReadsAreBounded(t *testing.T) {
 		"h/#":           {wire: "h/#", filter: "h/#", since: since.Add(5 * time.Second)},
 		"policy/mapped": {wire: "policy/mapped", filter: "a/#", since: since.Add(6 * time.Second)}, // a/# is there from the start
 	}}
-	got := ss.replayReads(since)
-	want := []replayRead{
-		{since, []string{"a/#", "b/#"}},
-		{since.Add(2 * time.Second), []string{"d/#", "e/#"}},
-		{since.Add(3 * time.Second), []string{"f/#"}},
-		{since.Add(4 * time.Second), []string{"g/#", "h/#"}},
+	got := ss.replayFilters(since)
+	want := []ReplayFilter{
+		{"a/#", since}, {"b/#", since}, {"d/#", since.Add(2 * time.Second)}, {"e/#", since.Add(2 * time.Second)},
+		{"f/#", since.Add(3 * time.Second)}, {"g/#", since.Add(4 * time.Second)}, {"h/#", since.Add(5 * time.Second)},
 	}
-	if len(got) != maxReplayReads || !slices.EqualFunc(got, want, func(a, b replayRead) bool {
-		return a.from.Equal(b.from) && slices.Equal(a.filters, b.filters)
-	}) {
-		t.Fatalf("reads %v, want %v", got, want)
+	if !slices.EqualFunc(got, want, func(a, b ReplayFilter) bool { return a.Filter == b.Filter && a.From.Equal(b.From) }) {
+		t.Fatalf("filters %v, want %v", got, want)
+	}
+	if start := replayStart(got); !start.Equal(since) {
+		t.Fatalf("the replay reads from %v, want its start %v", start, since)
+	}
+}
+
+// TestReplayNotFilledBeforeItsSubscriptions: a session whose client
+// subscribed to new filters in several SUBSCRIBEs while its replay was
+// pending replays in one read (one place in its account's line of
+// replays, as a replay had before those filters). What a later filter
+// matches from before its own subscription, though after an earlier
+// one's, does not count toward the read's limit: the message an earlier
+// filter missed after its subscription is read and given to it.
+func TestReplayNotFilledBeforeItsSubscriptions(t *testing.T) {
+	srv, _ := startStates(t, Options{})
+	since := time.Now().Add(-time.Minute)
+	at := func(d time.Duration) time.Time { return since.Add(d) }
+	ss := &session{srv: srv, key: "r", id: &Identity{ClientID: "r"}, limits: Limits{MaxQueued: 10}, subs: map[string]*subscription{
+		"a/#": {wire: "a/#", filter: "a/#", qos: 1},
+		"b/#": {wire: "b/#", filter: "b/#", qos: 1, since: at(10 * time.Second)},
+		"c/#": {wire: "c/#", filter: "c/#", qos: 1, since: at(20 * time.Second)},
+		"d/#": {wire: "d/#", filter: "d/#", qos: 1, since: at(30 * time.Second)},
+		"e/#": {wire: "e/#", filter: "e/#", qos: 1, since: at(40 * time.Second)},
+	}}
+	var hist []*Message
+	for i := range 10 { // on e/, before e/# was subscribed: not e/#'s
+		hist = append(hist, &Message{Topic: "e/old", QoS: 1, Created: at(32*time.Second + time.Duration(i)*time.Millisecond)})
+	}
+	missed := &Message{Topic: "d/missed", QoS: 1, Created: at(35 * time.Second)} // d/#'s: after its subscription
+	hist = append(hist, missed)
+	read := historyOf(hist...)
+	var calls atomic.Int32
+	srv.opts.Replay = func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
+		calls.Add(1)
+		return read(ctx, id, filters, max, fn)
+	}
+	filters := ss.replayFilters(since)
+	got := srv.replayed(context.Background(), ss, filters, ss.replayLimit(0))
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d reads of history for one pass, want 1", n)
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	granted, found := 0, false
+	for _, m := range got {
+		if _, _, ok := ss.grantLocked(m); ok {
+			granted++
+			found = found || m == missed
+		}
+	}
+	if !found {
+		t.Fatalf("filters %v: d/missed not replayed (%d granted of %d read, queue bound 10)", filters, granted, len(got))
+	}
+	if granted != len(got) {
+		t.Errorf("%d read, %d granted: the read brought what no filter's start allows", len(got), granted)
 	}
 }
 
 // fakeHistory is an Options.Replay over the messages added to it: the
 // first pass finds none (they were not stored yet), later ones read, as
-// history does, the oldest since by the time they were received, at most
-// the limit.
+// history does, the oldest that a filter matches since its From (by the
+// time they were received), at most the limit.
 type fakeHistory struct {
 	mu    sync.Mutex
 	msgs  []*Message
@@ -942,7 +1002,7 @@ func (h *fakeHistory) add(m *Message) {
 	h.msgs = append(h.msgs, m)
 }
 
-func (h *fakeHistory) replay(_ context.Context, _ *Identity, _ []string, since time.Time, limit int, fn func(*Message)) error {
+func (h *fakeHistory) replay(_ context.Context, _ *Identity, filters []ReplayFilter, limit int, fn func(*Message)) error {
 	if h.calls.Add(1) == 1 {
 		return nil
 	}
@@ -952,7 +1012,7 @@ func (h *fakeHistory) replay(_ context.Context, _ *Identity, _ []string, since t
 	slices.SortStableFunc(ms, func(a, b *Message) int { return a.Created.Compare(b.Created) })
 	n := 0
 	for _, m := range ms {
-		if m.QoS == 0 || m.Created.Before(since) {
+		if m.QoS == 0 || !replayAllows(filters, m) {
 			continue
 		}
 		if n == limit {
@@ -1072,7 +1132,7 @@ func TestSecondPassReadsWhatIsRemembered(t *testing.T) {
 func TestCloseDuringSecondPassKeepsItPending(t *testing.T) {
 	entered := make(chan struct{})
 	var calls atomic.Int32
-	replay := func(ctx context.Context, _ *Identity, _ []string, _ time.Time, _ int, _ func(*Message)) error {
+	replay := func(ctx context.Context, _ *Identity, _ []ReplayFilter, _ int, _ func(*Message)) error {
 		if calls.Add(1) == 1 {
 			return nil
 		}
@@ -1118,9 +1178,9 @@ func TestCloseDuringSecondPassKeepsItPending(t *testing.T) {
 // until its context ends (a later CONNECT's resume gives it up), whose
 // second runs second first, and whose calls but the first bring bring;
 // calls counts them.
-func givenUpFirst(second func(), bring ...*Message) (calls *atomic.Int32, replay func(context.Context, *Identity, []string, time.Time, int, func(*Message)) error) {
+func givenUpFirst(second func(), bring ...*Message) (calls *atomic.Int32, replay func(context.Context, *Identity, []ReplayFilter, int, func(*Message)) error) {
 	calls = new(atomic.Int32)
-	return calls, func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+	return calls, func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
 		switch calls.Add(1) {
 		case 1:
 			<-ctx.Done()
@@ -1361,7 +1421,7 @@ func TestSupersededBesideAnEndedSessionKeepsTheCurrentsIndex(t *testing.T) {
 // that session, and the message, not a resume that ends it.
 func TestResumeUnderWayLeavesALaterSession(t *testing.T) {
 	var calls atomic.Int32
-	replay := func(ctx context.Context, id *Identity, filters []string, since time.Time, max int, fn func(*Message)) error {
+	replay := func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
 		if calls.Add(1) == 1 {
 			<-ctx.Done() // slow history (given up when the server closes)
 		}
