@@ -82,6 +82,7 @@ var docsSkipped = map[docRef]string{
 	{"docs/benchmarks.md", "### The Go runtime's monitor kept awake", 1}:                                "a benchmark: two builds measured in turn under full load",
 	{"docs/benchmarks.md", "### One processor while the load is light", 1}:                              "a benchmark: minutes of full load on the machine",
 	{"docs/benchmarks.md", "### One processor while the load is light", 2}:                              "a benchmark: minutes of full load on the machine",
+	{"docs/benchmarks.md", "### Allocations when every packet is its own read", 1}:                      "a test the suite runs anyway (TestMessageAllocationsOnePacketPerRead) and a benchmark (go test -bench)",
 	{"docs/benchmarks.md", "### Several nodes", 1}:                                                      "a benchmark: two brokers routed together under load",
 	{"docs/benchmarks.md", "### Unthrottled fan-in", 1}:                                                 "a benchmark: minutes of full load on the machine",
 	{"docs/benchmarks.md", "### Memory per idle connection", 1}:                                         "a benchmark: minutes of full load on the machine",
