@@ -995,26 +995,14 @@ func (h *fakeHistory) add(m *Message) {
 	h.msgs = append(h.msgs, m)
 }
 
-func (h *fakeHistory) replay(_ context.Context, _ *Identity, filters []ReplayFilter, limit int, fn func(*Message)) error {
+func (h *fakeHistory) replay(ctx context.Context, id *Identity, filters []ReplayFilter, limit int, fn func(*Message)) error {
 	if h.calls.Add(1) == 1 {
 		return nil
 	}
 	h.mu.Lock()
 	ms := slices.Clone(h.msgs)
 	h.mu.Unlock()
-	slices.SortStableFunc(ms, func(a, b *Message) int { return a.Created.Compare(b.Created) })
-	n := 0
-	for _, m := range ms {
-		if m.QoS == 0 || !replayAllows(filters, m) {
-			continue
-		}
-		if n == limit {
-			break
-		}
-		fn(m)
-		n++
-	}
-	return nil
+	return historyOf(ms...)(ctx, id, filters, limit, fn)
 }
 
 // publishLive publishes the messages to srv, adds them to h, and expects c
