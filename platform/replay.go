@@ -12,7 +12,6 @@ import (
 	"github.com/fleetmq/fleetmq/internal/lines"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
-	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
 // ReplayScanBudget bounds the history rows one replay examines (a session
@@ -67,13 +66,7 @@ func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Conte
 		if slots != nil {
 			h = slots.Charged(account, h)
 		}
-		from := filters[0].From
-		for _, f := range filters[1:] {
-			if f.From.Before(from) {
-				from = f.From
-			}
-		}
-		q := &fleetmq.HistoryQuery{AccountID: account, From: from, Ascending: true, ScanBudget: ReplayScanBudget}
+		q := &fleetmq.HistoryQuery{AccountID: account, From: broker.ReplayStart(filters), Ascending: true, ScanBudget: ReplayScanBudget}
 		// The filters go to the store as one expression (rows outside it
 		// come without their payload), and one client's index serves
 		// filters that all name that client.
@@ -95,7 +88,7 @@ func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Conte
 		n := 0
 		err = h.QueryHistory(ctx, q,
 			func(r *fleetmq.Record) error {
-				if r.QoS == 0 || !matchesFrom(filters, r.Topic, r.Received) {
+				if r.QoS == 0 || !broker.ReplayAllows(filters, r.Topic, r.Received) {
 					return nil
 				}
 				fn(replayed(r))
@@ -109,17 +102,6 @@ func Replay(h fleetmq.HistoryStore, slots *history.Slots) func(ctx context.Conte
 		}
 		return err
 	}
-}
-
-// matchesFrom reports whether one of filters matches name and had
-// started by received, when the record was received.
-func matchesFrom(filters []broker.ReplayFilter, name string, received time.Time) bool {
-	for _, f := range filters {
-		if !f.From.After(received) && topic.Match(f.Filter, name) {
-			return true
-		}
-	}
-	return false
 }
 
 // replayed is the message a history record was, as the broker delivers

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"time"
+
+	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
 // ReplayFilter is a filter a replay reads (Options.Replay) and From, when
@@ -17,6 +19,30 @@ import (
 type ReplayFilter struct {
 	Filter string
 	From   time.Time
+}
+
+// ReplayStart returns where a read of filters begins (Options.Replay):
+// the earliest From (zero when there are none).
+func ReplayStart(filters []ReplayFilter) time.Time {
+	var start time.Time
+	for i, f := range filters {
+		if i == 0 || f.From.Before(start) {
+			start = f.From
+		}
+	}
+	return start
+}
+
+// ReplayAllows reports whether a replay of filters brings a message on
+// name received at received (Options.Replay): a filter matches it and
+// had started by then.
+func ReplayAllows(filters []ReplayFilter, name string, received time.Time) bool {
+	for _, f := range filters {
+		if !f.From.After(received) && topic.Match(f.Filter, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // Options configure a Server. Zero values are replaced by the defaults in

@@ -39,7 +39,7 @@ func TestRestartReplay(t *testing.T) {
 			// restart's reconnect storm); its second pass is bounded.
 			t.Errorf("the replay is given a deadline (%v): a session that waited for others' replays would lose what it missed", d)
 		}
-		called <- replayStart(filters)
+		called <- ReplayStart(filters)
 		select {
 		case <-release:
 		case <-ctx.Done():
@@ -167,7 +167,7 @@ func TestPendingStateIgnoresRounds(t *testing.T) {
 	t0 := time.Now().Add(-time.Minute)
 	since, maxes := make(chan time.Time, 2), make(chan int, 2)
 	replay := func(_ context.Context, _ *Identity, filters []ReplayFilter, max int, _ func(*Message)) error {
-		since <- replayStart(filters)
+		since <- ReplayStart(filters)
 		maxes <- max
 		return nil
 	}

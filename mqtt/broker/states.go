@@ -403,9 +403,9 @@ func (s *Server) resumeRun(claim Claim) (run *resumeRun, end func()) {
 // if its claim is older than claim, a clean start's, that the client
 // discarded the session it brings back: its replay ends, and install
 // refuses it, as it refuses the resumes that one gave up
-// (supersededLocked). Without that, once the clean start's session ended (no
-// session expiry) the resume would install the discarded session in the
-// empty place and answer session present. The caller holds s.mu.
+// (supersededLocked). Without that, once the clean start's session ended
+// (no session expiry) the resume would install the discarded session in
+// the empty place and answer session present. The caller holds s.mu.
 func (s *Server) startedCleanLocked(key string, claim Claim) {
 	if r := s.resuming[key]; r != nil && r.epoch < claim.Epoch {
 		r.startedClean = true
@@ -421,7 +421,8 @@ var errSuperseded = errors.New("a later connection of this client took the sessi
 // install makes ss, resumed for claim by run, the server's session for
 // its key, unless a session with a later claim is there already, a clean
 // start discarded the session meanwhile or a later resume installed its
-// own (run.supersededLocked; then ss ends and errSuperseded says why). A session with an earlier claim there ends.
+// own (run.supersededLocked; then ss ends and errSuperseded says why). A
+// session with an earlier claim there ends.
 func (s *Server) install(ss *session, claim Claim, run *resumeRun) error {
 	for {
 		s.mu.Lock()
@@ -792,7 +793,7 @@ type recentSet struct {
 // a shared subscription's only, nor one subscribed after the first pass),
 // and among the oldest room of those.
 func (r *recentSet) note(m *Message) {
-	if m.QoS == 0 || !replayMatches(r.filters, m.Topic, m.Created) {
+	if m.QoS == 0 || !ReplayAllows(r.filters, m.Topic, m.Created) {
 		return
 	}
 	k := keyOf(m)
@@ -870,30 +871,6 @@ func (ss *session) replayFilters(since time.Time) []ReplayFilter {
 	return filters
 }
 
-// replayStart returns where a replay of filters reads from: the earliest
-// From (zero when there are none).
-func replayStart(filters []ReplayFilter) time.Time {
-	var start time.Time
-	for i, f := range filters {
-		if i == 0 || f.From.Before(start) {
-			start = f.From
-		}
-	}
-	return start
-}
-
-// replayMatches reports whether a message on name received at created
-// is one a replay of filters brings: a filter matches it and started by
-// then (Options.Replay).
-func replayMatches(filters []ReplayFilter, name string, created time.Time) bool {
-	for _, f := range filters {
-		if !f.From.After(created) && topic.Match(f.Filter, name) {
-			return true
-		}
-	}
-	return false
-}
-
 // replayLimit is how many messages a replay reads: the session's queue
 // bound, and seen more, the messages the caller knows the session has
 // (they are skipped).
@@ -927,7 +904,7 @@ func (s *Server) replayed(ctx context.Context, ss *session, filters []ReplayFilt
 		s.log.Info("a session's replay was given up: a later connection of its client started afresh", "session", ss.key)
 	default:
 		s.log.Error("a session's replay could not read all it missed from history; it goes on without the rest",
-			"session", ss.key, "since", replayStart(filters), "replayed", len(got), "error", err)
+			"session", ss.key, "since", ReplayStart(filters), "replayed", len(got), "error", err)
 	}
 	return got
 }

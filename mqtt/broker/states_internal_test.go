@@ -19,7 +19,6 @@ import (
 
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
-	"github.com/fleetmq/fleetmq/mqtt/topic"
 )
 
 // memStates is a SessionStates in memory: Take gives take, Save counts
@@ -597,7 +596,7 @@ func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
 	// pass here read it (only the second pass would find it here).
 	missed := &Message{Topic: "t/missed", QoS: 1, PublishedQoS: 1, Payload: []byte("missed"), Created: t0.Add(2 * time.Second)}
 	history := func(ctx context.Context, id *Identity, filters []ReplayFilter, max int, fn func(*Message)) error {
-		if replayAllows(filters, missed) {
+		if ReplayAllows(filters, missed.Topic, missed.Created) {
 			fn(missed)
 		}
 		return nil
@@ -650,13 +649,6 @@ func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
 	}
 }
 
-// replayAllows reports whether a replay of filters brings m (the
-// contract of Options.Replay): one of them matches its topic and starts
-// by the time it was received.
-func replayAllows(filters []ReplayFilter, m *Message) bool {
-	return slices.ContainsFunc(filters, func(f ReplayFilter) bool { return !f.From.After(m.Created) && topic.Match(f.Filter, m.Topic) })
-}
-
 // historyOf is an Options.Replay over msgs as history reads them: the
 // QoS 1 and 2 messages a filter matches that were received since its
 // From, oldest first, at most limit (what only a filter that started
@@ -666,7 +658,7 @@ func historyOf(msgs ...*Message) func(context.Context, *Identity, []ReplayFilter
 	return func(_ context.Context, _ *Identity, filters []ReplayFilter, limit int, fn func(*Message)) error {
 		n := 0
 		for _, m := range sorted {
-			if m.QoS == 0 || !replayAllows(filters, m) {
+			if m.QoS == 0 || !ReplayAllows(filters, m.Topic, m.Created) {
 				continue
 			}
 			if n == limit {
@@ -922,7 +914,7 @@ func TestReplayFiltersStartAtTheirSubscriptions(t *testing.T) {
 	if !slices.EqualFunc(got, want, func(a, b ReplayFilter) bool { return a.Filter == b.Filter && a.From.Equal(b.From) }) {
 		t.Fatalf("filters %v, want %v", got, want)
 	}
-	if start := replayStart(got); !start.Equal(since) {
+	if start := ReplayStart(got); !start.Equal(since) {
 		t.Fatalf("the replay reads from %v, want its start %v", start, since)
 	}
 }
