@@ -627,19 +627,8 @@ func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
 	}
 
 	third, addr3 := startStates(t, Options{States: &memStates{take: state}, Owners: &elsewhere{}, Replay: history})
-	c3 := mqtttest.DialV5(t, addr3, persistent("dev"))
-	if !c3.Connack.SessionPresent {
-		t.Fatal("session present 0 on the third node")
-	}
-	c3.Expect(t, "missed")
-
 	// The third node's second pass: once in, the state is current.
-	ss3 := sessionOf(third, "dev")
-	testkit.Eventually(t, 10*time.Second, "the second replay", func() bool {
-		ss3.mu.Lock()
-		defer ss3.mu.Unlock()
-		return ss3.replayTimer == nil
-	})
+	_, ss3 := resumedWithMissed(t, third, addr3)
 	ss3.mu.Lock()
 	now := third.now()
 	after := ss3.snapshotLocked(now)
@@ -716,10 +705,10 @@ func newFilterDuringSecondPass(t *testing.T, t0 time.Time, olds int, opts Option
 	return srv, msgs
 }
 
-// expectMissedNotOld connects dev to addr and expects t/missed; once the
-// server's second replay of the session is in, a message published live
-// comes next: none on n/ received before the client subscribed to n/#.
-func expectMissedNotOld(t *testing.T, srv *Server, addr string) {
+// resumedWithMissed connects dev to addr, which resumes its session
+// (session present) and sends t/missed first, and waits until the
+// server's second replay of the session is in.
+func resumedWithMissed(t *testing.T, srv *Server, addr string) (*mqtttest.V5, *session) {
 	t.Helper()
 	c := mqtttest.DialV5(t, addr, persistent("dev"))
 	if !c.Connack.SessionPresent {
@@ -732,6 +721,15 @@ func expectMissedNotOld(t *testing.T, srv *Server, addr string) {
 		defer ss.mu.Unlock()
 		return ss.replayTimer == nil && ss.replayFrom.IsZero()
 	})
+	return c, ss
+}
+
+// expectMissedNotOld connects dev to addr and expects t/missed; once the
+// server's second replay of the session is in, a message published live
+// comes next: none on n/ received before the client subscribed to n/#.
+func expectMissedNotOld(t *testing.T, srv *Server, addr string) {
+	t.Helper()
+	c, _ := resumedWithMissed(t, srv, addr)
 	srv.Publish(&Message{Topic: "t/end", QoS: 1, PublishedQoS: 1, Payload: []byte("end")})
 	c.Expect(t, "end")
 }
