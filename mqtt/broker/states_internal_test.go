@@ -456,14 +456,22 @@ func cleanStartDuringAResume(t *testing.T, opts Options, entered, release chan s
 	srv, addr := startStates(t, opts)
 	resuming := connectLater(t, addr, persistent("dev"))
 	<-entered
+	startCleanAndLeave(t, srv, addr)
+	close(release)
+	discardedStaysDiscarded(t, srv, resuming)
+}
+
+// startCleanAndLeave connects dev to addr with a clean start and no
+// session expiry, which finds no session, and disconnects; it returns once
+// the server has no session of dev.
+func startCleanAndLeave(t *testing.T, srv *Server, addr string) {
+	t.Helper()
 	clean := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "dev", KeepAlive: 30, CleanStart: true})
 	if clean.Connack.SessionPresent {
 		t.Fatal("the clean start found a session")
 	}
 	clean.Disconnect(&paho.Disconnect{})
 	testkit.Eventually(t, 5*time.Second, "the clean start's session ended", func() bool { return sessionOf(srv, "dev") == nil })
-	close(release)
-	discardedStaysDiscarded(t, srv, resuming)
 }
 
 // discardedStaysDiscarded waits for the answer to a held resume's CONNECT
@@ -512,12 +520,7 @@ func TestCleanStartEndsAResumeGivenUpByARetry(t *testing.T) {
 	if !retry.Connack.SessionPresent {
 		t.Fatal("session present 0: the retry did not resume")
 	}
-	clean := mqtttest.DialV5(t, addr, &paho.Connect{ClientID: "dev", KeepAlive: 30, CleanStart: true}) // claim 3
-	if clean.Connack.SessionPresent {
-		t.Fatal("the clean start found a session")
-	}
-	clean.Disconnect(&paho.Disconnect{})
-	testkit.Eventually(t, 5*time.Second, "the clean start's session ended", func() bool { return sessionOf(srv, "dev") == nil })
+	startCleanAndLeave(t, srv, addr) // claim 3
 	close(release)
 	discardedStaysDiscarded(t, srv, first)
 }
