@@ -617,14 +617,7 @@ func TestHandOffDuringSecondPassKeepsItsStart(t *testing.T) {
 	if !armed {
 		t.Fatal("no second replay pending after the resume")
 	}
-	srv.takenElsewhere(ss.currentClaim()) // a third node resumes it
-	st.mu.Lock()
-	state := st.last
-	st.mu.Unlock()
-	var handed savedSession
-	if err := json.Unmarshal(state, &handed); err != nil {
-		t.Fatalf("the hand-over saved no readable state: %v (%q)", err, state)
-	}
+	state, handed := handOver(t, srv, st) // a third node resumes it
 	if !handed.Pending || !handed.Saved.Equal(t0) {
 		t.Fatalf("handed over as saved at %v, pending %v; want pending from %v (the second replay was not in)", handed.Saved, handed.Pending, t0)
 	}
@@ -708,6 +701,22 @@ func newFilterDuringSecondPass(t *testing.T, t0 time.Time, olds int, opts Option
 	return srv, msgs
 }
 
+// handOver has another node take dev's session from srv (its claim
+// superseded) and returns the state srv saved into st for it, raw and
+// read.
+func handOver(t *testing.T, srv *Server, st *memStates) ([]byte, savedSession) {
+	t.Helper()
+	srv.takenElsewhere(sessionOf(srv, "dev").currentClaim())
+	st.mu.Lock()
+	state := st.last
+	st.mu.Unlock()
+	var handed savedSession
+	if err := json.Unmarshal(state, &handed); err != nil {
+		t.Fatalf("the hand-over saved no readable state: %v (%q)", err, state)
+	}
+	return state, handed
+}
+
 // resumedWithMissed connects dev to addr, which resumes its session
 // (session present) and sends t/missed first, and waits until the
 // server's second replay of the session is in.
@@ -756,14 +765,7 @@ func TestHandOffDuringSecondPassReplaysANewFilterFromItsSubscription(t *testing.
 			t0 := time.Now().Add(-10 * time.Second)
 			srv, history := newFilterDuringSecondPass(t, t0, tc.olds, Options{MaxQueued: tc.maxQueued})
 			st := srv.states.(*memStates)
-			srv.takenElsewhere(sessionOf(srv, "dev").currentClaim()) // a third node resumes it
-			st.mu.Lock()
-			state := st.last
-			st.mu.Unlock()
-			var handed savedSession
-			if err := json.Unmarshal(state, &handed); err != nil {
-				t.Fatalf("the hand-over saved no readable state: %v (%q)", err, state)
-			}
+			state, handed := handOver(t, srv, st) // a third node resumes it
 			if !handed.Pending || !handed.Saved.Equal(t0) || len(handed.Subs) != 2 {
 				t.Fatalf("handed over as saved at %v, pending %v, with %d subscriptions; want pending from %v, with both", handed.Saved, handed.Pending, len(handed.Subs), t0)
 			}
