@@ -436,10 +436,7 @@ func (c *conn) readRaw() error {
 	if idle {
 		c.setIdle(idleWaiting)
 	}
-	op := getRawOp(c, nil)
-	err := c.raw.Read(op.readOnce)
-	n, rerr := op.n, op.err
-	putRawOp(op)
+	n, rerr, err := rawRead(c)
 	if idle && c.setIdle(idleBusy) && errors.Is(err, os.ErrDeadlineExceeded) && c.ending.Load() == nil {
 		return errParked // idle: the watchdog woke the wait to park it
 	}

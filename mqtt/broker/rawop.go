@@ -28,15 +28,39 @@ var rawOps = sync.Pool{New: func() any {
 	return op
 }}
 
-// getRawOp returns a pooled op for c or buf; putRawOp gives it back.
-func getRawOp(c *conn, buf []byte) *rawOp {
+// rawRead reads what c's socket holds into c's pooled read buffer
+// (taken for the read, given back when there is nothing), waiting for
+// the socket until there is something: n bytes, and the error of the
+// read (ioErr) or of the wait (err).
+func rawRead(c *conn) (n int, ioErr, err error) {
 	op := rawOps.Get().(*rawOp)
-	op.c, op.buf, op.n, op.err = c, buf, 0, nil
-	return op
+	op.c = c
+	err = c.raw.Read(op.readOnce)
+	n, ioErr = op.n, op.err
+	putRawOp(op)
+	return n, ioErr, err
 }
 
+// rawWrite writes buf to c's socket: all of it, waiting for the socket
+// whenever it takes no more, or (all false) with one attempt that never
+// waits. It returns the bytes written (-1 when the one attempt failed),
+// and the error of the write (ioErr) or of the wait (err).
+func rawWrite(c *conn, buf []byte, all bool) (n int, ioErr, err error) {
+	op := rawOps.Get().(*rawOp)
+	op.buf = buf
+	if all {
+		err = c.raw.Write(op.writeAll)
+	} else {
+		err = c.raw.Write(op.writeOnce)
+	}
+	n, ioErr = op.n, op.err
+	putRawOp(op)
+	return n, ioErr, err
+}
+
+// putRawOp clears op and gives it back to the pool.
 func putRawOp(op *rawOp) {
-	op.c, op.buf, op.err = nil, nil, nil
+	op.c, op.buf, op.n, op.err = nil, nil, 0, nil
 	rawOps.Put(op)
 }
 

@@ -270,10 +270,7 @@ func (c *conn) write(buf []byte) (int, error) {
 	if c.raw == nil {
 		return c.nc.Write(buf)
 	}
-	op := getRawOp(nil, buf)
-	err := c.raw.Write(op.writeAll)
-	n, werr := op.n, op.err
-	putRawOp(op)
+	n, werr, err := rawWrite(c, buf, true)
 	return n, cmp.Or(err, werr)
 }
 
@@ -376,10 +373,7 @@ func (t *conn) flushDirect() {
 	if !ok {
 		return
 	}
-	op := getRawOp(nil, buf)
-	werr := t.raw.Write(op.writeOnce) // one attempt: never wait for the socket here
-	n, err := op.n, op.err
-	putRawOp(op)
+	n, err, werr := rawWrite(t, buf, false) // one attempt: never wait for the socket here
 	if n < 0 {
 		n = 0
 	}
