@@ -1,8 +1,6 @@
 package broker_test
 
 import (
-	"context"
-	"log/slog"
 	"strconv"
 	"testing"
 
@@ -69,16 +67,7 @@ func BenchmarkOnePacketPerRead(b *testing.B) {
 // waits until the subscriber has it (and, at QoS 1, both PUBACKs are
 // through).
 func onePacketPerRead(tb testing.TB, qos byte) func() {
-	srv, err := broker.New(broker.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { srv.Close(context.Background()) })
-	ln, err := srv.ListenTCP("127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
+	addr := startBroker(tb, broker.Options{}).Addr
 	sub := dialBench(tb, addr, "sub")
 	sub.Must(tb, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "allocs/#", QoS: 1}}})
 	sub.Expect(tb, packet.SUBACK)
