@@ -460,8 +460,12 @@ func (c *conn) readRaw() error {
 // read call, not per packet): by the real clock for the keep alive, and by
 // Options.Now for the ConnectObserver.
 func (c *conn) received() {
-	c.lastRead.Store(time.Now().UnixNano())
-	c.info.lastRecv.Store(c.srv.now().UnixNano())
+	now := time.Now()
+	c.lastRead.Store(now.UnixNano())
+	if !c.srv.realNow {
+		now = c.srv.now()
+	}
+	c.info.lastRecv.Store(now.UnixNano())
 }
 
 // readPacket returns the next packet. Bodies of packets whose fields are

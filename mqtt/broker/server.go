@@ -29,6 +29,9 @@ type Server struct {
 	log      *slog.Logger
 	events   *eventLog
 	now      func() time.Time
+	// realNow: now is time.Now (Options.Now was not set), so a reading of
+	// the real clock serves as now's too.
+	realNow bool
 
 	router Router
 	owners SessionOwners
@@ -77,6 +80,7 @@ type Server struct {
 
 // New creates a server and loads saved state from Options.StatePath.
 func New(opts Options) (*Server, error) {
+	realNow := opts.Now == nil
 	opts.fill()
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
@@ -87,6 +91,7 @@ func New(opts Options) (*Server, error) {
 		log:       opts.Logger,
 		events:    newEventLog(&opts),
 		now:       opts.Now,
+		realNow:   realNow,
 		subs:      topic.NewIndex[string, subscription](),
 		router:    opts.Router,
 		owners:    opts.Owners,
