@@ -49,9 +49,7 @@ func TestMain(m *testing.M) {
 		for i < len(os.Args) && os.Args[i] != "--" {
 			i++
 		}
-		if i+1 < len(os.Args) {
-			quietRuntimeMonitor(os.Args[i+1], os.Args) // as main does
-		}
+		quietRuntimeMonitor(os.Args, os.Args[min(i+1, len(os.Args)):]) // as main does
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		if i+1 < len(os.Args) {
 			fitProcessors(ctx, os.Args[i+1]) // as main does

@@ -25,9 +25,7 @@ import (
 
 func main() {
 	control.ServeKeyWorkerIfAsked() // the child "fleetmq serve" hashes passwords in
-	if len(os.Args) > 1 {
-		quietRuntimeMonitor(os.Args[1], os.Args)
-	}
+	quietRuntimeMonitor(os.Args, os.Args[1:])
 	keyWorkers = true
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

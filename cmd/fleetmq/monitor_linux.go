@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -32,17 +34,18 @@ const monitorSetting = "schedtrace=2147483647"
 const monitorMark = "FLEETMQ_RUNTIME_MONITOR_SET"
 
 // quietRuntimeMonitor re-executes this program (its arguments argv, from
-// the program's name on), when command is one of the long-running servers,
-// with monitorSetting added to GODEBUG: the runtime reads it only at
-// start. It returns, and the program runs as it is, when GODEBUG names
-// schedtrace already (GODEBUG=schedtrace=0 keeps the Go runtime's default
-// behaviour) or the re-execution fails.
+// the program's name on), when command (the fleetmq command line, from the
+// command's name on) is one of the long-running servers and one that wakes
+// the monitor (wakesMonitor), with monitorSetting added to GODEBUG: the
+// runtime reads it only at start. It returns, and the program runs as it
+// is, when GODEBUG names schedtrace already (GODEBUG=schedtrace=0 keeps
+// the Go runtime's default behaviour) or the re-execution fails.
 //
 // Once re-executed, it takes the setting out of the environment again (the
 // runtime has read it), so that the processes the server starts (its
 // password-hashing workers) do not print the scheduler's line.
-func quietRuntimeMonitor(command string, argv []string) {
-	if command != "serve" && command != "broker" {
+func quietRuntimeMonitor(argv, command []string) {
+	if len(command) == 0 || !wakesMonitor(command[0], command[1:]) {
 		return
 	}
 	godebug := os.Getenv("GODEBUG")
@@ -82,4 +85,33 @@ func quietRuntimeMonitor(command string, argv []string) {
 	}
 	err = errors.Join(err, syscall.Exec("/proc/self/exe", argv, env))
 	fmt.Fprintln(os.Stderr, "fleetmq: running with the Go runtime's default monitor: re-executing with GODEBUG="+monitorSetting+":", err)
+}
+
+// wakesMonitor reports whether the fleetmq command name, run with args,
+// makes system calls on its message path that the Go scheduler is told of,
+// each of which wakes a deeply sleeping monitor: `serve` always (SQLite's
+// cgo calls), `broker` with a TLS or WebSocket listener (crypto/tls and the
+// WebSocket library read and write through net.Conn), as a cluster node
+// (the NATS client's sockets) or with a state file (its writes). A broker
+// that serves plain TCP only makes its socket calls raw
+// (mqtt/broker/rawio_linux.go), which the scheduler never sees: its
+// monitor sleeps deeply between bursts and nothing but a timer wakes it,
+// which costs less than 100 wake-ups a second (a third fewer context
+// switches at 4,000 msg/s; see docs/benchmarks.md). Its HTTP listener's
+// few requests (a scrape every few seconds) do not change that.
+func wakesMonitor(name string, args []string) bool {
+	switch name {
+	case "serve":
+		return true
+	case "broker":
+		var cfg brokerConfig
+		fs := flag.NewFlagSet(name, flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		cfg.flags(fs)
+		if parseFlags(fs, args) != nil {
+			return true // as before: the broker reports the error itself
+		}
+		return cfg.TLSListen != "" || cfg.WSListen != "" || cfg.Cluster.On() || cfg.StatePath != ""
+	}
+	return false
 }

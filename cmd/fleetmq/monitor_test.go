@@ -11,19 +11,36 @@ import (
 	"testing"
 )
 
-// TestServeQuietsTheRuntimeMonitor: "fleetmq serve" runs with the Go
+// TestServersQuietTheRuntimeMonitor: "fleetmq serve" runs with the Go
 // runtime's monitor kept out of its deep sleep (monitor_linux.go), as the
 // same process (its PID is the one started), adding to the operator's
-// GODEBUG; an operator who names schedtrace gets what they asked for.
-func TestServeQuietsTheRuntimeMonitor(t *testing.T) {
-	for _, tc := range []struct{ env, want string }{
-		{"", monitorSetting},
-		{"gctrace=0", "gctrace=0," + monitorSetting},
-		{"schedtrace=0", "schedtrace=0"},
+// GODEBUG; an operator who names schedtrace gets what they asked for. A
+// broker does too when it makes system calls the scheduler sees (here: a
+// WebSocket listener), and runs with the runtime's default when it serves
+// plain TCP only.
+func TestServersQuietTheRuntimeMonitor(t *testing.T) {
+	broker := []string{"broker", "-listen", "127.0.0.1:0"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+		want string // the GODEBUG it runs with
+	}{
+		{"serve", nil, "", monitorSetting},
+		{"serve", nil, "gctrace=0", "gctrace=0," + monitorSetting},
+		{"serve", nil, "schedtrace=0", "schedtrace=0"},
+		{"broker plain TCP", broker, "", ""},
+		{"broker plain TCP", broker, "gctrace=0", "gctrace=0"},
+		{"broker WebSocket", append(broker, "-ws-listen", "127.0.0.1:0"), "", monitorSetting},
 	} {
-		t.Run("GODEBUG="+tc.env, func(t *testing.T) {
+		t.Run(tc.name+" GODEBUG="+tc.env, func(t *testing.T) {
 			t.Setenv("GODEBUG", tc.env)
-			p := startServe(t, t.TempDir()) // waits until it serves MQTT
+			var p *serveProcess
+			if tc.args == nil {
+				p = startServe(t, t.TempDir()) // waits until it serves MQTT
+			} else {
+				p = startChild(t, tc.args...)
+			}
 			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.cmd.Process.Pid))
 			if err != nil {
 				t.Fatal(err)
@@ -35,7 +52,7 @@ func TestServeQuietsTheRuntimeMonitor(t *testing.T) {
 				}
 			}
 			if len(got) != 1 || got[0] != tc.want {
-				t.Fatalf("serve runs with GODEBUG %q, want one, %q", got, tc.want)
+				t.Fatalf("it runs with GODEBUG %q, want one, %q", got, tc.want)
 			}
 			// It keeps its name (ps, pgrep -x): the test binary's here.
 			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p.cmd.Process.Pid))
@@ -47,7 +64,7 @@ func TestServeQuietsTheRuntimeMonitor(t *testing.T) {
 				want = want[:15] // the kernel keeps 15 bytes
 			}
 			if got := strings.TrimSpace(string(comm)); got != want {
-				t.Fatalf("serve runs as %q, want %q", got, want)
+				t.Fatalf("it runs as %q, want %q", got, want)
 			}
 		})
 	}
