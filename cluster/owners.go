@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -61,6 +62,37 @@ type Owners struct {
 	// line of their own (the platform's: the account; default: the
 	// key's namespace).
 	Tenant func(key string) string
+	// Malformed counts the notices heard that did not decode (a layout
+	// version this node does not read among them).
+	Malformed atomic.Int64
+}
+
+// noticeVersion is the layout of a notice of a session taken over: this
+// version (a byte), whether the claim is fresh (a byte, 0 or 1), the
+// replaced claim's epoch (a uvarint), then the session's key.
+const noticeVersion = 1
+
+// appendNotice appends the notice of key's claim of epoch replaced to b.
+func appendNotice(b []byte, key string, epoch uint64, fresh bool) []byte {
+	flag := byte(0)
+	if fresh {
+		flag = 1
+	}
+	b = append(b, noticeVersion, flag)
+	b = binary.AppendUvarint(b, epoch)
+	return append(b, key...)
+}
+
+// decodeNotice reads what appendNotice wrote.
+func decodeNotice(b []byte) (key string, epoch uint64, fresh, ok bool) {
+	if len(b) < 3 || b[0] != noticeVersion || b[1] > 1 {
+		return "", 0, false, false
+	}
+	epoch, k := binary.Uvarint(b[2:])
+	if k <= 0 {
+		return "", 0, false, false
+	}
+	return string(b[2+k:]), epoch, b[1] == 1, true
 }
 
 // NewOwners connects a node's session claims to the NATS for notices.
@@ -101,12 +133,7 @@ func (o *Owners) Claim(key, node string, fresh bool) (broker.Claim, error) {
 	if oldNode == "" || oldNode == node {
 		return c, nil
 	}
-	// The notice: whether the claim is fresh, the replaced epoch, the key.
-	flag := byte(0)
-	if fresh {
-		flag = 1
-	}
-	notice := append(binary.AppendUvarint([]byte{flag}, uint64(oldEpoch)), key...)
+	notice := appendNotice(nil, key, uint64(oldEpoch), fresh)
 	subject := ownersSubject(oldNode)
 	if fresh {
 		err = o.nc.Publish(subject, notice)
@@ -149,14 +176,16 @@ func (o *Owners) Owner(key string) (broker.Claim, bool, error) {
 // Watch calls lost with each of node's claims another node replaced.
 func (o *Owners) Watch(node string, lost func(old broker.Claim)) (stop func()) {
 	sub, err := o.nc.Subscribe(ownersSubject(node), func(msg *nats.Msg) {
-		if len(msg.Data) < 2 {
+		key, epoch, fresh, ok := decodeNotice(msg.Data)
+		if !ok {
+			// Not answered: a claim that waits goes on after
+			// handOffWait, as when this node cannot be reached.
+			if n := o.Malformed.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, 8th...
+				o.log.Warn("cluster: a notice of a session taken over did not decode (another release's layout?)", "bytes", len(msg.Data))
+			}
 			return
 		}
-		epoch, k := binary.Uvarint(msg.Data[1:])
-		if k <= 0 {
-			return
-		}
-		old := broker.Claim{Key: string(msg.Data[1+k:]), Node: node, Epoch: epoch, Fresh: msg.Data[0] == 1}
+		old := broker.Claim{Key: key, Node: node, Epoch: epoch, Fresh: fresh}
 		// lost saves the session's state: notices are handled side by
 		// side (up to maxHandOffs), each answered once it returned.
 		o.handOffs <- struct{}{}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"hash/maphash"
 	"log/slog"
 	"strings"
@@ -19,6 +20,12 @@ import (
 // retainedSubject carries the retained messages set on one node to the
 // others.
 const retainedSubject = "fleetmq.retained"
+
+// retainedVersion is the layout of a retained message between nodes: this
+// version (a byte), the sending node's name (appendString), then the
+// message (broker.AppendMessage). A node drops, and counts in Malformed,
+// one of a version it does not read.
+const retainedVersion = 1
 
 // Retained is the broker.Retained of a node of a cluster: every node
 // keeps all of the cluster's retained messages in memory (a
@@ -81,8 +88,10 @@ type Retained struct {
 	closed  bool
 
 	// Received counts messages set from other nodes; Unstored counts
-	// rows dropped because the database did not take them in time.
-	Received, Unstored atomic.Int64
+	// rows dropped because the database did not take them in time;
+	// Malformed counts messages from other nodes that did not decode (a
+	// layout version this node does not read among them).
+	Received, Unstored, Malformed atomic.Int64
 }
 
 // stripe is the topics of one of Retained.stripes.
@@ -232,16 +241,40 @@ func (r *Retained) setIfNewer(m *broker.Message) bool {
 }
 
 func (r *Retained) receive(msg *nats.Msg) {
-	node, rest, ok := readString(msg.Data)
-	if !ok || node == r.node {
+	node, m, err := decodeRetained(msg.Data)
+	if err != nil {
+		r.Malformed.Add(1)
 		return
 	}
-	m, err := broker.DecodeMessage(rest)
-	if err != nil {
+	if node == r.node {
 		return
 	}
 	r.Received.Add(1)
 	r.setIfNewer(m)
+}
+
+// appendRetained appends the layout of m, retained on node, to b.
+func appendRetained(b []byte, node string, m *broker.Message) []byte {
+	b = append(b, retainedVersion)
+	b = appendString(b, node)
+	return broker.AppendMessage(b, m)
+}
+
+var errRetained = errors.New("cluster: malformed retained message")
+
+// decodeRetained reads what appendRetained wrote.
+func decodeRetained(b []byte) (node string, m *broker.Message, err error) {
+	if len(b) == 0 || b[0] != retainedVersion {
+		return "", nil, errRetained
+	}
+	node, rest, ok := readString(b[1:])
+	if !ok {
+		return "", nil, errRetained
+	}
+	if m, err = broker.DecodeMessage(rest); err != nil {
+		return "", nil, err
+	}
+	return node, m, nil
 }
 
 // send publishes what was retained here to the other nodes and queues it
@@ -251,8 +284,7 @@ func (r *Retained) send() {
 	defer close(r.sendDone)
 	var buf []byte
 	publish := func(m *broker.Message) {
-		buf = appendString(buf[:0], r.node)
-		buf = broker.AppendMessage(buf, m)
+		buf = appendRetained(buf[:0], r.node, m)
 		if err := r.nc.Publish(retainedSubject, buf); err != nil {
 			r.log.Warn("cluster: a retained message could not be sent to the other nodes", "topic", m.Topic, "error", err)
 		}

@@ -218,10 +218,14 @@ type ClusterStats struct {
 // Stats reads the node's counters.
 func (n *ClusterNode) Stats() ClusterStats {
 	rs := n.router.Stats()
-	return ClusterStats{Sent: rs.Sent.Load(), SendErrors: rs.SendErrors.Load(), Received: rs.Received.Load(),
-		Duplicates: rs.Duplicates.Load(), SharedReceived: rs.SharedReceived.Load(), Malformed: rs.Malformed.Load(),
+	s := ClusterStats{Sent: rs.Sent.Load(), SendErrors: rs.SendErrors.Load(), Received: rs.Received.Load(),
+		Duplicates: rs.Duplicates.Load(), SharedReceived: rs.SharedReceived.Load(), Malformed: rs.Malformed.Load() + n.retained.Malformed.Load(),
 		Interest: rs.Interest.Load(), RetainedReceived: n.retained.Received.Load(), RetainedUnstored: n.retained.Unstored.Load(),
 		Routes: n.nats.Routes(), Connected: n.router.Connected(), Dropped: n.router.Dropped()}
+	if n.owners != nil {
+		s.Malformed += n.owners.Malformed.Load()
+	}
+	return s
 }
 
 // RegisterCluster exposes a node's cluster traffic.
