@@ -15,11 +15,12 @@ import (
 // runtime's monitor kept out of its deep sleep (monitor_linux.go), as the
 // same process (its PID is the one started), adding to the operator's
 // GODEBUG; an operator who names schedtrace gets what they asked for. A
-// broker does too when it makes system calls the scheduler sees (here: a
-// WebSocket listener), and runs with the runtime's default when it serves
-// plain TCP only.
+// broker does too when it makes system calls the scheduler sees (a
+// WebSocket listener, a state file, a cluster's NATS), and runs with the
+// runtime's default when it serves plain TCP only.
 func TestServersQuietTheRuntimeMonitor(t *testing.T) {
 	broker := []string{"broker", "-listen", "127.0.0.1:0"}
+	with := func(args ...string) []string { return append(append([]string{}, broker...), args...) }
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -31,7 +32,9 @@ func TestServersQuietTheRuntimeMonitor(t *testing.T) {
 		{"serve", nil, "schedtrace=0", "schedtrace=0"},
 		{"broker plain TCP", broker, "", ""},
 		{"broker plain TCP", broker, "gctrace=0", "gctrace=0"},
-		{"broker WebSocket", append(broker, "-ws-listen", "127.0.0.1:0"), "", monitorSetting},
+		{"broker WebSocket", with("-ws-listen", "127.0.0.1:0"), "", monitorSetting},
+		{"broker state file", with("-state", filepath.Join(t.TempDir(), "state")), "", monitorSetting},
+		{"broker cluster node", with("-cluster-listen", "127.0.0.1:0"), "", monitorSetting},
 	} {
 		t.Run(tc.name+" GODEBUG="+tc.env, func(t *testing.T) {
 			t.Setenv("GODEBUG", tc.env)
