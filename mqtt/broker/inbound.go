@@ -249,18 +249,36 @@ func (ss *session) left2Locked(c *conn) {
 // ss.mu held.
 func (ss *session) end2Locked() { clear(ss.inbound2) }
 
-// saved2Locked lists the QoS 2 ids the state file keeps: those answered
-// or awaiting the policy, not a refused message awaiting the client's
-// retry (after a restart that copy is taken as new, and stored, rather
-// than answered as if it had been). Called with ss.mu held.
+// saved2Locked lists the QoS 2 ids the state file keeps: those whose
+// message was acknowledged (PUBREC sent or owed: the policy kept it). Not
+// one whose message the policy has not acknowledged yet, nor a refused
+// message awaiting the client's retry: restored, either would be answered
+// as acknowledged when the client sends its copy again, whether or not
+// the message was ever kept ("acked means stored"). Left out, that copy is
+// taken as new and stored (twice, if the first was stored after the save:
+// never lost). Called with ss.mu held.
 func (ss *session) saved2Locked() []uint16 {
 	var ids []uint16
 	for pid, e := range ss.inbound2 {
-		if !e.retry {
+		if e.rec {
 			ids = append(ids, pid)
 		}
 	}
 	return ids
+}
+
+// unanswered2 counts the session's inbound QoS 2 messages the policy has
+// not acknowledged or refused yet.
+func (ss *session) unanswered2() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	n := 0
+	for _, e := range ss.inbound2 {
+		if e.m != nil && !e.rec && !e.retry {
+			n++
+		}
+	}
+	return n
 }
 
 // restore2 takes back the QoS 2 ids of a saved session: each awaits its

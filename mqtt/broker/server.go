@@ -304,11 +304,52 @@ func (s *Server) Close(ctx context.Context) error {
 	close(s.stopWatch)
 	s.unwatch()
 	if s.opts.StatePath != "" {
+		s.awaitUnanswered2(ctx)
 		if serr := s.saveState(s.opts.StatePath); serr != nil {
 			err = errors.Join(err, fmt.Errorf("broker: save state: %w", serr))
 		}
 	}
 	return err
+}
+
+// unanswered2Wait bounds how long Close waits, before it saves the state,
+// for the policy to answer the QoS 2 messages it is still keeping.
+const unanswered2Wait = 2 * time.Second
+
+// awaitUnanswered2 waits (within ctx and unanswered2Wait) until the policy
+// has answered every inbound QoS 2 message of every session, so that the
+// state saved next knows the ids of the messages it kept (saved2Locked):
+// a copy the client sends again after the restart is then answered, not
+// stored a second time. The clients are gone; the policy (the history
+// writer) is still working.
+func (s *Server) awaitUnanswered2(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, unanswered2Wait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for s.unanswered2() > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// unanswered2 counts the inbound QoS 2 messages the policy has not
+// answered yet, in every session.
+func (s *Server) unanswered2() int {
+	s.mu.Lock()
+	sessions := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		sessions = append(sessions, ss)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, ss := range sessions {
+		n += ss.unanswered2()
+	}
+	return n
 }
 
 // background runs the periodic sweep (retained expiry, session expiry) and

@@ -1,0 +1,101 @@
+package app_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/apptest"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
+)
+
+// TestQoS2NotStoredAtShutdownIsStoredWhenSentAgain: a QoS 2 PUBLISH whose
+// record the ingest writer could not commit before shutdown (the disk is
+// full, Close's deadline passes) is "neither stored nor acknowledged
+// (their QoS 1/2 publishers send them again)" (App.Close). After the
+// restart the device sends it again, with the same packet id: the PUBREC
+// it gets means the message is in history (the saved state does not hold
+// its id as answered).
+func TestQoS2NotStoredAtShutdownIsStoredWhenSentAgain(t *testing.T) {
+	dir := t.TempDir()
+	clk := testkit.NewClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
+	cfg := apptest.Config(t, clk.Now)
+	cfg.HTTPListen = ""
+	cfg.DataDir = dir
+	a1, err := app.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		a1.Close(ctx) // returns the first Close's result (an error, below)
+	})
+	p := &platform{App: a1, clock: clk, ctx: context.Background()}
+	p.plan(t, "q2", 10, 1000)
+	A := p.newTenant(t, "A", "q2", true)
+	p.addClient(t, A, "dev1", 2)
+	p.synced(t)
+
+	connect := func(addr string, first bool) *mqtttest.Raw {
+		t.Helper()
+		c := &packet.Connect{ClientID: "dev1", CleanStart: first, KeepAlive: 30, ProtocolLevel: packet.Version5,
+			HasUsername: true, Username: A.PubUser, HasPassword: true, Password: []byte(A.PubPass)}
+		c.Properties.SetSessionExpiry(3600)
+		rc, ack := mqtttest.ConnectRaw(t, addr, c)
+		if ack.SessionPresent == first {
+			t.Fatalf("session present %v", ack.SessionPresent)
+		}
+		return rc
+	}
+	topic := A.topic("dev1", "state/valve")
+	rc := connect(a1.MQTTAddr, true)
+
+	p.Store.SetMaxPages(1) // the disk is full
+	rc.Must(t, &packet.Publish{Topic: topic, QoS: 2, PacketID: 7, Payload: []byte(strings.Repeat("closed ", 30000))})
+	eventually(t, "a failed commit of the QoS 2 record", func() bool { return a1.Ingest.Stats().StoreErrors >= 1 })
+
+	// SIGTERM while the disk is still full: Close's deadline passes with
+	// the record unstored (and, as documented, unacknowledged).
+	// The device reads until the server closes its connection, as a
+	// client does (it gets DISCONNECT 0x8B, and no PUBREC).
+	go func() {
+		for {
+			pk, err := rc.ReadPacket()
+			if err != nil {
+				rc.Conn.Close()
+				return
+			}
+			if pk.Type() == packet.PUBREC {
+				t.Errorf("PUBREC before the record is stored")
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	cerr := a1.Close(ctx)
+	cancel()
+	t.Logf("first Close: %v", cerr)
+	if st := a1.Ingest.Stats(); st.Written != 0 {
+		t.Fatalf("the record was written after all (%+v): the test needs it not to be", st)
+	}
+
+	// Restart on the same data directory; the disk has room again. The
+	// device never had its PUBREC, so it sends the PUBLISH again (DUP).
+	p2 := startPlatform(t, func(c *app.Config) { c.DataDir = dir })
+	p2.synced(t)
+	rc2 := connect(p2.MQTTAddr, false)
+	rc2.Must(t, &packet.Publish{Topic: topic, QoS: 2, PacketID: 7, Payload: []byte(strings.Repeat("closed ", 30000)), Dup: true})
+	a := rc2.Expect(t, packet.PUBREC).(*packet.Ack)
+	if a.PacketID != 7 || a.ReasonCode >= 0x80 {
+		t.Fatalf("PUBREC %+v", a)
+	}
+	// Acked means stored: by the PUBREC the record is committed.
+	if got := p2.storedHistory(t, A.ID); len(got) != 1 {
+		t.Fatalf("the resent QoS 2 PUBLISH was answered PUBREC 0x%02x (success), but history holds %d records of it: the message is lost (Ingest stats after restart: %+v)",
+			byte(a.ReasonCode), len(got), p2.Ingest.Stats())
+	}
+}
