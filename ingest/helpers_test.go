@@ -254,6 +254,13 @@ func (s *spyStore) AppendHistory(ctx context.Context, recs []*fleetmq.Record) er
 	return s.HistoryStore.AppendHistory(ctx, recs)
 }
 
+// StoreFault is the wrapped store's, when it has one: a real store's
+// judgement of its own failures reaches the writer through the spy.
+func (s *spyStore) StoreFault(err error) bool {
+	sf, ok := s.HistoryStore.(interface{ StoreFault(error) bool })
+	return ok && sf.StoreFault(err)
+}
+
 // waitEntered waits until the writer is inside AppendHistory.
 func (s *spyStore) waitEntered(t *testing.T) {
 	t.Helper()

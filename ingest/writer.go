@@ -317,16 +317,20 @@ func (w *Writer) run(first bool) {
 		n := int64(len(b.recs))
 		w.inBatch.Add(n)
 		ok := w.commit(b)
-		w.inBatch.Add(-n)
-		w.q.release(b)
 		if !ok {
 			// Close's deadline passed: what was not committed is not
-			// acknowledged (what is still queued is counted when every
-			// writer has stopped).
-			w.abandoned.Add(int64(len(b.recs)))
+			// acknowledged, and stays counted in inBatch for Close to
+			// report (what is still queued is counted when every writer
+			// has stopped).
+			left := int64(len(b.recs))
+			w.inBatch.Add(left - n)
+			w.q.release(b)
+			w.abandoned.Add(left)
 			w.log.Warn("ingest: closed before these records were stored; they were not acknowledged", "records", len(b.recs)+w.q.len())
 			return
 		}
+		w.inBatch.Add(-n)
+		w.q.release(b)
 		lastCommit = time.Now()
 		b.reset()
 		if w.upkeep != nil {
@@ -588,8 +592,12 @@ func (w *Writer) pass(recs []*fleetmq.Record) passResult {
 	for i, err := range p.poison {
 		switch {
 		case err == nil:
-		case w.transient(err):
-			p.poison[i] = nil // the store will take it later: it is kept, in order
+		case w.transient(err) || w.storeFault(err) || w.abortCtx.Err() != nil:
+			// The store will take it later (a day being rewritten, a full
+			// disk, a database restarting), or Close's deadline cut its
+			// commit short: never the record's fault, so it is kept, in
+			// order, unacknowledged.
+			p.poison[i] = nil
 		case stored || w.recordError(err):
 			p.progress = true
 		default:
@@ -642,6 +650,15 @@ func (w *Writer) tryPart(all []*fleetmq.Record, off, n int, p *passResult, budge
 func (w *Writer) recordError(err error) bool {
 	re, ok := w.store.(interface{ RecordError(error) bool })
 	return ok && re.RecordError(err)
+}
+
+// storeFault asks the store, when it can tell, whether err is the store's
+// own failure (sqlstore.Store.StoreFault: a full disk, an I/O error, a
+// database that does not answer) whatever the record: such a record is
+// never poison, even when smaller ones still went in.
+func (w *Writer) storeFault(err error) bool {
+	sf, ok := w.store.(interface{ StoreFault(error) bool })
+	return ok && sf.StoreFault(err)
 }
 
 // transient asks the store, when it can tell, whether err says the store

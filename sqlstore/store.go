@@ -595,6 +595,36 @@ func (s *Store) RecordError(err error) bool {
 	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))
 }
 
+// StoreFault reports whether a write failed for the store's own reasons,
+// whatever it was given: a full disk or database (SQLite's SQLITE_FULL,
+// PostgreSQL's class 53), an I/O error (SQLITE_IOERR, class 58), a
+// database file that cannot be opened or written (SQLITE_CANTOPEN,
+// SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_NOTADB), one busy or locked past
+// the busy timeout, out of memory, a connection that failed (class 08),
+// a server shutting down (class 57) or a transaction rolled back for
+// another's (class 40). The ingest writer retries such a write, and never
+// refuses its records to their publishers, even when other records went
+// in meanwhile (a full disk can still take a small one).
+func (s *Store) StoreFault(err error) bool {
+	var se sqlite3.Error
+	if errors.As(err, &se) {
+		switch se.Code {
+		case sqlite3.ErrFull, sqlite3.ErrIoErr, sqlite3.ErrCantOpen, sqlite3.ErrReadonly, sqlite3.ErrCorrupt,
+			sqlite3.ErrNotADB, sqlite3.ErrBusy, sqlite3.ErrLocked, sqlite3.ErrNomem, sqlite3.ErrProtocol:
+			return true
+		}
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "08", "40", "53", "57", "58":
+			return true
+		}
+	}
+	return false
+}
+
 // TransientError reports whether a write failed because the store cannot
 // take it now but will without anything changing on the writer's side: on
 // PostgreSQL, a day of history closed while it is reordered (SQLSTATE
