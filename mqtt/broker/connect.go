@@ -89,6 +89,17 @@ func (c *conn) connect(cp *packet.Connect) error {
 		id.ClientID = cp.ClientID
 	}
 	c.fillLimits(id)
+	if w := cp.Will; w != nil && w.QoS > id.Limits.MaxQoS {
+		if v5 {
+			// [MQTT-3.2.2-12]: a will the server cannot publish at its QoS
+			// refuses the connection.
+			return refuse(packet.QoSNotSupported, fmt.Sprintf("will at QoS %d is above this client's maximum QoS %d", w.QoS, id.Limits.MaxQoS), id)
+		}
+		// 3.1.1 has no Maximum QoS to tell the client: its will is
+		// published at the client's maximum QoS, as a subscription is
+		// granted a lower QoS than asked.
+		w.QoS = id.Limits.MaxQoS
+	}
 	c.setThrottle(id)
 
 	// Keep alive: the client's value, capped by the server.

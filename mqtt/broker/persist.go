@@ -140,7 +140,11 @@ func (sm *savedMessage) message() *Message {
 }
 
 func saveDelivery(d *delivery) savedDelivery {
-	sd := savedDelivery{Message: saveMessage(d.msg), QoS: d.qos, Retain: d.retain(), SubID: d.subID, PID: d.pid, State: d.state()}
+	state := d.state()
+	if state == stateResend {
+		state = stateSent // awaiting its acknowledgement, sent again at the next connection
+	}
+	sd := savedDelivery{Message: saveMessage(d.msg), QoS: d.qos, Retain: d.retain(), SubID: d.subID, PID: d.pid, State: state}
 	if d.ids != nil {
 		sd.SubIDs = idBlockIDs(d.ids)
 	}
@@ -384,7 +388,11 @@ func (ss *session) restoreLocked(sv *savedSession) {
 	for _, x := range sv.Inflight {
 		d := newDelivery(x.Message.message(), x.QoS, x.Retain, x.subIDs())
 		d.pid = x.PID
-		d.setState(x.State & stateMask)
+		if st := x.State & stateMask; st == stateReleased {
+			d.setState(stateReleased)
+		} else {
+			d.setState(stateSent)
+		}
 		ss.inflight = append(ss.inflight, d)
 		ss.ninfl++
 		s.stats.inflight.Add(1)

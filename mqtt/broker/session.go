@@ -53,8 +53,12 @@ const (
 	stateQueued   uint8 = iota
 	stateSent           // awaiting PUBACK/PUBREC
 	stateReleased       // PUBREL sent
-	stateMask     uint8 = 3
-	retainFlag    uint8 = 1 << 7 // the PUBLISH carries RETAIN=1
+	// stateResend: sent on an earlier connection, awaiting PUBACK/PUBREC,
+	// and waiting for room in the current connection's window to be sent
+	// again (resendLocked); saved as stateSent.
+	stateResend
+	stateMask  uint8 = 3
+	retainFlag uint8 = 1 << 7 // the PUBLISH carries RETAIN=1
 )
 
 func (d *delivery) state() uint8     { return d.flags & stateMask }
@@ -141,6 +145,7 @@ type session struct {
 	qhead    int
 	inflight []*delivery // sent, unacknowledged, in send order
 	ninfl    int         // non-nil entries of inflight
+	nresend  int         // entries of inflight in stateResend
 	nextPID  uint16
 	inbound2 map[uint16]*inbound2 // inbound QoS 2 ids, from the PUBLISH to the PUBREL (inbound.go)
 	window   int                  // effective inflight window of the current connection
@@ -291,6 +296,9 @@ func (ss *session) pumpLocked(from *conn) {
 		return // offline, or the CONNACK is not written yet: stays queued
 	}
 	now := ss.srv.now()
+	if ss.nresend > 0 && !ss.resendWaitingLocked(c, now, from, false) {
+		return // nothing queued goes ahead of a message sent again
+	}
 	for ss.qlen() > 0 {
 		d := ss.queue[ss.qhead]
 		if d.msg.expired(now) {
@@ -358,6 +366,9 @@ func (ss *session) removeInflight(pid uint16) *delivery {
 	d := ss.inflight[i]
 	ss.inflight[i] = nil
 	ss.ninfl--
+	if d.state() == stateResend {
+		ss.nresend--
+	}
 	ss.srv.stats.inflight.Add(-1)
 	// Trim acknowledged entries at the head so in-order acks stay O(1).
 	n := 0
@@ -417,6 +428,9 @@ func (ss *session) ack(from *conn, kind packet.Type, pid uint16, code packet.Rea
 			ss.removeInflight(pid)
 			break
 		}
+		if d.state() == stateResend {
+			ss.nresend-- // the client had it: not sent again
+		}
 		d.setState(stateReleased)
 		ss.writeRel(from, pid)
 		return ackDone, ""
@@ -457,20 +471,58 @@ func (ss *session) pump() {
 	ss.mu.Unlock()
 }
 
-// resendLocked retransmits the inflight deliveries on a resumed session:
-// PUBLISH with DUP for those awaiting PUBACK/PUBREC, PUBREL for released ones.
+// resendLocked retransmits the inflight deliveries on a resumed session,
+// in the order they were first sent: PUBREL for released ones, PUBLISH
+// with DUP for those awaiting PUBACK/PUBREC while the new connection's
+// window (its Receive Maximum) has room. Each delivery in flight holds a
+// place in it until acknowledged, so those beyond it wait (stateResend)
+// until acknowledgements free places, ahead of anything queued
+// (pumpLocked).
 func (ss *session) resendLocked() {
-	c := ss.c
-	now := ss.srv.now()
 	for _, d := range ss.inflight {
-		if d == nil {
-			continue
+		if d != nil && d.state() == stateSent {
+			d.setState(stateResend)
+			ss.nresend++
 		}
-		if d.state() == stateReleased {
-			c.writeAck(packet.PUBREL, d.pid, packet.Success, true)
-			continue
+	}
+	ss.resendWaitingLocked(ss.c, ss.srv.now(), ss.c, true)
+}
+
+// resendWaitingLocked sends again, in order, the deliveries waiting to be
+// (stateResend) while the window has room, with the PUBRELs of the
+// released ones among them when rels, and reports whether none is left
+// waiting. One too large for the connection's Maximum Packet Size is
+// dropped and counted, as pumpLocked does, and frees its place.
+func (ss *session) resendWaitingLocked(c *conn, now time.Time, from *conn, rels bool) bool {
+	for {
+		var tooLarge []uint16
+		for _, d := range ss.inflight {
+			if d == nil {
+				continue
+			}
+			switch d.state() {
+			case stateReleased:
+				if rels {
+					c.writeAck(packet.PUBREL, d.pid, packet.Success, c == from)
+				}
+			case stateResend:
+				if ss.ninfl-ss.nresend >= ss.window {
+					continue // no room: it waits, and so do those after it
+				}
+				d.setState(stateSent)
+				ss.nresend--
+				if !c.writePublish(ss, d, true, now, from) {
+					tooLarge = append(tooLarge, d.pid)
+				}
+			}
 		}
-		c.writePublish(ss, d, true, now, c)
+		rels = false
+		for _, pid := range tooLarge { // not while ranging over inflight: removing compacts it
+			ss.dropLocked(ss.removeInflight(pid).msg, DropTooLarge)
+		}
+		if len(tooLarge) == 0 || ss.nresend == 0 {
+			return ss.nresend == 0
+		}
 	}
 }
 
@@ -487,5 +539,5 @@ func (ss *session) clearLocked(why DropReason) {
 		}
 	}
 	ss.inflight = nil
-	ss.ninfl = 0
+	ss.ninfl, ss.nresend = 0, 0
 }

@@ -197,7 +197,7 @@ func (ss *session) discardLocked() {
 		}
 	}
 	ss.inflight = nil
-	ss.ninfl = 0
+	ss.ninfl, ss.nresend = 0, 0
 }
 
 // lostNotice is a takeover notice: the latest claim of a key this server

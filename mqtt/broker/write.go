@@ -73,7 +73,7 @@ func (c *conn) writeAckReason(kind packet.Type, pid uint16, code packet.ReasonCo
 	if reason != "" && c.problemInfo {
 		a.Properties.SetReasonString(reason)
 	}
-	c.wbuf = packet.AppendAck(c.wbuf, &a, c.version)
+	c.bufferLocked(&a)
 	c.endWrite(kind, false, nil)
 }
 
@@ -102,12 +102,54 @@ func (c *conn) writeConnack(ack packet.Packet) {
 // bufferLocked encodes p after what the write buffer holds. The caller
 // holds wmu.
 func (c *conn) bufferLocked(p packet.Packet) {
+	if err := c.appendLocked(p); err != nil {
+		c.srv.log.Error("encode packet", "type", p.Type().String(), "error", err)
+	}
+}
+
+// appendLocked encodes p at the end of the write buffer (its lock held).
+// A packet the client's Maximum Packet Size cannot take with its Reason
+// String and User Properties goes without them: the server must not send
+// them where they would make the packet too large ([MQTT-3.1.2-25], and
+// each packet's "MUST NOT send this property" clause). What is left of a
+// server's packet (a code, an id) is always small enough.
+func (c *conn) appendLocked(p packet.Packet) error {
+	start := len(c.wbuf)
 	out, err := packet.Encode(c.wbuf, p, c.version)
 	if err != nil {
-		c.srv.log.Error("encode packet", "type", p.Type().String(), "error", err)
-		return
+		return err
+	}
+	if c.maxOut > 0 && uint32(len(out)-start) > c.maxOut {
+		if pr := diagnostics(p); pr != nil && (pr.Has(packet.PropReasonString) || len(pr.User) > 0) {
+			pr.Clear(packet.PropReasonString)
+			pr.User = nil
+			if out, err = packet.Encode(out[:start], p, c.version); err != nil {
+				return err
+			}
+		}
 	}
 	c.wbuf = out
+	return nil
+}
+
+// diagnostics returns the properties of the server's packets that may
+// carry a Reason String and User Properties (nil for the others).
+func diagnostics(p packet.Packet) *packet.Properties {
+	switch p := p.(type) {
+	case *packet.Connack:
+		return &p.Properties
+	case *packet.Ack:
+		return &p.Properties
+	case *packet.Suback:
+		return &p.Properties
+	case *packet.Unsuback:
+		return &p.Properties
+	case *packet.Disconnect:
+		return &p.Properties
+	case *packet.Auth:
+		return &p.Properties
+	}
+	return nil
 }
 
 // closeAfter ends the write side: p (when not nil) is appended after what
@@ -136,11 +178,8 @@ func (c *conn) closeAfterIf(p packet.Packet, ifServed bool) {
 		}
 		return
 	}
-	if p != nil {
-		if out, err := packet.Encode(c.wbuf, p, c.version); err == nil {
-			c.wbuf = out
-			c.srv.stats.packetsOut[p.Type()&15].Add(1)
-		}
+	if p != nil && c.appendLocked(p) == nil {
+		c.srv.stats.packetsOut[p.Type()&15].Add(1)
 	}
 	c.closed, c.final = true, true
 	c.linger = c.lingers(p != nil)
