@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,9 +84,13 @@ type RouterStats struct {
 	Sent, SendErrors     atomic.Int64 // messages published to the other nodes; refused by NATS
 	Received, Duplicates atomic.Int64 // messages from other nodes; copies of one already delivered
 	SharedReceived       atomic.Int64 // messages for shared subscriptions, from any node
-	Malformed            atomic.Int64 // messages that did not decode
-	Interest             atomic.Int64 // filters of interest
-	SlowEvents           atomic.Int64 // times NATS found this node behind (it then drops, see Router.Dropped)
+	// SharedRerouted counts shared-subscription messages this node had no
+	// member for (its last one had just left) and handed back to the
+	// group; SharedLost those handed on maxReroutes times already, dropped.
+	SharedRerouted, SharedLost atomic.Int64
+	Malformed                  atomic.Int64 // messages that did not decode
+	Interest                   atomic.Int64 // filters of interest
+	SlowEvents                 atomic.Int64 // times NATS found this node behind (it then drops, see Router.Dropped)
 }
 
 // lastSeen is the latest sequence number delivered from a node, and when.
@@ -418,7 +423,13 @@ func (r *Router) interest() {
 					if d, err := s.Dropped(); err == nil {
 						r.dropped += int64(d)
 					}
-					s.Unsubscribe()
+					if s.Queue != "" {
+						// A shared subscription's: what NATS gave it
+						// already goes back to the group (shareSubs.leave).
+						s.Drain()
+					} else {
+						s.Unsubscribe()
+					}
 				}
 				delete(r.subs, op.filter)
 				r.subsMu.Unlock()
@@ -441,10 +452,15 @@ func (r *Router) subscribe(filter string) {
 		// go on longSubject: the group takes those from there.
 		subjects = append(subjects, longSubject)
 	}
+	var gen *shareSubs
+	if shared {
+		gen = &shareSubs{}
+		subjects = append(subjects, rerouteSubject(queueName(group, inner)))
+	}
 	for _, subj := range subjects {
 		var s *nats.Subscription
 		if shared {
-			handle, closed := r.sharedHandler(filter)
+			handle, closed := r.sharedHandler(filter, queueName(group, inner), gen)
 			s, err = r.shared.QueueSubscribe(subj, queueName(group, inner), handle)
 			if err == nil {
 				s.SetClosedHandler(closed)
@@ -459,6 +475,9 @@ func (r *Router) subscribe(filter string) {
 			continue
 		}
 		subs = append(subs, s)
+	}
+	if gen != nil {
+		gen.set(subs)
 	}
 	r.subsMu.Lock()
 	r.subs[filter] = subs
@@ -476,15 +495,60 @@ func queueName(group, filter string) string {
 	return "share." + hex.EncodeToString(h[:16])
 }
 
+// rerouteSubject is where a node hands a shared subscription's message
+// back to its queue group (queue): every node's subscriptions of the
+// group listen there too, and no other subscription does.
+func rerouteSubject(queue string) string { return "fleetmq.reroute." + queue }
+
+// maxReroutes bounds how many times a shared subscription's message is
+// handed back to its group: each node that does so has left the group
+// first, so it takes more nodes losing their last member at once than
+// this.
+const maxReroutes = 8
+
+// hopsHeader counts, on a shared subscription's message handed back to
+// its group, how many times it was.
+const hopsHeader = "Fleetmq-Hops"
+
+// shareSubs is the NATS subscriptions a node made at once for one of its
+// shared subscriptions (one per subject, in the group's queue).
+type shareSubs struct {
+	mu   sync.Mutex
+	subs []*nats.Subscription
+}
+
+func (g *shareSubs) set(subs []*nats.Subscription) {
+	g.mu.Lock()
+	g.subs = subs
+	g.mu.Unlock()
+}
+
+// leave ends the subscriptions by draining them (again, harmlessly, when
+// the interest goroutine ends them too): NATS is told at once, and the
+// messages it had already given them are still handled (handed back to
+// the group, see sharedHandler), where an unsubscribe would drop them.
+func (g *shareSubs) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.subs {
+		s.Drain()
+	}
+}
+
 // sharedHandler returns the handler of a NATS queue subscription for the
-// shared subscription share, and what to call when the subscription
-// closes. NATS calls both on the subscription's own goroutine, the
-// handler one message at a time: it delivers as the receiver does,
-// making the writes when no more messages wait (whatever became of the
-// message: one that does not decode may be the last); the close makes
-// those still owed (a connection written to and not flushed would get
-// nothing more).
-func (r *Router) sharedHandler(share string) (handle nats.MsgHandler, closed func(subject string)) {
+// shared subscription share (queue group queue, one of the subscriptions
+// gen), and what to call when the subscription closes. NATS calls both on
+// the subscription's own goroutine, the handler one message at a time: it
+// delivers as the receiver does, making the writes when no more messages
+// wait (whatever became of the message: one that does not decode may be
+// the last); the close makes those still owed (a connection written to
+// and not flushed would get nothing more).
+//
+// A message this node has no member of share for (the last one has just
+// left, by a move to another node, an UNSUBSCRIBE or its session's end,
+// and NATS had not heard yet) is handed back to the group (reroute)
+// instead of going nowhere.
+func (r *Router) sharedHandler(share, queue string, gen *shareSubs) (handle nats.MsgHandler, closed func(subject string)) {
 	var x delivering
 	handle = func(msg *nats.Msg) {
 		defer func() { x.done(!pendingNone(msg.Sub)) }()
@@ -494,11 +558,40 @@ func (r *Router) sharedHandler(share string) (handle nats.MsgHandler, closed fun
 			return
 		}
 		r.stats.SharedReceived.Add(1)
-		if d := x.to(r.server.Load()); d != nil {
-			d.DeliverShared(m, share)
+		d := x.to(r.server.Load())
+		if d == nil || d.DeliverShared(m, share) || msg.Subject == longSubject {
+			// Delivered; or not attached yet (as for the receiver); or a
+			// long topic the share's filter does not match.
+			return
 		}
+		r.reroute(msg, queue, gen)
 	}
 	return handle, func(string) { x.flush() }
+}
+
+// reroute hands msg, a message of the shared subscriptions gen for which
+// this node has no member, back to their queue group: gen's subscriptions
+// end first, on the connection the message then goes out on, so NATS
+// (which handles a connection's commands in order) cannot give it back to
+// this node.
+func (r *Router) reroute(msg *nats.Msg, queue string, gen *shareSubs) {
+	gen.leave()
+	hops, _ := strconv.Atoi(msg.Header.Get(hopsHeader))
+	if hops >= maxReroutes {
+		if n := r.stats.SharedLost.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, 8th...
+			r.log.Warn("cluster: a shared subscription's message found no member after going round its group; dropped", "group", queue, "hops", hops)
+		}
+		return
+	}
+	out := nats.NewMsg(rerouteSubject(queue))
+	out.Data = msg.Data
+	out.Header.Set(hopsHeader, strconv.Itoa(hops+1))
+	if err := r.shared.PublishMsg(out); err != nil {
+		r.stats.SharedLost.Add(1)
+		r.log.Warn("cluster: a shared subscription's message could not be handed back to its group", "group", queue, "error", err)
+		return
+	}
+	r.stats.SharedRerouted.Add(1)
 }
 
 // pendingNone reports, from sub's handler, whether no other message waits

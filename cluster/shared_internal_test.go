@@ -24,7 +24,7 @@ func heldShared(t *testing.T, n *node, share string, release <-chan struct{}, af
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	handle, closed := n.router.sharedHandler(share)
+	handle, closed := n.router.sharedHandler(share, "test.queue", &shareSubs{})
 	entered := make(chan struct{})
 	first := true
 	subject = "test.shared"

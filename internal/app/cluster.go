@@ -210,6 +210,7 @@ type ClusterStats struct {
 	Sent, SendErrors, Received, Duplicates, SharedReceived, Malformed int64
 	Interest                                                          int64 // filters of interest held on NATS
 	RetainedReceived, RetainedUnstored                                int64
+	SharedRerouted, SharedLost                                        int64 // shared-subscription messages handed back to their group; dropped after going round
 	Dropped                                                           int64 // live copies NATS dropped: the node fell behind
 	Routes                                                            int   // embedded NATS routes to other nodes, -1 with -nats-url
 	Connected                                                         bool  // the node's NATS connections are up
@@ -219,7 +220,8 @@ type ClusterStats struct {
 func (n *ClusterNode) Stats() ClusterStats {
 	rs := n.router.Stats()
 	s := ClusterStats{Sent: rs.Sent.Load(), SendErrors: rs.SendErrors.Load(), Received: rs.Received.Load(),
-		Duplicates: rs.Duplicates.Load(), SharedReceived: rs.SharedReceived.Load(), Malformed: rs.Malformed.Load() + n.retained.Malformed.Load(),
+		Duplicates: rs.Duplicates.Load(), SharedReceived: rs.SharedReceived.Load(),
+		SharedRerouted: rs.SharedRerouted.Load(), SharedLost: rs.SharedLost.Load(), Malformed: rs.Malformed.Load() + n.retained.Malformed.Load(),
 		Interest: rs.Interest.Load(), RetainedReceived: n.retained.Received.Load(), RetainedUnstored: n.retained.Unstored.Load(),
 		Routes: n.nats.Routes(), Connected: n.router.Connected(), Dropped: n.router.Dropped()}
 	if n.owners != nil {
@@ -239,6 +241,8 @@ func RegisterCluster(reg prometheus.Registerer, n *ClusterNode) {
 		one("fleetmq_cluster_messages_received_total", "Messages from other nodes delivered to this node's subscribers.", metrics.Counter, func(s ClusterStats) int64 { return s.Received }),
 		one("fleetmq_cluster_duplicates_total", "Copies of a message from another node already delivered (it matched several of this node's filters).", metrics.Counter, func(s ClusterStats) int64 { return s.Duplicates }),
 		one("fleetmq_cluster_shared_received_total", "Messages this node's queue groups took for its shared subscriptions.", metrics.Counter, func(s ClusterStats) int64 { return s.SharedReceived }),
+		one("fleetmq_cluster_shared_rerouted_total", "Shared-subscription messages this node had no member for any more (its last one had just left) and handed back to their group.", metrics.Counter, func(s ClusterStats) int64 { return s.SharedRerouted }),
+		one("fleetmq_cluster_shared_lost_total", "Shared-subscription messages dropped after going round their group without finding a member.", metrics.Counter, func(s ClusterStats) int64 { return s.SharedLost }),
 		one("fleetmq_cluster_dropped_total", "Messages from other nodes NATS dropped because this node fell behind (live copies; history has every message).", metrics.Counter, func(s ClusterStats) int64 { return s.Dropped }),
 		one("fleetmq_cluster_malformed_total", "Messages between nodes that did not decode.", metrics.Counter, func(s ClusterStats) int64 { return s.Malformed }),
 		one("fleetmq_cluster_interest_filters", "Filters of this node's sessions held as interest on NATS.", metrics.Gauge, func(s ClusterStats) int64 { return s.Interest }),

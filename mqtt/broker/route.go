@@ -58,13 +58,16 @@ func (s *Server) route(m *Message, from *conn) {
 
 // deliverLocal delivers the message to every matching subscription of
 // this server's sessions: one copy per session for its non-shared
-// subscriptions, one copy per matching shared subscription group.
+// subscriptions, one copy per matching shared subscription group. It
+// reports whether any subscription in sc matched, and whether the session
+// of a shared subscription's member chosen had ended before it took the
+// message (the message went nowhere for that group).
 //
 // The matches are collected under the index's read locks and delivered
 // after: enqueue takes session locks, and a SUBSCRIBE or UNSUBSCRIBE holds
 // its session's lock while it updates the index (lock order session.mu,
 // then the index), so delivering inside Match could deadlock with it.
-func (s *Server) deliverLocal(m *Message, from *conn, sc scope) {
+func (s *Server) deliverLocal(m *Message, from *conn, sc scope) (matched, ended bool) {
 	// ms is on the stack until it fills; then big holds the matches. No
 	// heap object is ever given ms: inline stays on the stack.
 	var inline [routeInline]routeMatch
@@ -97,8 +100,8 @@ func (s *Server) deliverLocal(m *Message, from *conn, sc scope) {
 	// A shared subscription is delivered on its own, even to a session
 	// that also gets the message through a non-shared one (MQTT 5 §4.8.2).
 	for i := range ms {
-		if ms[i].shared {
-			s.deliverOne(m, ms[i], from)
+		if ms[i].shared && !s.deliverOne(m, ms[i], from) {
+			ended = true // its session ended after the match (DeliverShared)
 		}
 	}
 	link(ms, big)
@@ -112,11 +115,13 @@ func (s *Server) deliverLocal(m *Message, from *conn, sc scope) {
 			s.deliverMerged(m, ms, i, &base, from)
 		}
 	}
+	matched = len(ms) > 0
 	if big != nil {
 		clear(big.own) // drop the references to sessions
 		big.own, big.table = keep(big.own), keep(big.table)
 		scratches.Put(big)
 	}
+	return matched, ended
 }
 
 func keep[T any](s []T) []T {
@@ -179,10 +184,10 @@ func link(ms []routeMatch, big *routeScratch) {
 }
 
 // deliverOne hands the session a copy for one subscription.
-func (s *Server) deliverOne(m *Message, x routeMatch, from *conn) {
+func (s *Server) deliverOne(m *Message, x routeMatch, from *conn) (live bool) {
 	var one [1]uint32
 	s.stats.routed.Add(1)
-	x.sess.enqueue(m, min(m.QoS, x.qos), m.Retain && x.rap, oneID(&one, x.id), from)
+	return x.sess.enqueue(m, min(m.QoS, x.qos), m.Retain && x.rap, oneID(&one, x.id), from)
 }
 
 // deliverMerged hands a session one copy for its matching subscriptions

@@ -95,10 +95,25 @@ func (d *Deliverer) Flush() { d.from.flushes.flush() }
 // subscription share, named as Router.Subscribed names it
 // ("$share/{group}/{filter}"), when m's topic matches it; nothing else
 // gets m. A cluster router calls it on the node its queue group picked.
-// Its writes are left to Flush.
-func (d *Deliverer) DeliverShared(m *Message, share string) {
-	d.s.deliverLocal(m, &d.from, scope{share: share})
+// Its writes are left to Flush. It reports whether a member of share
+// here took m (false: this server has no member whose filter matches m's
+// topic, and m went nowhere). A member whose session ended between its
+// choice and its delivery (taken over by another node) has left the
+// subscription index: another member here is chosen, if any.
+func (d *Deliverer) DeliverShared(m *Message, share string) bool {
+	for range maxSharedTries {
+		matched, ended := d.s.deliverLocal(m, &d.from, scope{share: share})
+		if !ended {
+			return matched
+		}
+	}
+	return false
 }
+
+// maxSharedTries bounds DeliverShared's choices of a member: each one
+// chosen and found ended has left the index, so it takes that many
+// members ending at once to pass it.
+const maxSharedTries = 4
 
 // Server is the server d delivers to.
 func (d *Deliverer) Server() *Server { return d.s }

@@ -247,7 +247,7 @@ func (ss *session) endsWithConnection() bool {
 // enqueue hands one copy of a message to the session, carrying the
 // subscription identifiers ids: it is queued (or dropped when the queue is
 // full) and the pump moves what it can to the connection.
-func (ss *session) enqueue(m *Message, qos byte, retain bool, ids []uint32, from *conn) {
+func (ss *session) enqueue(m *Message, qos byte, retain bool, ids []uint32, from *conn) (live bool) {
 	if ss.full.Load() {
 		// At its bound: dropped without the lock (see full).
 		ss.srv.stats.drops[DropQueueFull].Add(1)
@@ -256,26 +256,27 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, ids []uint32, from
 		if from != nil && ss.reading() {
 			from.congested = true
 		}
-		return
+		return true
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.ended {
-		return
+		return false
 	}
 	if ss.c == nil && qos == 0 {
 		ss.dropLocked(m, DropOffline)
-		return
+		return true
 	}
 	if ss.qlen() >= ss.limits.MaxQueued {
 		ss.dropLocked(m, DropQueueFull)
-		return
+		return true
 	}
 	ss.push(newDelivery(m, qos, retain, ids))
 	if ss.recent != nil {
 		ss.recent.note(m) // a replay is under way (states.go)
 	}
 	ss.pumpLocked(from)
+	return true
 }
 
 func (ss *session) dropLocked(m *Message, r DropReason) {
