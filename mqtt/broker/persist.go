@@ -349,6 +349,12 @@ func (s *Server) loadSessions(sessions []savedSession, now time.Time) {
 			// client connected there while this one was down): it is
 			// not taken back.
 			continue
+		} else if !ok && s.states != nil {
+			// In a cluster every session held has its claim: none means
+			// the session ended elsewhere while this node was down (its
+			// client started clean on another node, or it expired
+			// there), and its state here is stale.
+			continue
 		}
 		if c, err := s.owners.Claim(ss.key, s.opts.Node, false); err != nil {
 			s.log.Warn("claim a restored session", "session", ss.key, "error", err)

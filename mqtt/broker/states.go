@@ -280,6 +280,11 @@ func (s *Server) resume(claim Claim) error {
 	delete(s.sessions, claim.Key)
 	s.mu.Unlock()
 	if prev != nil {
+		// The copy here may be newer than what the store holds (its
+		// takeover notice not handled yet, a save pending): it is saved
+		// under its own claim first, which the store refuses if a later
+		// claim's state is there already.
+		s.saveStale(prev)
 		s.endStale(prev, claim.Epoch)
 	}
 	data, through, ok, err := s.states.Take(claim)
@@ -522,6 +527,28 @@ func (s *Server) reindex(ss *session) {
 		for _, sub := range ss.subs {
 			s.index(sub)
 		}
+	}
+}
+
+// saveStale saves the state of prev, a copy of a session a later claim
+// replaced, under prev's claim (see resume).
+func (s *Server) saveStale(prev *session) {
+	prev.saveMu.Lock()
+	defer prev.saveMu.Unlock()
+	prev.mu.Lock()
+	if prev.ended || prev.expiry == 0 || prev.id == nil || prev.claim.Epoch == 0 {
+		prev.mu.Unlock()
+		return
+	}
+	sv := prev.snapshotLocked(s.now())
+	claim := prev.claim
+	prev.mu.Unlock()
+	data, err := json.Marshal(&sv)
+	if err == nil {
+		err = s.states.Save(claim, data)
+	}
+	if err != nil {
+		s.log.Warn("resume a session: the copy this node had could not be saved first; the store's last state is resumed", "session", prev.key, "error", err)
 	}
 }
 
