@@ -102,6 +102,11 @@ type lastSeen struct {
 type interestOp struct {
 	filter string
 	delta  int
+	// left, instead of a delta: a reroute drained these subscriptions of
+	// filter (the node had no member of the share for a message); if the
+	// filter still has interest here and they are still its
+	// subscriptions, it subscribes again.
+	left *shareSubs
 }
 
 // Queue bounds.
@@ -197,9 +202,12 @@ func (r *Router) Subscribed(filter string) { r.op(filter, 1) }
 // Unsubscribed ends one count of a filter's interest.
 func (r *Router) Unsubscribed(filter string) { r.op(filter, -1) }
 
-func (r *Router) op(filter string, delta int) {
+func (r *Router) op(filter string, delta int) { r.push(interestOp{filter: filter, delta: delta}) }
+
+// push queues op for the interest goroutine.
+func (r *Router) push(op interestOp) {
 	r.mu.Lock()
-	r.ops = append(r.ops, interestOp{filter, delta})
+	r.ops = append(r.ops, op)
 	r.mu.Unlock()
 	select {
 	case r.opsReady <- struct{}{}:
@@ -407,6 +415,19 @@ func (r *Router) interest() {
 		r.ops = nil
 		r.mu.Unlock()
 		for _, op := range ops {
+			if op.left != nil {
+				r.subsMu.Lock()
+				current := op.left.holds(r.subs[op.filter])
+				r.subsMu.Unlock()
+				if current && r.counts[op.filter] > 0 {
+					// A member is here after all (it was being replaced,
+					// or came back): the node takes the group's messages
+					// again.
+					r.stats.Interest.Add(-1)
+					r.subscribe(op.filter)
+				}
+				continue
+			}
 			before := r.counts[op.filter]
 			n := before + op.delta
 			if n <= 0 {
@@ -454,7 +475,7 @@ func (r *Router) subscribe(filter string) {
 	}
 	var gen *shareSubs
 	if shared {
-		gen = &shareSubs{}
+		gen = &shareSubs{filter: filter}
 		subjects = append(subjects, rerouteSubject(queueName(group, inner)))
 	}
 	for _, subj := range subjects {
@@ -475,9 +496,9 @@ func (r *Router) subscribe(filter string) {
 			continue
 		}
 		subs = append(subs, s)
-	}
-	if gen != nil {
-		gen.set(subs)
+		if gen != nil {
+			gen.add(s)
+		}
 	}
 	r.subsMu.Lock()
 	r.subs[filter] = subs
@@ -511,16 +532,24 @@ const maxReroutes = 8
 const hopsHeader = "Fleetmq-Hops"
 
 // shareSubs is the NATS subscriptions a node made at once for one of its
-// shared subscriptions (one per subject, in the group's queue).
+// shared subscriptions, filter (one per subject, in the group's queue).
 type shareSubs struct {
-	mu   sync.Mutex
-	subs []*nats.Subscription
+	filter string
+	mu     sync.Mutex
+	subs   []*nats.Subscription
 }
 
-func (g *shareSubs) set(subs []*nats.Subscription) {
+func (g *shareSubs) add(s *nats.Subscription) {
 	g.mu.Lock()
-	g.subs = subs
+	g.subs = append(g.subs, s)
 	g.mu.Unlock()
+}
+
+// holds reports whether subs are these subscriptions.
+func (g *shareSubs) holds(subs []*nats.Subscription) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.subs) > 0 && len(subs) > 0 && g.subs[0] == subs[0]
 }
 
 // leave ends the subscriptions by draining them (again, harmlessly, when
@@ -550,6 +579,7 @@ func (g *shareSubs) leave() {
 // instead of going nowhere.
 func (r *Router) sharedHandler(share, queue string, gen *shareSubs) (handle nats.MsgHandler, closed func(subject string)) {
 	var x delivering
+	_, inner, _, _ := topic.ParseShare(share)
 	handle = func(msg *nats.Msg) {
 		defer func() { x.done(!pendingNone(msg.Sub)) }()
 		_, _, m, err := decode(msg.Data)
@@ -559,9 +589,12 @@ func (r *Router) sharedHandler(share, queue string, gen *shareSubs) (handle nats
 		}
 		r.stats.SharedReceived.Add(1)
 		d := x.to(r.server.Load())
-		if d == nil || d.DeliverShared(m, share) || msg.Subject == longSubject {
-			// Delivered; or not attached yet (as for the receiver); or a
-			// long topic the share's filter does not match.
+		if d == nil || !topic.Match(inner, m.Topic) || d.DeliverShared(m, share) {
+			// Not attached yet (as for the receiver); or a topic the
+			// share's filter does not match although NATS's subject does
+			// (a long topic, on longSubject; one starting with '$', which
+			// NATS's wildcards match and MQTT's leading ones do not):
+			// not the group's; or delivered.
 			return
 		}
 		r.reroute(msg, queue, gen)
@@ -573,9 +606,11 @@ func (r *Router) sharedHandler(share, queue string, gen *shareSubs) (handle nats
 // this node has no member, back to their queue group: gen's subscriptions
 // end first, on the connection the message then goes out on, so NATS
 // (which handles a connection's commands in order) cannot give it back to
-// this node.
+// this node. The interest goroutine subscribes again if a member is here
+// after all (one being replaced when the message came).
 func (r *Router) reroute(msg *nats.Msg, queue string, gen *shareSubs) {
 	gen.leave()
+	r.push(interestOp{filter: gen.filter, left: gen})
 	hops, _ := strconv.Atoi(msg.Header.Get(hopsHeader))
 	if hops >= maxReroutes {
 		if n := r.stats.SharedLost.Add(1); n&(n-1) == 0 { // 1st, 2nd, 4th, 8th...

@@ -435,3 +435,42 @@ func TestRouteSecret(t *testing.T) {
 		t.Fatalf("after the refusal: the outsider has %d routes, s1 %d; want 0 and 2", bad.Routes(), a.Routes())
 	}
 }
+
+// TestDollarTopicKeepsTheShare: a message on a topic starting with '$'
+// reaches the NATS queue subscription of "$share/g/#" (NATS's ">" matches
+// it) but no member (MQTT's leading wildcards do not [MQTT-4.7.2-1]): it
+// is not the group's, so the node neither hands it back nor leaves the
+// group, and its member gets the next message.
+func TestDollarTopicKeepsTheShare(t *testing.T) {
+	nodes := startCluster(t, 2)
+	a, b := nodes[0], nodes[1]
+	member := mqtttest.DialV3(t, b.addr, "member")
+	got := member.Subscription(t, "$share/g/#", 1)
+	pub := mqtttest.DialV3(t, a.addr, "pub")
+	testkit.Eventually(t, 10*time.Second, "the member's queue subscription to be heard", func() bool {
+		pub.Pub(t, "probe", 1, false, "probe")
+		select {
+		case <-got:
+			return true
+		case <-time.After(50 * time.Millisecond):
+			return false
+		}
+	})
+	drain(got)
+	st := b.router.Stats()
+	before := st.SharedReceived.Load()
+	pub.Pub(t, "$app/status", 1, false, "dollar")
+	testkit.Eventually(t, 5*time.Second, "the '$' message at b's queue subscription", func() bool { return st.SharedReceived.Load() > before })
+	if n := st.SharedRerouted.Load(); n != 0 {
+		t.Fatalf("b handed %d messages back to the group", n)
+	}
+	pub.Pub(t, "jobs/1", 1, false, "after")
+	select {
+	case m := <-got:
+		if string(m.Payload()) != "after" {
+			t.Fatalf("member got %q", m.Payload())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the member, still subscribed, gets nothing after a '$' topic was published: its node left the group")
+	}
+}
