@@ -91,8 +91,10 @@ func quietRuntimeMonitor(argv, command []string) {
 // makes system calls on its message path that the Go scheduler is told of,
 // each of which wakes a deeply sleeping monitor: `serve` always (SQLite's
 // cgo calls), `broker` with a TLS or WebSocket listener (crypto/tls and the
-// WebSocket library read and write through net.Conn), as a cluster node
-// (the NATS client's sockets) or with a state file (its writes). A broker
+// WebSocket library read and write through net.Conn), behind a PROXY
+// protocol load balancer (its connections are wrapped, without raw
+// access to their sockets), as a cluster node (the NATS client's sockets)
+// or with a state file (its writes). A broker
 // that serves plain TCP only makes its socket calls raw
 // (mqtt/broker/rawio_linux.go), which the scheduler never sees: its
 // monitor sleeps deeply between bursts and nothing but a timer wakes it,
@@ -111,7 +113,7 @@ func wakesMonitor(name string, args []string) bool {
 		if parseFlags(fs, args) != nil {
 			return true // as before: the broker reports the error itself
 		}
-		return cfg.TLSListen != "" || cfg.WSListen != "" || cfg.Cluster.On() || cfg.StatePath != ""
+		return cfg.TLSListen != "" || cfg.WSListen != "" || len(cfg.ProxyFrom) > 0 || cfg.Cluster.On() || cfg.StatePath != ""
 	}
 	return false
 }

@@ -16,7 +16,8 @@ import (
 // same process (its PID is the one started), adding to the operator's
 // GODEBUG; an operator who names schedtrace gets what they asked for. A
 // broker does too when it makes system calls the scheduler sees (a
-// WebSocket listener, a state file, a cluster's NATS), and runs with the
+// WebSocket listener, PROXY protocol connections, a state file, a
+// cluster's NATS), and runs with the
 // runtime's default when it serves plain TCP only.
 func TestServersQuietTheRuntimeMonitor(t *testing.T) {
 	broker := []string{"broker", "-listen", "127.0.0.1:0"}
@@ -34,6 +35,7 @@ func TestServersQuietTheRuntimeMonitor(t *testing.T) {
 		{"broker plain TCP", broker, "gctrace=0", "gctrace=0"},
 		{"broker WebSocket", with("-ws-listen", "127.0.0.1:0"), "", monitorSetting},
 		{"broker state file", with("-state", filepath.Join(t.TempDir(), "state")), "", monitorSetting},
+		{"broker PROXY protocol", with("-proxy-protocol-from", "127.0.0.1"), "", monitorSetting},
 		{"broker cluster node", with("-cluster-listen", "127.0.0.1:0"), "", monitorSetting},
 	} {
 		t.Run(tc.name+" GODEBUG="+tc.env, func(t *testing.T) {
