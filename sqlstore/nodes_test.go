@@ -1,9 +1,17 @@
 package sqlstore_test
 
 import (
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/sqlstore"
@@ -66,8 +74,8 @@ func TestRecordError(t *testing.T) {
 			bad.Topic = accA + "/c1/state/refused"
 		}
 		err := s.AppendHistory(ctx, []*fleetmq.Record{bad})
-		if err == nil || !s.RecordError(err) {
-			t.Fatalf("a record the store cannot hold: %v, RecordError %v", err, err != nil && s.RecordError(err))
+		if err == nil || !s.RecordError(err) || s.StoreFault(err) {
+			t.Fatalf("a record the store cannot hold: %v, RecordError %v, StoreFault %v", err, err != nil && s.RecordError(err), err != nil && s.StoreFault(err))
 		}
 		s.Close()
 		ok := &fleetmq.Record{AccountID: accA, ClientID: "c1", Topic: accA + "/c1/state/s", Class: "state", QoS: 1, PublishedQoS: 1, Payload: []byte("x"), Received: t0}
@@ -75,4 +83,36 @@ func TestRecordError(t *testing.T) {
 			t.Fatalf("a closed store: %v, taken for the record's fault: %v", err, err != nil && s.RecordError(err))
 		}
 	})
+}
+
+// TestStoreFault: the failures that are the store's whatever it is given
+// (a full disk, I/O, a lost or refused connection, a server shutting
+// down) are told apart from those a record may cause (a constraint, a
+// value out of range, a protocol violation) and from unknown ones.
+func TestStoreFault(t *testing.T) {
+	s := &sqlstore.Store{}
+	wrap := func(err error) error { return fmt.Errorf("sqlstore: append history: %w", err) }
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{wrap(sqlite3.Error{Code: sqlite3.ErrFull}), true},
+		{wrap(sqlite3.Error{Code: sqlite3.ErrIoErr}), true},
+		{wrap(sqlite3.Error{Code: sqlite3.ErrConstraint}), false},
+		{wrap(sqlite3.Error{Code: sqlite3.ErrTooBig}), false},
+		{wrap(&pgconn.PgError{Code: "53100"}), true}, // disk full
+		{wrap(&pgconn.PgError{Code: "57P01"}), true}, // admin shutdown
+		{wrap(&pgconn.PgError{Code: "08006"}), true}, // connection failure
+		{wrap(&pgconn.PgError{Code: "08P01"}), false},
+		{wrap(&pgconn.PgError{Code: "22021"}), false},
+		{wrap(&pgconn.PgError{Code: "23505"}), false},
+		{wrap(&net.OpError{Op: "read", Err: errors.New("connection reset by peer")}), true},
+		{wrap(io.ErrUnexpectedEOF), true},
+		{wrap(driver.ErrBadConn), true},
+		{errors.New("something else"), false},
+	} {
+		if got := s.StoreFault(tc.err); got != tc.want {
+			t.Errorf("StoreFault(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
 }

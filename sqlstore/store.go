@@ -13,10 +13,13 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -601,8 +604,9 @@ func (s *Store) RecordError(err error) bool {
 // database file that cannot be opened or written (SQLITE_CANTOPEN,
 // SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_NOTADB), one busy or locked past
 // the busy timeout, out of memory, a connection that failed (class 08),
-// a server shutting down (class 57) or a transaction rolled back for
-// another's (class 40). The ingest writer retries such a write, and never
+// a server shutting down (class 57), a transaction rolled back for
+// another's (class 40), or a connection lost before the server answered
+// (pgx's errors without a SQLSTATE). The ingest writer retries such a write, and never
 // refuses its records to their publishers, even when other records went
 // in meanwhile (a full disk can still take a small one).
 func (s *Store) StoreFault(err error) bool {
@@ -617,12 +621,22 @@ func (s *Store) StoreFault(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "08P01", "53400": // a protocol violation, a configured limit: perhaps the record's
+			return false
+		}
 		switch pe.Code[:2] {
 		case "08", "40", "53", "57", "58":
 			return true
 		}
+		return false
 	}
-	return false
+	// A connection that failed or was lost before the server could answer
+	// (pgx reports those without a SQLSTATE).
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || pgconn.Timeout(err)
 }
 
 // TransientError reports whether a write failed because the store cannot
