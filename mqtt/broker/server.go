@@ -323,11 +323,17 @@ const unanswered2Wait = 2 * time.Second
 // stored a second time. The clients are gone; the policy (the history
 // writer) is still working.
 func (s *Server) awaitUnanswered2(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, unanswered2Wait)
+	awaitNone(ctx, unanswered2Wait, s.unanswered2)
+}
+
+// awaitNone polls count every few milliseconds until it is 0, for at most
+// limit (and within ctx).
+func awaitNone(ctx context.Context, limit time.Duration, count func() int) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	tick := time.NewTicker(5 * time.Millisecond)
+	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
-	for s.unanswered2() > 0 {
+	for count() > 0 {
 		select {
 		case <-ctx.Done():
 			return

@@ -62,6 +62,11 @@ func (s *Server) handOff(ss *session, old Claim) {
 	s.endHere(ss, old, mode)
 }
 
+// handOverWait2 bounds how long a hand-over waits for the policy's
+// answers to the session's QoS 2 messages (within the new node's wait for
+// the hand-over, about a second).
+const handOverWait2 = 300 * time.Millisecond
+
 // handMode is how a session ends here when another node has it.
 type handMode int
 
@@ -77,6 +82,12 @@ func (s *Server) endHere(ss *session, old Claim, mode handMode) {
 	// land after this one.
 	ss.saveMu.Lock()
 	defer ss.saveMu.Unlock()
+	if mode == handSave {
+		// The QoS 2 messages the policy is still storing get their answer
+		// first (bounded), so that the state handed over holds their ids:
+		// the client's copy on the new node is answered, not stored again.
+		awaitNone(context.Background(), handOverWait2, ss.unanswered2)
+	}
 	ss.mu.Lock()
 	if ss.ended || ss.claim.Epoch > old.Epoch {
 		ss.mu.Unlock()

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // memStates is a SessionStates in memory: Take gives take, Save counts
@@ -1578,4 +1579,57 @@ func TestGivenUpSessionIsSavedPending(t *testing.T) {
 	}
 	close(releaseSecond)
 	resumedAndServed(t, addr, "the second attempt", <-second)
+}
+
+// holdAcks defers every acknowledgement, as a history writer does until
+// its commit, and hands the messages to the test.
+type holdAcks struct {
+	OpenPolicy
+	held chan *Message
+}
+
+func (p holdAcks) Accepted(_ *Identity, m *Message) bool {
+	p.held <- m
+	return true
+}
+
+// TestHandOffWaitsForQoS2Answers: a QoS 2 message the policy is still
+// storing when another node takes the session over is answered before the
+// state is handed over (within handOverWait2), so the state carries its
+// packet id as answered: the client's copy on the new node gets PUBREC
+// and is not stored a second time.
+func TestHandOffWaitsForQoS2Answers(t *testing.T) {
+	st := &memStates{}
+	pol := holdAcks{held: make(chan *Message, 1)}
+	srv, addr := startStates(t, Options{States: st, Policy: pol})
+	cp := &packet.Connect{ClientID: "dev", KeepAlive: 30}
+	cp.Properties.SetSessionExpiry(3600)
+	rc, _ := mqtttest.ConnectRaw(t, addr, cp)
+	rc.Must(t, &packet.Publish{Topic: "t/q2", QoS: 2, PacketID: 7, Payload: []byte("once")})
+	m := <-pol.held
+
+	ss := sessionOf(srv, "dev")
+	done := make(chan struct{})
+	go func() { srv.takenElsewhere(ss.currentClaim()); close(done) }()
+	testkit.Eventually(t, 5*time.Second, "the hand-over to wait for the policy's answer", func() bool {
+		if ss.saveMu.TryLock() {
+			ss.saveMu.Unlock()
+			return false // not begun
+		}
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return !ss.ended
+	})
+	m.Ack()
+	<-done
+	st.mu.Lock()
+	state := st.last
+	st.mu.Unlock()
+	var handed savedSession
+	if err := json.Unmarshal(state, &handed); err != nil {
+		t.Fatalf("the hand-over saved no readable state: %v", err)
+	}
+	if !slices.Contains(handed.Inbound2, 7) {
+		t.Fatalf("the state handed over holds the inbound QoS 2 ids %v, want 7 (answered during the hand-over)", handed.Inbound2)
+	}
 }
