@@ -537,11 +537,15 @@ type shareSubs struct {
 	filter string
 	mu     sync.Mutex
 	subs   []*nats.Subscription
+	left   bool // drained by leave
 }
 
 func (g *shareSubs) add(s *nats.Subscription) {
 	g.mu.Lock()
 	g.subs = append(g.subs, s)
+	if g.left { // left while its subscriptions were being made
+		s.Drain()
+	}
 	g.mu.Unlock()
 }
 
@@ -559,6 +563,10 @@ func (g *shareSubs) holds(subs []*nats.Subscription) bool {
 func (g *shareSubs) leave() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.left {
+		return
+	}
+	g.left = true
 	for _, s := range g.subs {
 		s.Drain()
 	}
