@@ -152,6 +152,9 @@ func Build(accountID string, p Params, unlimited bool) (*fleetmq.HistoryQuery, e
 	return q, nil
 }
 
+// parseTime reads a bound of a query's window: an RFC 3339 time, not
+// before the Unix epoch (no record is; and the zero time.Time, year 1,
+// would mean "no bound").
 func parseTime(s string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
@@ -159,6 +162,9 @@ func parseTime(s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("must be an RFC 3339 time like 2026-11-22T10:00:00Z")
+	}
+	if t.Before(time.Unix(0, 0)) {
+		return time.Time{}, fmt.Errorf("must be 1970-01-01T00:00:00Z or later")
 	}
 	return t.UTC(), nil
 }

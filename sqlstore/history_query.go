@@ -78,12 +78,26 @@ func planHistory(q *fleetmq.HistoryQuery) (*historyPlan, error) {
 		p.class = ""
 	}
 	if !q.From.IsZero() {
-		p.from = new(q.From.UnixMicro())
+		p.from = new(ceilMicro(q.From))
 	}
 	if !q.To.IsZero() {
-		p.to = new(q.To.UnixMicro())
+		p.to = new(ceilMicro(q.To))
 	}
 	return p, nil
+}
+
+// ceilMicro is t in Unix microseconds, rounded up: records are stored to
+// the microsecond, so one at r is at or after a from of t exactly when
+// r >= ceilMicro(t), and before a to of t exactly when r < ceilMicro(t)
+// (a time between two microseconds neither drops the record just before
+// it from a window that ends there nor lets it into one that starts
+// there).
+func ceilMicro(t time.Time) int64 {
+	us := t.UnixMicro()
+	if t.Sub(time.UnixMicro(us)) > 0 {
+		us++
+	}
+	return us
 }
 
 // conds are the index's conditions on the columns of the table alias t
