@@ -37,4 +37,3 @@ func TestHistoryTimeBounds(t *testing.T) {
 		t.Errorf("from=2030-01-01 to=0001-01-01: status %d, want 422: %s", r.Status, r)
 	}
 }
-
