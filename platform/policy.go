@@ -622,10 +622,18 @@ func NewRecord(m *broker.Message, info *MessageInfo) *fleetmq.Record {
 func (p *Policy) Delivered(*broker.Identity, *broker.Message, byte) {}
 
 // Dropped counts a drop against the receiving session's account and
-// records it as the client's problem.
+// records it as the client's problem. A session restored from the state
+// file has no platform session until its client is back: its account is
+// the one its key names.
 func (p *Policy) Dropped(id *broker.Identity, m *broker.Message, r broker.DropReason) {
-	if s := SessionOf(id); s != nil && s.acct != nil && int(r) < len(s.acct.days[0].drops) {
-		s.acct.slot(p.opts.Now()).drops[r].Add(1)
+	var acct *accountMeter
+	if s := SessionOf(id); s != nil {
+		acct = s.acct
+	} else if account := accountOf(id); account != "" {
+		acct = p.meter.account(account)
+	}
+	if acct != nil && int(r) < len(acct.days[0].drops) {
+		acct.slot(p.opts.Now()).drops[r].Add(1)
 	}
 	p.recordDrop(id, m, r)
 }

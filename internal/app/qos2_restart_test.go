@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/internal/apptest"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
@@ -98,4 +100,46 @@ func TestQoS2NotStoredAtShutdownIsStoredWhenSentAgain(t *testing.T) {
 		t.Fatalf("the resent QoS 2 PUBLISH was answered PUBREC 0x%02x (success), but history holds %d records of it: the message is lost (Ingest stats after restart: %+v)",
 			byte(a.ReasonCode), len(got), p2.Ingest.Stats())
 	}
+}
+
+// TestDropsOfRestoredSessionsAreMetered: after a restart, the drops of a
+// persistent session restored from the state file (its client not back
+// yet) count in its account's daily usage, as they do in its problems.
+func TestDropsOfRestoredSessionsAreMetered(t *testing.T) {
+	dir := t.TempDir()
+	clk := testkit.NewClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
+	cfg := apptest.Config(t, clk.Now)
+	cfg.HTTPListen = ""
+	cfg.DataDir = dir
+	a1, err := app.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &platform{App: a1, clock: clk, ctx: context.Background()}
+	p.plan(t, "meter", 10, 0)
+	A := p.newTenant(t, "A", "meter", false, "pump-17")
+	p.synced(t)
+	var expiry packet.Properties
+	expiry.SetSessionExpiry(3600)
+	night, _ := mqtttest.ConnectRaw(t, a1.MQTTAddr, &packet.Connect{ClientID: "night-dash", KeepAlive: 30, CleanStart: true,
+		Username: A.SubUser, HasUsername: true, Password: []byte(A.SubPass), HasPassword: true, Properties: expiry})
+	night.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: A.topic("pump-17", "telemetry/#"), QoS: 0}}})
+	night.Expect(t, packet.SUBACK)
+	night.Must(t, &packet.Disconnect{})
+	night.Conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	err = a1.Close(ctx) // saves the offline session in the state file
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p2 := startPlatform(t, func(c *app.Config) { c.DataDir = dir })
+	p2.synced(t)
+	dev := dialV5(t, p2.MQTTAddr, "pump-17", A.PubUser, A.PubPass)
+	for range 3 {
+		dev.Pub(t, A.topic("pump-17", "telemetry/temp"), 0, "21")
+	}
+	eventually(t, "the restored session's QoS 0 dropped", func() bool { return p2.Broker.Stats().Drops[broker.DropOffline] >= 3 })
+	p2.usage(t, A.ID, p2.day(), "3 offline_qos0 drops", func(u fleetmq.DailyUsage) bool { return u.Drops["offline_qos0"] >= 3 })
 }
