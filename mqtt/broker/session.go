@@ -146,6 +146,10 @@ type session struct {
 	inflight []*delivery // sent, unacknowledged, in send order
 	ninfl    int         // non-nil entries of inflight
 	nresend  int         // entries of inflight in stateResend
+	// holdPump: a SUBSCRIBE is queueing its retained messages ahead of
+	// the live ones its new subscriptions get; they go out after its
+	// SUBACK (subscribe.go).
+	holdPump bool
 	nextPID  uint16
 	inbound2 map[uint16]*inbound2 // inbound QoS 2 ids, from the PUBLISH to the PUBREL (inbound.go)
 	window   int                  // effective inflight window of the current connection
@@ -260,6 +264,12 @@ func (ss *session) enqueue(m *Message, qos byte, retain bool, ids []uint32, from
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
+	return ss.enqueueLocked(m, qos, retain, ids, from)
+}
+
+// enqueueLocked is enqueue with ss.mu held (and the full check left to the
+// caller).
+func (ss *session) enqueueLocked(m *Message, qos byte, retain bool, ids []uint32, from *conn) (live bool) {
 	if ss.ended {
 		return false
 	}
@@ -293,8 +303,10 @@ func (ss *session) dropLocked(m *Message, r DropReason) {
 // before it next blocks (see conn.flushes).
 func (ss *session) pumpLocked(from *conn) {
 	c := ss.c
-	if c == nil || !c.served.Load() {
-		return // offline, or the CONNACK is not written yet: stays queued
+	if c == nil || !c.served.Load() || ss.holdPump {
+		// Offline, or the CONNACK is not written yet, or a SUBSCRIBE's
+		// SUBACK: stays queued.
+		return
 	}
 	now := ss.srv.now()
 	if ss.nresend > 0 && !ss.resendWaitingLocked(c, now, from, false) {

@@ -28,13 +28,22 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 	}
 	ss := c.sess
 	codes := make([]packet.ReasonCode, len(p.Subscriptions))
-	type pending struct {
-		sub    *subscription
-		isNew  bool
-		shared bool
-	}
-	var retained []pending
 	now := c.srv.now()
+	// The retained messages of each new subscription are queued with the
+	// session's lock held from the moment it is indexed, so that a live
+	// message on the same topic, which waits for that lock, comes after
+	// its older retained copy; none goes out before the SUBACK.
+	bound := ss.limits.MaxRetainedBurst // 0: no bound beyond the queue
+	sent := 0
+	ss.mu.Lock()
+	ss.holdPump = true
+	ss.mu.Unlock()
+	defer func() {
+		ss.mu.Lock()
+		ss.holdPump = false
+		ss.pumpLocked(c)
+		ss.mu.Unlock()
+	}()
 	for i := range p.Subscriptions {
 		req := p.Subscriptions[i]
 		group, inner, shared, err := topic.ParseShare(req.Filter)
@@ -79,34 +88,24 @@ func (c *conn) subscribe(p *packet.Subscribe) error {
 		}
 		ss.subs[req.Filter] = sub
 		c.srv.index(sub)
-		ss.mu.Unlock()
 		codes[i] = code
-		retained = append(retained, pending{sub: sub, isNew: old == nil, shared: shared})
+		// Its retained messages (shared subscriptions get none; nor one
+		// whose Retain Handling says not now).
+		if !shared && sub.retainHandling != 2 && (sub.retainHandling != 1 || old == nil) {
+			for _, m := range c.srv.retained.Match(sub.filter, now) {
+				if bound > 0 && sent >= bound {
+					ss.dropLocked(m, DropRetainedBurst)
+					continue
+				}
+				sent++
+				var one [1]uint32
+				ss.enqueueLocked(m, min(m.QoS, sub.qos), true, oneID(&one, sub.id), c)
+			}
+		}
+		ss.mu.Unlock()
 	}
 	c.writePacket(&packet.Suback{PacketID: p.PacketID, ReasonCodes: codes})
-
-	// Retained messages, after the SUBACK. Shared subscriptions get none
-	// (MQTT-3.8.4-?: retained messages are not sent to shared subscriptions).
-	bound := ss.limits.MaxRetainedBurst // 0: no bound beyond the queue
-	sent := 0
-	for _, r := range retained {
-		if r.shared || r.sub.retainHandling == 2 || r.sub.retainHandling == 1 && !r.isNew {
-			continue
-		}
-		sub := r.sub
-		for _, m := range c.srv.retained.Match(sub.filter, now) {
-			if bound > 0 && sent >= bound {
-				ss.mu.Lock()
-				ss.dropLocked(m, DropRetainedBurst)
-				ss.mu.Unlock()
-				continue
-			}
-			sent++
-			var one [1]uint32
-			ss.enqueue(m, min(m.QoS, sub.qos), true, oneID(&one, sub.id), c)
-		}
-	}
-	return nil
+	return nil // the deferred pump sends what was queued, after the SUBACK
 }
 
 // subscribedSinceLocked returns the since of a subscription to filter
