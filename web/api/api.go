@@ -228,6 +228,8 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p *Problem) {
 type principal struct {
 	token   *fleetmq.RESTToken
 	account *fleetmq.Account
+	counted restauth.Decision // the token's hour, this request counted
+	hctx    huma.Context      // the request's, whose headers a handler's refusal corrects
 }
 
 type principalKey struct{}
@@ -296,7 +298,27 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 		a.writeHuma(ctx, addOnRequired(x))
 		return
 	}
-	next(huma.WithValue(ctx, principalKey{}, &principal{token: tok, account: acct}))
+	next(huma.WithValue(ctx, principalKey{}, &principal{token: tok, account: acct, counted: d, hctx: ctx}))
+}
+
+// uncounted gives back what the middleware counted for a request its
+// handler refuses with 429 (docs/api.md: a refused request is counted by
+// no limit: the token's hour and the account's bucket), waits as the
+// middleware's refusals do (at most RefusalPause, within retry), sets
+// the X-RateLimit-* headers to the token's hour as it stands, and returns
+// p.
+func (a *API) uncounted(ctx context.Context, p *Problem, retry time.Duration) *Problem {
+	pr := caller(ctx)
+	a.deps.Limiter.Unallow(pr.token.ID, pr.counted)
+	a.deps.Accounts.Refund(pr.token.AccountID)
+	setRateHeaders(pr.hctx, a.deps.Limiter.Peek(pr.token.ID, a.deps.Now()))
+	t := time.NewTimer(min(retry, a.deps.Accounts.Limits().RefusalPause))
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	t.Stop()
+	return p
 }
 
 // setRateHeaders writes the token's hourly standing, on every response to

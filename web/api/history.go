@@ -86,7 +86,7 @@ func (a *API) registerHistory() {
 			return nil, a.fail(ctx, err, "query")
 		}
 		q.ScanBudget = a.deps.ScanBudget
-		release, full := a.takeQuery(p.account.ID)
+		release, full := a.takeQuery(ctx, p.account.ID)
 		if full != nil {
 			return nil, full
 		}

@@ -18,7 +18,7 @@ const QueryTimeout = 15 * time.Second
 // takeQuery reserves a history slot for the account, or answers 429 when
 // it has none free or its reads have spent their store time. The returned
 // func gives the slot back.
-func (a *API) takeQuery(accountID string) (func(), *Problem) {
+func (a *API) takeQuery(ctx context.Context, accountID string) (func(), *Problem) {
 	release, retry, ok := a.deps.HistorySlots.Take(accountID)
 	if !ok {
 		msg := strconv.Itoa(history.RequestsPerAccount) + " history requests of this account are running already (a page, an export or a portal device page each); retry when one has finished"
@@ -27,7 +27,7 @@ func (a *API) takeQuery(accountID string) (func(), *Problem) {
 		}
 		p := newProblem(http.StatusTooManyRequests, fleetmq.CodeRateLimited, msg)
 		p.GetHeaders().Set("Retry-After", strconv.Itoa(history.RetrySeconds(retry)))
-		return nil, p
+		return nil, a.uncounted(ctx, p, max(retry, time.Second))
 	}
 	return release, nil
 }

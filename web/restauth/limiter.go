@@ -135,6 +135,34 @@ func (l *Limiter) Allow(tokenID string, now time.Time) Decision {
 	}
 }
 
+// Unallow gives back the request Allow counted for the token with the
+// decision d, which the server then refused for a reason of its own (a
+// refused request is counted by no limit). Nothing is given back once
+// the token's window moved past d's.
+func (l *Limiter) Unallow(tokenID string, d Decision) {
+	if !d.Allowed {
+		return
+	}
+	h := hourOf(d.Reset) - 1
+	if l.shared != nil {
+		r := l.reservation(tokenID)
+		r.mu.Lock()
+		if r.hour == h && r.used > 0 {
+			r.used--
+		}
+		r.mu.Unlock()
+		return
+	}
+	c := l.counter(tokenID)
+	for {
+		old := c.state.Load()
+		oh, used := unpack(old)
+		if oh != h || used == 0 || c.state.CompareAndSwap(old, pack(oh, used-1)) {
+			return
+		}
+	}
+}
+
 // Limit is the requests a token may make per hour.
 func (l *Limiter) Limit() int { return int(l.limit) }
 
