@@ -221,3 +221,35 @@ func TestSharedLimiterNeverGivesBackTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestUnallowGivesTheRequestBack: a request Allow counted and the server
+// then refused is given back, to a local and to a shared limiter alike:
+// the token still has its whole hour, and the next Allow counts it once;
+// one counted in an hour that has passed gives nothing back to the new.
+func TestUnallowGivesTheRequestBack(t *testing.T) {
+	now := window.Add(10 * time.Minute)
+	for name, l := range map[string]*restauth.Limiter{
+		"local":  restauth.NewLimiter(nil, 3),
+		"shared": restauth.NewSharedLimiter(newMemReserver(), 3),
+	} {
+		t.Run(name, func(t *testing.T) {
+			for range 5 { // more than the limit: each is given back
+				d := l.Allow("tok", now)
+				if !d.Allowed || d.Used != 1 {
+					t.Fatalf("Allow: %+v, want the first of the hour", d)
+				}
+				l.Unallow("tok", d)
+			}
+			d := l.Allow("tok", now)
+			next := now.Add(time.Hour)
+			l.Unallow("tok", d) // the same hour
+			if got := l.Allow("tok", next); !got.Allowed || got.Used != 1 {
+				t.Fatalf("the next hour: %+v", got)
+			}
+			l.Unallow("tok", d) // of the hour before: nothing to give back
+			if got := l.Peek("tok", next); got.Used != 1 {
+				t.Fatalf("a give-back of the hour before changed the new one: %+v", got)
+			}
+		})
+	}
+}
