@@ -21,6 +21,7 @@ import (
 	"github.com/fleetmq/fleetmq/internal/apptest"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // waitFor bounds every wait for something expected to happen.
@@ -45,6 +46,42 @@ func startPlatform(t *testing.T, edit ...func(*app.Config)) *platform {
 		e(&cfg)
 	}
 	return &platform{App: apptest.Start(t, cfg), clock: clk, ctx: context.Background()}
+}
+
+// startOnDir starts an App on the data directory dir, as startPlatform
+// does, for a test that closes it itself to start another on dir (Close
+// again at cleanup returns the first call's result).
+func startOnDir(t *testing.T, dir string) *platform {
+	t.Helper()
+	clk := testkit.NewClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
+	cfg := apptest.Config(t, clk.Now)
+	cfg.HTTPListen = ""
+	cfg.DataDir = dir
+	a, err := app.Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		a.Close(ctx)
+	})
+	return &platform{App: a, clock: clk, ctx: context.Background()}
+}
+
+// offlineSubscriber leaves a persistent session (expiry 1 h) of tn's
+// subscriber password, as clientID, subscribed to filter at QoS 0 and
+// disconnected.
+func (p *platform) offlineSubscriber(t *testing.T, tn *tenant, clientID, filter string) {
+	t.Helper()
+	var expiry packet.Properties
+	expiry.SetSessionExpiry(3600)
+	c, _ := mqtttest.ConnectRaw(t, p.MQTTAddr, &packet.Connect{ClientID: clientID, KeepAlive: 30, CleanStart: true,
+		Username: tn.SubUser, HasUsername: true, Password: []byte(tn.SubPass), HasPassword: true, Properties: expiry})
+	c.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: filter, QoS: 0}}})
+	c.Expect(t, packet.SUBACK)
+	c.Must(t, &packet.Disconnect{})
+	c.Conn.Close()
 }
 
 // synced waits until the policy's snapshot is the store's current version,

@@ -39,14 +39,7 @@ func TestProblemsOfEveryKind(t *testing.T) {
 		func(cfg *paho.ClientConfig) { cfg.EnableManualAcknowledgment = true })
 	slow.MustSubscribe(t, paho.SubscribeOptions{Topic: a.all(), QoS: 1})
 	// A persistent subscriber (a session expiry) that goes away.
-	var expiry packet.Properties
-	expiry.SetSessionExpiry(3600)
-	persistent, _ := mqtttest.ConnectRaw(t, p.MQTTAddr, &packet.Connect{ClientID: "night-dash", KeepAlive: 30, CleanStart: true,
-		Username: a.SubUser, HasUsername: true, Password: []byte(a.SubPass), HasPassword: true, Properties: expiry})
-	persistent.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: a.topic("pump-17", "telemetry/#"), QoS: 0}}})
-	persistent.Expect(t, packet.SUBACK)
-	persistent.Must(t, &packet.Disconnect{})
-	persistent.Conn.Close()
+	p.offlineSubscriber(t, a, "night-dash", a.topic("pump-17", "telemetry/#"))
 
 	dev := dialV5(t, p.MQTTAddr, "pump-17", a.PubUser, a.PubPass)
 	for i := range 25 {

@@ -8,9 +8,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/internal/app"
-	"github.com/fleetmq/fleetmq/internal/apptest"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
-	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/mqtt/broker"
 	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
@@ -24,20 +22,8 @@ import (
 // its id as answered).
 func TestQoS2NotStoredAtShutdownIsStoredWhenSentAgain(t *testing.T) {
 	dir := t.TempDir()
-	clk := testkit.NewClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
-	cfg := apptest.Config(t, clk.Now)
-	cfg.HTTPListen = ""
-	cfg.DataDir = dir
-	a1, err := app.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		a1.Close(ctx) // returns the first Close's result (an error, below)
-	})
-	p := &platform{App: a1, clock: clk, ctx: context.Background()}
+	p := startOnDir(t, dir)
+	a1 := p.App
 	p.plan(t, "q2", 10, 1000)
 	A := p.newTenant(t, "A", "q2", true)
 	p.addClient(t, A, "dev1", 2)
@@ -107,28 +93,13 @@ func TestQoS2NotStoredAtShutdownIsStoredWhenSentAgain(t *testing.T) {
 // yet) count in its account's daily usage, as they do in its problems.
 func TestDropsOfRestoredSessionsAreMetered(t *testing.T) {
 	dir := t.TempDir()
-	clk := testkit.NewClock(time.Date(2030, 3, 10, 12, 0, 0, 0, time.UTC))
-	cfg := apptest.Config(t, clk.Now)
-	cfg.HTTPListen = ""
-	cfg.DataDir = dir
-	a1, err := app.Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &platform{App: a1, clock: clk, ctx: context.Background()}
+	p := startOnDir(t, dir)
 	p.plan(t, "meter", 10, 0)
 	A := p.newTenant(t, "A", "meter", false, "pump-17")
 	p.synced(t)
-	var expiry packet.Properties
-	expiry.SetSessionExpiry(3600)
-	night, _ := mqtttest.ConnectRaw(t, a1.MQTTAddr, &packet.Connect{ClientID: "night-dash", KeepAlive: 30, CleanStart: true,
-		Username: A.SubUser, HasUsername: true, Password: []byte(A.SubPass), HasPassword: true, Properties: expiry})
-	night.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: A.topic("pump-17", "telemetry/#"), QoS: 0}}})
-	night.Expect(t, packet.SUBACK)
-	night.Must(t, &packet.Disconnect{})
-	night.Conn.Close()
+	p.offlineSubscriber(t, A, "night-dash", A.topic("pump-17", "telemetry/#"))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	err = a1.Close(ctx) // saves the offline session in the state file
+	err := p.Close(ctx) // saves the offline session in the state file
 	cancel()
 	if err != nil {
 		t.Fatal(err)

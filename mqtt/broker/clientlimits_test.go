@@ -20,15 +20,11 @@ import (
 // maxPacket > 0).
 func clConnect(tb testing.TB, addr, id string, clean bool, recvMax uint16, maxPacket uint32) (*mqtttest.Raw, *packet.Connack) {
 	tb.Helper()
-	cp := &packet.Connect{ClientID: id, CleanStart: clean, KeepAlive: 30}
-	cp.Properties.SetSessionExpiry(300)
-	if recvMax > 0 {
-		cp.Properties.SetUint16(packet.PropReceiveMaximum, recvMax)
-	}
-	if maxPacket > 0 {
-		cp.Properties.SetUint32(packet.PropMaximumPacketSize, maxPacket)
-	}
-	return mqtttest.ConnectRaw(tb, addr, cp)
+	return hcConnect(tb, addr, id, clean, 300, recvMax, func(cp *packet.Connect) {
+		if maxPacket > 0 {
+			cp.Properties.SetUint32(packet.PropMaximumPacketSize, maxPacket)
+		}
+	})
 }
 
 // TestResumeRespectsReceiveMaximum: a subscriber holds 5 QoS 1 messages

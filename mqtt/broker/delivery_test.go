@@ -26,8 +26,9 @@ import (
 const hcAbsence = 200 * time.Millisecond
 
 // hcConnect connects a raw v5 client. expiry is the Session Expiry Interval
-// (0: none); recvMax, when not 0, is the client's Receive Maximum.
-func hcConnect(tb testing.TB, addr, id string, cleanStart bool, expiry uint32, recvMax uint16) (*mqtttest.Raw, *packet.Connack) {
+// (0: none); recvMax, when not 0, is the client's Receive Maximum; edit
+// changes the CONNECT further.
+func hcConnect(tb testing.TB, addr, id string, cleanStart bool, expiry uint32, recvMax uint16, edit ...func(*packet.Connect)) (*mqtttest.Raw, *packet.Connack) {
 	tb.Helper()
 	cp := &packet.Connect{ClientID: id, CleanStart: cleanStart, KeepAlive: 30}
 	if expiry > 0 {
@@ -35,6 +36,9 @@ func hcConnect(tb testing.TB, addr, id string, cleanStart bool, expiry uint32, r
 	}
 	if recvMax > 0 {
 		cp.Properties.SetUint16(packet.PropReceiveMaximum, recvMax)
+	}
+	for _, e := range edit {
+		e(cp)
 	}
 	return mqtttest.ConnectRaw(tb, addr, cp)
 }
