@@ -230,6 +230,7 @@ type principal struct {
 	account *fleetmq.Account
 	counted restauth.Decision // the token's hour, this request counted
 	hctx    huma.Context      // the request's, whose headers a handler's refusal corrects
+	release func()            // gives back the account's place among its requests running (once)
 }
 
 type principalKey struct{}
@@ -273,6 +274,7 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 		a.refuse(ctx, secondaryProblem(sd), sd.RetryAfter)
 		return
 	}
+	release = sync.OnceFunc(release) // a handler's refusal may give it back first (uncounted)
 	defer release()
 	d := a.deps.Limiter.Allow(tok.ID, now)
 	if !d.Allowed {
@@ -298,26 +300,23 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 		a.writeHuma(ctx, addOnRequired(x))
 		return
 	}
-	next(huma.WithValue(ctx, principalKey{}, &principal{token: tok, account: acct, counted: d, hctx: ctx}))
+	next(huma.WithValue(ctx, principalKey{}, &principal{token: tok, account: acct, counted: d, hctx: ctx, release: release}))
 }
 
 // uncounted gives back what the middleware counted for a request its
 // handler refuses with 429 (docs/api.md: a refused request is counted by
-// no limit: the token's hour and the account's bucket), waits as the
-// middleware's refusals do (at most RefusalPause, within retry), sets
+// no limit: the token's hour and the account's bucket, nor holds one of
+// the account's places among its requests running), waits as the
+// middleware's refusals do (pause), sets
 // the X-RateLimit-* headers to the token's hour as it stands, and returns
 // p.
 func (a *API) uncounted(ctx context.Context, p *Problem, retry time.Duration) *Problem {
 	pr := caller(ctx)
+	pr.release() // not held through the pause, as for the middleware's refusals
 	a.deps.Limiter.Unallow(pr.token.ID, pr.counted)
 	a.deps.Accounts.Refund(pr.token.AccountID)
 	setRateHeaders(pr.hctx, a.deps.Limiter.Peek(pr.token.ID, a.deps.Now()))
-	t := time.NewTimer(min(retry, a.deps.Accounts.Limits().RefusalPause))
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	t.Stop()
+	a.pause(ctx, retry)
 	return p
 }
 
@@ -347,13 +346,19 @@ func (a *API) hourlyRefusal(ctx huma.Context, d restauth.Decision) {
 // retry; sooner when the client goes away), holding nothing but the
 // connection meanwhile.
 func (a *API) refuse(ctx huma.Context, p *Problem, retry time.Duration) {
+	a.pause(ctx.Context(), retry)
+	a.writeHuma(ctx, p)
+}
+
+// pause is the wait before a 429: RefusalPause, never longer than retry
+// (its Retry-After), over when the client goes.
+func (a *API) pause(ctx context.Context, retry time.Duration) {
 	t := time.NewTimer(min(retry, a.deps.Accounts.Limits().RefusalPause))
 	select {
 	case <-t.C:
-	case <-ctx.Context().Done():
+	case <-ctx.Done():
 	}
 	t.Stop()
-	a.writeHuma(ctx, p)
 }
 
 // retryAfter is a Retry-After value: whole seconds, rounded up, at least 1.

@@ -9,6 +9,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
 	"github.com/fleetmq/fleetmq/internal/app"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // TestHistoryRefusalsAreNotCounted: docs/api.md, "Rate limit": "Past
@@ -86,5 +87,45 @@ func TestHistoryRefusalsTakeNoAccountBucket(t *testing.T) {
 	r := e.get(t, A.Token, "/usage")
 	if r.Status != http.StatusOK {
 		t.Fatalf("after two refused history requests: %s", r)
+	}
+}
+
+// TestHistoryRefusalHoldsNoPlaceWhileItWaits: a history request refused
+// with 429 waits before its answer (as every refusal does, up to a
+// second), and holds none of the account's places among its requests
+// running meanwhile: with one place, the account's other requests go
+// through during that wait (from 300 ms into it, well past the refused
+// request's own handling).
+func TestHistoryRefusalHoldsNoPlaceWhileItWaits(t *testing.T) {
+	t.Parallel()
+	e := start(t, func(c *app.Config) { c.RESTAccountLimits.Concurrency = 1 })
+	A := e.tenant(t, "A", "starter", allAddOns)
+	for i := 0; i < history.RequestsPerAccount; i++ {
+		rel, _, ok := e.HistorySlots.Take(A.ID)
+		if !ok {
+			t.Fatal("could not take a history slot")
+		}
+		defer rel()
+	}
+	refused := make(chan int, 1)
+	began := time.Now()
+	go func() { refused <- e.get(t, A.Token, "/history").Status }()
+	through, status := 0, 0
+	testkit.Within(waitFor, func() bool { // a request every few milliseconds until the refusal comes
+		select {
+		case status = <-refused:
+			return true
+		default:
+		}
+		if r := e.get(t, A.Token, "/usage"); r.Status == http.StatusOK && time.Since(began) > 300*time.Millisecond {
+			through++
+		}
+		return false
+	})
+	if status != http.StatusTooManyRequests || time.Since(began) < 500*time.Millisecond {
+		t.Fatalf("history: %d after %v, want 429 after its wait", status, time.Since(began))
+	}
+	if through == 0 {
+		t.Fatal("no other request of the account went through while the refused history request waited: it held the account's one place")
 	}
 }
