@@ -597,12 +597,13 @@ func (r *Router) sharedHandler(share, queue string, gen *shareSubs) (handle nats
 		}
 		r.stats.SharedReceived.Add(1)
 		d := x.to(r.server.Load())
-		if d == nil || !topic.Match(inner, m.Topic) || d.DeliverShared(m, share) {
-			// Not attached yet (as for the receiver); or a topic the
-			// share's filter does not match although NATS's subject does
-			// (a long topic, on longSubject; one starting with '$', which
-			// NATS's wildcards match and MQTT's leading ones do not):
-			// not the group's; or delivered.
+		if d == nil || d.DeliverShared(m, share) || !topic.Match(inner, m.Topic) {
+			// Not attached yet (as for the receiver); or delivered; or a
+			// topic the share's filter does not match although NATS's
+			// subject does (a long topic, on longSubject; one starting
+			// with '$', which NATS's wildcards match and MQTT's leading
+			// ones do not): not the group's. (Matched last: only a
+			// message no member took pays for it.)
 			return
 		}
 		r.reroute(msg, queue, gen)
