@@ -546,14 +546,10 @@ func (s *Server) reindex(ss *session) {
 func (s *Server) saveStale(prev *session) {
 	prev.saveMu.Lock()
 	defer prev.saveMu.Unlock()
-	prev.mu.Lock()
-	if prev.ended || prev.expiry == 0 || prev.id == nil || prev.claim.Epoch == 0 {
-		prev.mu.Unlock()
+	sv, claim, ok := prev.toSave(s.now())
+	if !ok {
 		return
 	}
-	sv := prev.snapshotLocked(s.now())
-	claim := prev.claim
-	prev.mu.Unlock()
 	data, err := json.Marshal(&sv)
 	if err == nil {
 		err = s.states.Save(claim, data)
@@ -1031,20 +1027,28 @@ func (s *Server) saveStates(sessions []*session) {
 	}
 }
 
+// toSave is the state of ss to save at now under its claim; ok is false
+// when it has nothing to save (not persistent, ended, or never claimed).
+// The caller holds ss.saveMu.
+func (ss *session) toSave(now time.Time) (sv savedSession, claim Claim, ok bool) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.ended || ss.expiry == 0 || ss.id == nil || ss.claim.Epoch == 0 {
+		return savedSession{}, Claim{}, false
+	}
+	return ss.snapshotLocked(now), ss.claim, true
+}
+
 // saveState1 saves one session's state if it changed, and returns its
 // key and the hash of what is saved ("" when the session has nothing to
 // save: not persistent, ended, or never claimed).
 func (s *Server) saveState1(ss *session, now time.Time) (string, uint64, error) {
 	ss.saveMu.Lock()
 	defer ss.saveMu.Unlock()
-	ss.mu.Lock()
-	if ss.ended || ss.expiry == 0 || ss.id == nil || ss.claim.Epoch == 0 {
-		ss.mu.Unlock()
+	sv, claim, ok := ss.toSave(now)
+	if !ok {
 		return "", 0, nil
 	}
-	sv := ss.snapshotLocked(now)
-	claim := ss.claim
-	ss.mu.Unlock()
 	// What a save changes by itself is not a change: the time, and the
 	// disconnection time of a connected session (now).
 	saved, disc := sv.Saved, sv.DisconnectedAt
