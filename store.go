@@ -119,9 +119,9 @@ type LayoutStore interface {
 type RESTTokenStore interface {
 	// CreateRESTToken stores a new REST API token. It returns a not_found
 	// error when the account does not exist, and a conflict error when the
-	// account already has MaxActiveRESTTokens tokens active at t.CreatedAt
-	// (the count and the insert are one atomic write) or the hash or id is
-	// taken.
+	// account is suspended, already has MaxActiveRESTTokens tokens active
+	// at t.CreatedAt (the checks and the insert are one atomic write) or
+	// the hash or id is taken.
 	CreateRESTToken(ctx context.Context, t *RESTToken) error
 	// RESTTokens returns an account's tokens, newest first, revoked and
 	// expired ones included.

@@ -18,7 +18,9 @@ type NewRESTToken struct {
 // which is shown once: only its SHA-256 is stored. Errors: not_found for
 // an unknown account, validation_failed naming "label" or
 // "expires_in_days", base_plan_required without a base plan, conflict when
-// the account already has fleetmq.MaxActiveRESTTokens active tokens.
+// the account is suspended (checked by the store in the creating write, so
+// no caller gets past it) or already has fleetmq.MaxActiveRESTTokens
+// active tokens.
 func (s *Service) CreateRESTToken(ctx context.Context, accountID string, in NewRESTToken) (*fleetmq.RESTToken, string, error) {
 	_, plan, err := s.account(ctx, accountID)
 	if err != nil {

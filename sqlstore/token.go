@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -10,19 +11,25 @@ import (
 	"github.com/fleetmq/fleetmq"
 )
 
-// CreateRESTToken implements fleetmq.ControlStore. The active count and
-// the insert run in one control-plane write, and writes take turns (see
-// write), so concurrent creations cannot pass MaxActiveRESTTokens together.
+// CreateRESTToken implements fleetmq.ControlStore. The account's state,
+// the active count and the insert run in one control-plane write, and
+// writes take turns (see write), so concurrent creations cannot pass
+// MaxActiveRESTTokens together, nor one slip in beside a suspension.
 func (s *Store) CreateRESTToken(ctx context.Context, t *fleetmq.RESTToken) (err error) {
 	defer wrap(&err, "create REST token")
 	return s.write(ctx, func(tx *sql.Tx) error {
-		var n int
-		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM accounts WHERE id = ?`), t.AccountID).Scan(&n); err != nil {
-			return err
-		}
-		if n == 0 {
+		var suspended bool
+		err := tx.QueryRowContext(ctx, s.rebind(`SELECT suspended FROM accounts WHERE id = ?`), t.AccountID).Scan(&suspended)
+		if errors.Is(err, sql.ErrNoRows) {
 			return fleetmq.NotFound("account", t.AccountID)
 		}
+		if err != nil {
+			return err
+		}
+		if suspended {
+			return fleetmq.Conflictf("account %s is suspended: it cannot create REST API tokens until the operator resumes it", t.AccountID)
+		}
+		var n int
 		if err := tx.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM rest_tokens
 			WHERE account_id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), t.AccountID, t.CreatedAt.UnixMicro()).Scan(&n); err != nil {
 			return err
@@ -30,7 +37,7 @@ func (s *Store) CreateRESTToken(ctx context.Context, t *fleetmq.RESTToken) (err 
 		if n >= fleetmq.MaxActiveRESTTokens {
 			return fleetmq.Conflictf("an account can have %d active REST API tokens and %d are active: revoke one first", fleetmq.MaxActiveRESTTokens, n)
 		}
-		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO rest_tokens (id, account_id, label, prefix, hash, created_at, expires_at, revoked_at, last_used_at)
+		_, err = tx.ExecContext(ctx, s.rebind(`INSERT INTO rest_tokens (id, account_id, label, prefix, hash, created_at, expires_at, revoked_at, last_used_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			t.ID, t.AccountID, t.Label, t.Prefix, t.Hash, t.CreatedAt.UnixMicro(), us(t.ExpiresAt), us(t.RevokedAt), us(t.LastUsedAt))
 		if isUnique(err) {

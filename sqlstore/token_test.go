@@ -148,6 +148,28 @@ func TestCreateRESTTokenLimit(t *testing.T) {
 	})
 }
 
+// TestCreateRESTTokenRefusedWhileSuspended: a suspended account cannot
+// get a new REST API token, whoever asks the store (the check is in the
+// creating write itself); another account still can, and the suspended one
+// can again once resumed.
+func TestCreateRESTTokenRefusedWhileSuspended(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *sqlstore.Store) {
+		ctx := ctxT(t)
+		twoAccounts(t, s)
+		must(t, s.SetSuspended(ctx, accA, true))
+		err := s.CreateRESTToken(ctx, restToken(accA, "a-00-token", 1))
+		wantCode(t, "token of a suspended account", err, fleetmq.CodeConflict)
+		toks, err := s.RESTTokens(ctx, accA)
+		must(t, err)
+		if len(toks) != 0 {
+			t.Fatalf("a suspended account got tokens %v", ids(toks))
+		}
+		must(t, s.CreateRESTToken(ctx, restToken(accB, "b-00-token", 1)))
+		must(t, s.SetSuspended(ctx, accA, false))
+		must(t, s.CreateRESTToken(ctx, restToken(accA, "a-01-token", 2)))
+	})
+}
+
 func TestRESTTokenVersion(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s *sqlstore.Store) {
 		ctx := ctxT(t)

@@ -102,7 +102,7 @@ func accountCmds(stdin io.Reader) map[string]*adminCmd {
 		},
 		"suspend": {
 			usage: "account suspend ACCOUNT_ID",
-			help:  "suspend an account: its sessions are disconnected and new connections refused",
+			help:  "suspend an account: its sessions are disconnected, new connections, its REST API tokens and its owner's portal sign-in refused",
 			args:  1,
 			run: func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error {
 				if err := svc.SetSuspended(ctx, pos[0], true); err != nil {

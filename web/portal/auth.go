@@ -83,7 +83,8 @@ func orDefault(s, def string) string {
 
 // signin checks an owner's e-mail address and password. Failures are
 // throttled per e-mail address and IP address and all say the same thing;
-// an unknown address costs the same argon2id check as a known one.
+// an unknown address costs the same argon2id check as a known one. The
+// owner of a suspended account is not signed in (403, saying so).
 func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if !p.sameOrigin(r) {
@@ -127,6 +128,18 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.throttle.succeeded(now, pair, addr)
+	// The password is right: only now may the page say the account is
+	// suspended (a stranger learns nothing from it).
+	acc, err := p.deps.Store.Account(r.Context(), accountID)
+	if err != nil {
+		p.serverError(w, r, err)
+		return
+	}
+	if acc.Suspended {
+		data.Error = suspendedText
+		p.write(w, r, http.StatusForbidden, "signin", &view{Title: "Sign in", Data: data})
+		return
+	}
 	if old, err := p.session(r); err == nil {
 		p.deps.Store.DeletePortalSession(r.Context(), old.IDHash)
 	}

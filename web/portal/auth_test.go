@@ -164,6 +164,52 @@ func TestSignOut(t *testing.T) {
 	replay.do(t, http.MethodGet, "/overview", nil, "Cookie", portal.SessionCookie+"="+id).redirects(t, "/signin")
 }
 
+// TestSuspendedAccountCannotUseThePortal: while the operator has an
+// account suspended its owner cannot act in the portal: a browser signed
+// in before is signed out at its next request (a form it sends does
+// nothing) and told why, and the right password does not sign in; the
+// other account is untouched, and once resumed the owner signs in again.
+func TestSuspendedAccountCannotUseThePortal(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	o := e.account(t, "Bolt", "starter")
+	b, bolt := e.browser(t), e.browser(t)
+	b.signIn(t, a)
+	bolt.signIn(t, o)
+	b.get(t, "/settings/tokens").want(t, http.StatusOK) // the form's CSRF token
+	if err := e.Service.SetSuspended(e.ctx, a.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	const msg = "This account is suspended"
+
+	b.post(t, "/settings/tokens", url.Values{"label": {"ci"}}).redirects(t, "/signin")
+	if ts, err := e.Service.RESTTokens(e.ctx, a.ID); err != nil || len(ts) != 0 {
+		t.Fatalf("a suspended account's tokens: %d, %v; want none created", len(ts), err)
+	}
+	b.get(t, "/signin").want(t, http.StatusOK).has(t, msg)
+	b.get(t, "/overview").redirects(t, "/signin")
+
+	fresh := e.browser(t)
+	fresh.get(t, "/signin")
+	p := fresh.post(t, "/signin", url.Values{"email": {a.Email}, "password": {a.Password}}).want(t, http.StatusForbidden).has(t, msg)
+	if p.cookie(portal.SessionCookie) != nil {
+		t.Fatalf("a suspended account's sign-in set a session cookie: %s", p)
+	}
+	// A wrong password still says only that.
+	fresh.post(t, "/signin", url.Values{"email": {a.Email}, "password": {"wrong password"}}).want(t, http.StatusUnauthorized).hasNot(t, msg)
+
+	bolt.get(t, "/overview").want(t, http.StatusOK)
+	bolt.post(t, "/settings/tokens", url.Values{"label": {"ci"}}).want(t, http.StatusCreated)
+
+	if err := e.Service.SetSuspended(e.ctx, a.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	fresh.signIn(t, a)
+	fresh.get(t, "/settings/tokens").want(t, http.StatusOK)
+	fresh.post(t, "/settings/tokens", url.Values{"label": {"ci"}}).want(t, http.StatusCreated)
+}
+
 // TestSessionExpiry: a session ends after 12 idle hours, and 7 days after
 // sign-in however much it is used.
 func TestSessionExpiry(t *testing.T) {

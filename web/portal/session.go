@@ -123,10 +123,15 @@ type call struct {
 	flash *flash
 }
 
+// suspendedText tells the owner of a suspended account why the portal
+// does not let them in.
+const suspendedText = "This account is suspended: it cannot be used in the portal until your operator resumes it."
+
 // authed wraps a handler that needs a signed-in owner. Without a valid
 // session a GET goes to the sign-in page (and back after it), a POST too;
 // a POST must come from the portal's origin and carry the session's CSRF
-// token (403 otherwise).
+// token (403 otherwise). The session of a suspended account is ended, and
+// the browser sent to the sign-in page, which says why.
 func (p *Portal) authed(h func(*call)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
@@ -173,6 +178,15 @@ func (p *Portal) authed(h func(*call)) http.Handler {
 		}
 		if err != nil {
 			p.serverError(w, r, err)
+			return
+		}
+		if c.acc.Suspended {
+			// Suspended since this session signed in: it ends here, and
+			// nothing the request asked for is done.
+			p.deps.Store.DeletePortalSession(c.ctx, s.IDHash)
+			p.clearCookie(w, r, SessionCookie)
+			p.setFlashCookie(w, r, "error", suspendedText)
+			http.Redirect(w, r, "/signin", http.StatusSeeOther)
 			return
 		}
 		if c.acc.Plan != "" {
