@@ -105,3 +105,58 @@ func TestAddOnGating(t *testing.T) {
 		t.Fatalf("%d clients were created by POST /publishers, want 2 (refused calls must not create any)", posted)
 	}
 }
+
+// TestTokensRefusedWithoutABasePlan: the REST API is part of an account's
+// subscription. When the operator removes the base plan, every route
+// refuses the account's tokens with 403 base_plan_required at once (once
+// the change is applied, as "fleetmq account set-plan" waits for), add-ons
+// or not; the other account's token still works; with a plan again the
+// same token works again (it was not revoked).
+func TestTokensRefusedWithoutABasePlan(t *testing.T) {
+	t.Parallel()
+	e := start(t, slowReload)
+	A := e.tenant(t, "A", "starter", allAddOns)
+	B := e.tenant(t, "B", "starter", allAddOns)
+
+	// The requests, prepared while A has a plan (a client to delete, say).
+	type call struct {
+		rt     route
+		path   string
+		body   any
+		status int
+	}
+	var calls []call
+	for _, rt := range routes {
+		path, body, status := rt.call(t, e, A)
+		calls = append(calls, call{rt, path, body, status})
+	}
+	if err := e.Service.SetPlan(e.ctx, A.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	e.Sync(e.ctx) // what the CLI waits for before it returns
+	for _, c := range calls {
+		r := e.req(t, A.Token, c.rt.Method, c.path, c.body)
+		if r.Status != http.StatusForbidden {
+			t.Errorf("%s %s without a base plan: %s, want 403 base_plan_required", c.rt.Method, c.rt.Path, r)
+			continue
+		}
+		if p := r.asProblem(t); p.Code != fleetmq.CodeBasePlanRequired {
+			t.Errorf("%s %s without a base plan: code %q, want base_plan_required", c.rt.Method, c.rt.Path, p.Code)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	e.get(t, B.Token, "/usage").ok(t, http.StatusOK, nil)
+	e.get(t, B.Token, "/history").ok(t, http.StatusOK, nil)
+
+	if err := e.Service.SetPlan(e.ctx, A.ID, "growth"); err != nil {
+		t.Fatal(err)
+	}
+	e.Sync(e.ctx)
+	for _, c := range calls {
+		if r := e.req(t, A.Token, c.rt.Method, c.path, c.body); r.Status != c.status {
+			t.Errorf("%s %s with a plan again: %s, want %d", c.rt.Method, c.rt.Path, r, c.status)
+		}
+	}
+}

@@ -143,7 +143,7 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 	if old, err := p.session(r); err == nil {
 		p.deps.Store.DeletePortalSession(r.Context(), old.IDHash)
 	}
-	if err := p.newSession(w, r, accountID); err != nil {
+	if err := p.newSession(w, r, accountID, time.Time{}); err != nil {
 		p.serverError(w, r, err)
 		return
 	}
@@ -278,7 +278,7 @@ func passwordRules() string {
 
 // changePassword sets a new owner password after checking the current
 // one. Every other session of the account is signed out, and this one
-// gets a new id.
+// gets a new id (its maximum still counts from its sign-in).
 func (p *Portal) changePassword(c *call) {
 	f := c.r.PostForm
 	cur, next, confirm := f.Get("current_password"), f.Get("new_password"), f.Get("confirm_password")
@@ -316,12 +316,14 @@ func (p *Portal) changePassword(c *call) {
 		return
 	}
 	// The control service stores the hash and ends every session of the
-	// account, this one too: it gets a new one below.
+	// account, this one too: it gets a new one below, with a new id but
+	// the old one's sign-in time, so the change does not make it last
+	// longer than the sign-in allowed.
 	if _, err := p.deps.Service.SetOwnerPassword(c.ctx, c.acc.ID, next); err != nil {
 		c.fail(err)
 		return
 	}
-	if err := p.newSession(c.w, c.r, c.acc.ID); err != nil {
+	if err := p.newSession(c.w, c.r, c.acc.ID, c.sess.CreatedAt); err != nil {
 		c.fail(err)
 		return
 	}

@@ -279,6 +279,36 @@ func TestChangePassword(t *testing.T) {
 	fresh.signIn(t, a)
 }
 
+// TestPasswordChangeKeepsTheSessionMaximum: the session a password change
+// gives the browser (a new id) still ends 7 days after the sign-in, not 7
+// days after the change; the change signs out the owner's other sessions.
+func TestPasswordChangeKeepsTheSessionMaximum(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	o := e.account(t, "Bolt", "starter")
+	b, other, bolt := e.browser(t), e.browser(t), e.browser(t)
+	b.signIn(t, a)
+	other.signIn(t, a)
+	bolt.signIn(t, o)
+	for i := 0; i < 12; i++ { // used every 11 hours: 132 hours after sign-in
+		e.clock.Add(11 * time.Hour)
+		b.get(t, "/settings").want(t, http.StatusOK)
+		bolt.get(t, "/overview").want(t, http.StatusOK)
+	}
+	newPW := "a much longer passphrase"
+	b.post(t, "/settings/password", url.Values{"current_password": {a.Password}, "new_password": {newPW}, "confirm_password": {newPW}}).
+		redirects(t, "/settings")
+	other.get(t, "/overview").redirects(t, "/signin")
+	for i := 0; i < 3; i++ { // 165 hours after sign-in
+		e.clock.Add(11 * time.Hour)
+		b.get(t, "/overview").want(t, http.StatusOK)
+	}
+	e.clock.Add(4 * time.Hour) // 169 h > 7 days after sign-in, 37 h after the change
+	b.get(t, "/overview").redirects(t, "/signin")
+	bolt.get(t, "/overview").redirects(t, "/signin") // signed in at the same time
+}
+
 // TestSignInThrottleConcurrent: wrong passwords sent all at once are
 // counted before the slow password check, so no more of them are checked
 // than the bound allows, however many arrive together; the rest are

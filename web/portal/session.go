@@ -96,11 +96,17 @@ func (p *Portal) session(r *http.Request) (*sessionState, error) {
 	return &sessionState{id: c.Value, PortalSession: ps}, nil
 }
 
-// newSession signs the account in: a new session and its cookie.
-func (p *Portal) newSession(w http.ResponseWriter, r *http.Request, accountID string) error {
+// newSession signs the account in: a new session and its cookie. A
+// session that replaces one (a password change gives it a new id) keeps
+// signedIn, the time of its sign-in, from which the session maximum
+// counts; zero for a sign-in now.
+func (p *Portal) newSession(w http.ResponseWriter, r *http.Request, accountID string, signedIn time.Time) error {
 	id := fleetmq.NewSecret(tokenLen)
 	now := p.deps.Now().UTC().Truncate(time.Microsecond)
-	ps := &fleetmq.PortalSession{IDHash: fleetmq.HashSecret(id), AccountID: accountID, CreatedAt: now, LastSeenAt: now}
+	if signedIn.IsZero() {
+		signedIn = now
+	}
+	ps := &fleetmq.PortalSession{IDHash: fleetmq.HashSecret(id), AccountID: accountID, CreatedAt: signedIn, LastSeenAt: now}
 	if err := p.deps.Store.CreatePortalSession(r.Context(), ps); err != nil {
 		return err
 	}
