@@ -123,7 +123,8 @@ func New(d Deps) *API {
 		"after a burst of " + strconv.Itoa(lim.Burst) + "; a single client making one request at a time can always spend its " +
 		"token's hour. A request over any limit gets 429 `rate_limited` with `Retry-After` (seconds) and a `detail` naming " +
 		"the limit, sent after a pause of up to " + lim.RefusalPause.String() + " (never longer than its `Retry-After`); " +
-		"refused requests are not counted. Which routes work depends on the account's " +
+		"refused requests are not counted. Every route needs the account to have a base plan (else 403 " +
+		"`base_plan_required`); which routes work depends on the account's " +
 		"add-ons, not on the token. Errors are RFC 9457 problem details with a stable `code`."
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"token": {Type: "http", Scheme: "bearer", BearerFormat: "svc_mqtt_rest_ token",
@@ -242,7 +243,7 @@ func caller(ctx context.Context) *principal {
 }
 
 // authenticate runs before every operation: token, rate limit, account,
-// add-on.
+// base plan, add-on.
 func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 	now := a.deps.Now()
 	tok, err := a.deps.Auth.Authenticate(ctx.Header("Authorization"), now)
@@ -294,6 +295,10 @@ func (a *API) authenticate(ctx huma.Context, next func(huma.Context)) {
 			a.deps.Logger.Error("api: load account", "account", tok.AccountID, "error", err)
 		}
 		a.writeHuma(ctx, newProblem(http.StatusInternalServerError, fleetmq.CodeInternal, "internal error"))
+		return
+	}
+	if acct.Plan == "" {
+		a.writeHuma(ctx, basePlanRequired())
 		return
 	}
 	if x, ok := ctx.Operation().Metadata[metaAddOn].(fleetmq.AddOn); ok && !acct.HasAddOn(x) {

@@ -217,6 +217,13 @@ func addOnRequired(x fleetmq.AddOn) *Problem {
 	return p
 }
 
+// basePlanRequired is the refusal of every route to a token whose account
+// has no base plan (any more): the REST API is part of the subscription.
+func basePlanRequired() *Problem {
+	return newProblem(http.StatusForbidden, fleetmq.CodeBasePlanRequired,
+		"the token's account has no base plan, and the REST API needs one; its tokens work again once the operator assigns a plan")
+}
+
 // fail is problemOf for a handler: an error that becomes a 500 is logged
 // with the request's account (its problem says nothing more than
 // "internal error").
