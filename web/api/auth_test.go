@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 )
 
 // unauthorized fails unless r is a 401 problem with the code and a Bearer
@@ -161,6 +162,31 @@ func TestTokenRevocation(t *testing.T) {
 	e.restart(t)
 	unauthorized(t, e.get(t, A.Token, "/usage"), fleetmq.CodeTokenRevoked)
 	e.get(t, second, "/usage").ok(t, http.StatusOK, nil)
+}
+
+// TestTokenRevokedOnAnotherNodeRefusedWithinASecond: a token revoked
+// through another process on the same store (another node of a cluster,
+// whose portal the owner used) is refused here within a second, at this
+// node's next control-plane version check (every platform.VersionPoll),
+// with no call of this process's own refresh; the other account's token
+// keeps working.
+func TestTokenRevokedOnAnotherNodeRefusedWithinASecond(t *testing.T) {
+	t.Parallel()
+	e := start(t, slowReload) // the version is polled every 100 ms, as in production
+	A := e.tenant(t, "A", "starter", allAddOns)
+	B := e.tenant(t, "B", "starter", allAddOns)
+	e.get(t, A.Token, "/usage").ok(t, http.StatusOK, nil)
+	// The store alone, as the other node writes it.
+	if err := e.Store.RevokeRESTToken(e.ctx, A.ID, A.TokenID, e.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var last *response
+	testkit.Eventually(t, time.Second, "the token revoked elsewhere to be refused", func() bool {
+		last = e.get(t, A.Token, "/usage")
+		return last.Status != http.StatusOK
+	})
+	unauthorized(t, last, fleetmq.CodeTokenRevoked)
+	e.get(t, B.Token, "/usage").ok(t, http.StatusOK, nil)
 }
 
 // TestTokenExpiry: a token created with expires_in_days 1 works until the
