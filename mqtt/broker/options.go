@@ -158,8 +158,9 @@ type Options struct {
 	// SweepInterval is how often expired retained messages and expired
 	// sessions are swept. Default 1 minute.
 	SweepInterval time.Duration
-	// ConnectTimeout is how long a new connection may take to send CONNECT.
-	// Default 10 seconds.
+	// ConnectTimeout is how long a new connection may take to send CONNECT;
+	// ListenWebSocket's HTTP server gives an upgrade request, and an idle
+	// HTTP connection, as long. Default 10 seconds.
 	ConnectTimeout time.Duration
 	// IdleParkAfter is how long a plain TCP client may send nothing before
 	// its reader goroutine ends and its socket waits in the server's epoll

@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -247,6 +248,76 @@ func TestWebSocketSubprotocolRequired(t *testing.T) {
 		v5.MustPublish(t, &paho.Publish{Topic: "after/" + sp, QoS: 1, Payload: []byte("ok")})
 		hdExpectV5(t, v5, "after/"+sp, "ok", 1)
 	}
+}
+
+// TestWebSocketListenerHoldsNoIdleHTTP: the WebSocket listener's HTTP
+// connections that are not (yet) MQTT connections are bounded like a
+// stranger: one that sends no request, and one left idle after a request
+// that was not an upgrade (an HTTP keep-alive connection, once held for
+// ever), are closed within the connect timeout, and the server's Close
+// ends those it still has.
+func TestWebSocketListenerHoldsNoIdleHTTP(t *testing.T) {
+	// idleHTTP opens a connection to addr, sends a GET that is not an
+	// upgrade (unless silent) and reads its answer.
+	idleHTTP := func(t *testing.T, addr string, silent bool) (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		br := bufio.NewReader(c)
+		if silent {
+			return c, br
+		}
+		io.WriteString(c, "GET /mqtt HTTP/1.1\r\nHost: broker\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUpgradeRequired || resp.Close {
+			t.Fatalf("plain GET: status %d, close %v; want 426 on a kept-alive connection", resp.StatusCode, resp.Close)
+		}
+		return c, br
+	}
+	// closedWithin fails unless the server closes c within d.
+	closedWithin := func(t *testing.T, what string, c net.Conn, br *bufio.Reader, d time.Duration) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(d))
+		if _, err := br.ReadByte(); err == nil {
+			t.Fatalf("%s: read data", what)
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatalf("%s: still open after %v", what, d)
+		}
+	}
+
+	t.Run("connect timeout", func(t *testing.T) {
+		b := startBroker(t, broker.Options{ConnectTimeout: 300 * time.Millisecond})
+		ln, err := b.ListenWebSocket("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent, sbr := idleHTTP(t, ln.Addr().String(), true)
+		idle, ibr := idleHTTP(t, ln.Addr().String(), false)
+		closedWithin(t, "a connection that sent nothing", silent, sbr, 3*time.Second)
+		closedWithin(t, "an idle connection after a plain GET", idle, ibr, 3*time.Second)
+	})
+	t.Run("server close", func(t *testing.T) {
+		b := startBroker(t, broker.Options{ConnectTimeout: time.Minute})
+		ln, err := b.ListenWebSocket("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle, ibr := idleHTTP(t, ln.Addr().String(), false)
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		if err := b.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		closedWithin(t, "an idle connection after the server's Close", idle, ibr, 3*time.Second)
+	})
 }
 
 // TestWebSocketHandlerMounted mounts Server.WebSocketHandler on a path of

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/coder/websocket"
 )
@@ -57,10 +56,16 @@ func (s *Server) ListenWebSocket(addr string) (net.Listener, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/mqtt", s.WebSocketHandler())
 	mux.Handle("/", s.WebSocketHandler())
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	// An HTTP connection is a stranger until its upgrade: one that sends
+	// no request, or waits after one that was not an upgrade (an HTTP
+	// keep-alive), is closed within the connect timeout, and the server's
+	// Close ends those it still has (an upgraded one is an MQTT connection,
+	// the server's own).
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: s.opts.ConnectTimeout, IdleTimeout: s.opts.ConnectTimeout,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, rawConnKey{}, c)
 		}}
+	context.AfterFunc(s.life, func() { hs.Close() })
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
