@@ -475,10 +475,11 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 
 // retainedRoom refuses a retained message that would take the account
 // past its plan's retained state (Account.MaxRetained); replacing or
-// clearing one never does.
+// clearing one never does, nor does a message that is not delivered (a
+// vendor layout without fanout): the broker does not retain it.
 func (p *Policy) retainedRoom(s *Session, acc *Account, wire string, m *broker.Message) error {
 	srv := p.srv.Load()
-	if !m.Retain || len(m.Payload) == 0 || srv == nil {
+	if !m.Retain || m.NoDeliver || len(m.Payload) == 0 || srv == nil {
 		return nil
 	}
 	count, bytes, current := srv.RetainedUnder(m.Topic)

@@ -67,3 +67,47 @@ func TestRetainedStateBoundedPerAccount(t *testing.T) {
 		return false
 	})
 }
+
+// TestRetainedBoundSkipsLayoutsWithoutFanout: a retained message on a
+// vendor layout without fanout is stored, never retained, so an account at
+// its retained bound still has it accepted (it was refused with Quota
+// exceeded, and a 3.1.1 device's copy discarded: never stored); with
+// fanout the bound applies to its platform topic as to any.
+func TestRetainedBoundSkipsLayoutsWithoutFanout(t *testing.T) {
+	t.Parallel()
+	p := startPlatform(t)
+	p.plan(t, "tiny", 1, 10)
+	A := p.newTenant(t, "A", "tiny", false, "dev1")
+	for _, l := range []*fleetmq.Layout{
+		{Name: "bolt", WireRoot: "bolt", Rules: []string{"bolt/{client_id}/status=state/summary"}},
+		{Name: "acme", WireRoot: "acme", Rules: []string{"acme/{client_id}/status=state/summary"}, Fanout: true},
+	} {
+		if err := p.Service.PutLayout(p.ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.synced(t)
+	devA := dialV5(t, p.MQTTAddr, "dev1", A.PubUser, A.PubPass)
+	retain := func(topic, payload string) byte {
+		t.Helper()
+		r, err := devA.TryPublish(&paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: []byte(payload)})
+		if r == nil {
+			t.Fatalf("retain %s: no PUBACK: %v", topic, err)
+		}
+		return r.ReasonCode
+	}
+	for i := range fleetplatform.RetainedPerClient {
+		if rc := retain(A.topic("dev1", fmt.Sprintf("state/s%d", i)), "v"); rc != 0 {
+			t.Fatalf("retained message %d refused: 0x%02x", i, rc)
+		}
+	}
+	if rc := retain("bolt/dev1/status", "not retained"); rc != 0 {
+		t.Fatalf("a retained message on a layout without fanout, at the bound: 0x%02x, want 0 (stored, not retained)", rc)
+	}
+	if rc := retain("acme/dev1/status", "retained"); rc != 0x97 {
+		t.Fatalf("a retained message on a layout with fanout, over the bound: 0x%02x, want 0x97", rc)
+	}
+	sub := dialV5(t, p.MQTTAddr, "subA", A.SubUser, A.SubPass)
+	sub.Sub(t, A.topic("dev1", "state/summary"), 1)
+	mqtttest.Barrier(t, devA, A.topic("dev1", "state/summary"), sub)
+}
