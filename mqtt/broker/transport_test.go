@@ -250,6 +250,108 @@ func TestWebSocketSubprotocolRequired(t *testing.T) {
 	}
 }
 
+// TestWebSocketPacketsAcrossFrames: MQTT packets are not aligned on
+// WebSocket frames [MQTT-6.0.0-2]: a CONNECT split over two messages, the
+// rest of it and a SUBSCRIBE in one message of continuation frames, and
+// one message of many PUBLISHes, larger together than MaxPacketSize (which
+// bounds a packet, not a message), are all served; a text message is
+// refused with 1003.
+func TestWebSocketPacketsAcrossFrames(t *testing.T) {
+	b := startBroker(t, broker.Options{MaxPacketSize: 1024})
+	ln, err := b.ListenWebSocket("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	dial := func() *websocket.Conn {
+		ws, _, err := websocket.Dial(ctx, wsURL(ln.Addr().String()), &websocket.DialOptions{Subprotocols: []string{"mqtt"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ws.CloseNow() })
+		return ws
+	}
+	enc := func(p packet.Packet) []byte {
+		b, err := packet.Encode(nil, p, packet.Version311)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// read returns the packets of the broker's next messages until n came.
+	read := func(ws *websocket.Conn, n int) []packet.Packet {
+		var got []packet.Packet
+		var buf []byte
+		for len(got) < n {
+			_, m, err := ws.Read(ctx)
+			if err != nil {
+				t.Fatalf("after %d packets: %v", len(got), err)
+			}
+			buf = append(buf, m...)
+			for {
+				h, rem, hn, err := packet.ParseHeader(buf)
+				if err != nil || len(buf) < hn+rem {
+					break
+				}
+				p, err := packet.Decode(h, buf[hn:hn+rem], packet.Version311)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, buf = append(got, p), buf[hn+rem:]
+			}
+		}
+		return got
+	}
+
+	ws := dial()
+	connect := enc(&packet.Connect{ProtocolName: "MQTT", ProtocolLevel: packet.Version311, ClientID: "frames", CleanStart: true, KeepAlive: 30})
+	sub := enc(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "frames/#", QoS: 0}}})
+	if err := ws.Write(ctx, websocket.MessageBinary, connect[:3]); err != nil {
+		t.Fatal(err)
+	}
+	w, err := ws.Writer(ctx, websocket.MessageBinary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := append(connect[3:], sub...)
+	for i := 0; i < len(rest); i += 5 { // a frame each
+		if _, err := w.Write(rest[i:min(len(rest), i+5)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(ws, 2); got[0].Type() != packet.CONNACK || got[1].Type() != packet.SUBACK {
+		t.Fatalf("got %v, want CONNACK and SUBACK", got)
+	}
+	var batch []byte
+	const n = 20
+	for range n {
+		batch = append(batch, enc(&packet.Publish{Topic: "frames/x", Payload: make([]byte, 100)})...)
+	}
+	if len(batch) <= 1024 {
+		t.Fatalf("the batch of %d bytes is not over MaxPacketSize", len(batch))
+	}
+	if err := ws.Write(ctx, websocket.MessageBinary, batch); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range read(ws, n) {
+		if pub, ok := p.(*packet.Publish); !ok || pub.Topic != "frames/x" || len(pub.Payload) != 100 {
+			t.Fatalf("message %d: %v", i, p)
+		}
+	}
+
+	text := dial()
+	if err := text.Write(ctx, websocket.MessageText, connect); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := text.Read(ctx); websocket.CloseStatus(err) != websocket.StatusUnsupportedData {
+		t.Fatalf("a text message: read ended with %v, want close 1003", err)
+	}
+}
+
 // TestWebSocketListenerHoldsNoIdleHTTP: the WebSocket listener's HTTP
 // connections that are not (yet) MQTT connections are bounded like a
 // stranger: one that sends no request, and one left idle after a request

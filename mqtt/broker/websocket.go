@@ -31,7 +31,10 @@ func (s *Server) WebSocketHandler() http.Handler {
 			ws.Close(websocket.StatusPolicyViolation, `subprotocol "mqtt" required`)
 			return
 		}
-		ws.SetReadLimit(int64(s.opts.MaxPacketSize) + 8)
+		// NetConn lifts the library's read limit per message: MQTT packets
+		// may span messages and a message may hold many packets
+		// [MQTT-6.0.0-2], and the reader streams them, so the packet's
+		// fixed header is what is held to MaxPacketSize (0x95), as on TCP.
 		nc := websocket.NetConn(context.Background(), ws, websocket.MessageBinary)
 		raw, _ := r.Context().Value(rawConnKey{}).(net.Conn)
 		s.startConn(&wsConn{Conn: nc, ws: ws, raw: raw, remote: remoteAddr(r)}, listenerKind{websocket: true, tls: r.TLS != nil})
