@@ -12,6 +12,10 @@ import (
 // publish handles an inbound PUBLISH.
 func (c *conn) publish(p *packet.Publish) error {
 	v5 := c.version == packet.Version5
+	if len(p.Properties.SubscriptionIDs) > 0 {
+		// Only the server sends them ([MQTT-3.3.4-6]).
+		return c.protocolError(packet.ProtocolError, "PUBLISH from a client carries a Subscription Identifier")
+	}
 	if v5 && p.Properties.Has(packet.PropTopicAlias) {
 		a := p.Properties.TopicAlias
 		if a == 0 || a > c.srv.opts.TopicAliasMaximum {
@@ -59,7 +63,7 @@ func (c *conn) publish(p *packet.Publish) error {
 	}
 	m.Properties.Clear(packet.PropTopicAlias)
 	m.Properties.Clear(packet.PropMessageExpiry)
-	m.Properties.SubscriptionIDs = nil
+	m.Properties.SubscriptionIDs = nil // the packet's (reused) slice, always empty here
 	if v5 && p.Properties.Has(packet.PropMessageExpiry) {
 		m.Expiry = now.Add(time.Duration(p.Properties.MessageExpiry) * time.Second)
 	}

@@ -143,6 +143,41 @@ func TestSubscriptionIdentifiersRaw(t *testing.T) {
 	rc.Expect(t, packet.PINGRESP)
 }
 
+// TestPublishWithSubscriptionIdentifierIsAProtocolError: a PUBLISH from a
+// client must not carry a Subscription Identifier ([MQTT-3.3.4-6]): the
+// server ends the connection with DISCONNECT 0x82 and the message reaches
+// no subscriber (nor the retained store), at any QoS. The subscriber's
+// own copies still carry the identifiers of its subscriptions.
+func TestPublishWithSubscriptionIdentifierIsAProtocolError(t *testing.T) {
+	b := startBroker(t, broker.Options{})
+	sub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "sid-sub", CleanStart: true, KeepAlive: 30})
+	s := &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "sidp/#", QoS: 2}}}
+	s.Properties.SubscriptionIDs = []uint32{9}
+	sub.Must(t, s)
+	sub.Expect(t, packet.SUBACK)
+	for qos := range byte(3) {
+		rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: fmt.Sprintf("sid-pub%d", qos), CleanStart: true, KeepAlive: 30})
+		p := &packet.Publish{Topic: "sidp/x", QoS: qos, Retain: true, Payload: []byte("smuggled")}
+		if qos > 0 {
+			p.PacketID = 1
+		}
+		p.Properties.SubscriptionIDs = []uint32{9}
+		rc.Must(t, p)
+		hAExpectDisconnect(t, rc, packet.ProtocolError)
+	}
+	// Nothing was delivered: the next PUBLISH the subscriber sees is a
+	// clean one, with its subscription's identifier.
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "sid-pub", CleanStart: true, KeepAlive: 30})
+	pub.Must(t, &packet.Publish{Topic: "sidp/y", Payload: []byte("clean")})
+	got := sub.Expect(t, packet.PUBLISH).(*packet.Publish)
+	if string(got.Payload) != "clean" || !slices.Equal(got.Properties.SubscriptionIDs, []uint32{9}) {
+		t.Fatalf("subscriber got %q on %s with ids %v, want \"clean\" with id 9", got.Payload, got.Topic, got.Properties.SubscriptionIDs)
+	}
+	if n := b.Stats().Retained; n != 0 {
+		t.Fatalf("%d retained messages, want none", n)
+	}
+}
+
 // TestNoLocal: with No Local a client does not receive its own messages;
 // other clients' messages still arrive, and without No Local its own do.
 func TestNoLocal(t *testing.T) {
