@@ -214,7 +214,7 @@ func (p *Policy) live(accountID string, cl *Client, m *clientMeter, now time.Tim
 			pl.LastPublish = time.Unix(0, n)
 		}
 		d := dayNumber(now)
-		if s := &m.today[d%2]; s.day.Load() == d {
+		if s := m.today.peek(d); s != nil {
 			for q := range pl.Today {
 				pl.Today[q] = s.messages[q].Load()
 			}
@@ -253,7 +253,7 @@ func (p *Policy) retainedState(accountID, clientID string, now time.Time) []Reta
 func (p *Policy) RestoreToday(now time.Time, rows []fleetmq.ClientUsage) {
 	d := dayNumber(now)
 	for _, r := range rows {
-		s := slotOf(&p.meter.client(r.AccountID, r.ClientID).today, d)
+		s := p.meter.client(r.AccountID, r.ClientID).today.at(d)
 		for q := range r.Messages {
 			s.messages[q].Add(r.Messages[q])
 		}

@@ -20,10 +20,9 @@ type Meter struct {
 
 type clientKey struct{ account, client string }
 
-// dayCounters are one UTC day's counters; two slots (day % 2) let the day
-// roll over without a lock.
+// dayCounters are one UTC day's counters.
 type dayCounters struct {
-	day       atomic.Int64 // days since the Unix epoch
+	day       int64 // days since the Unix epoch; fixed
 	messages  [3]atomic.Int64
 	bytes     [3]atomic.Int64
 	poolUsed  atomic.Int64
@@ -34,40 +33,125 @@ type dayCounters struct {
 
 type accountMeter struct {
 	id   string
-	days [2]dayCounters
+	days dayPair[dayCounters, *dayCounters]
 }
 
 type clientMeter struct {
 	account, client string
 	// days are the increments since the last Collect.
-	days [2]dayMix
+	days dayPair[dayMix, *dayMix]
 	// today are the day's totals for the live view (never collected).
-	today [2]dayMix
+	today dayPair[dayMix, *dayMix]
 	// lastPublish is the time of the last accepted PUBLISH (Unix ns).
 	lastPublish atomic.Int64
 	// live is the client's connection state (connect and disconnect only).
 	live clientLive
 }
 
-// dayMix counts messages by effective QoS for one UTC day; two of them
-// (day % 2) let the day roll over without a lock.
+// dayMix counts messages by effective QoS for one UTC day.
 type dayMix struct {
-	day      atomic.Int64
+	day      int64 // fixed
 	messages [3]atomic.Int64
 }
 
-// slotOf returns the mix of day d from a pair, claiming it when it last held
-// an older day.
-func slotOf(pair *[2]dayMix, d int64) *dayMix {
-	s := &pair[d%2]
-	if s.day.Load() != d {
-		if old := s.day.Load(); old != d && s.day.CompareAndSwap(old, d) {
-			for i := range s.messages {
-				s.messages[i].Store(0)
+func (c *dayCounters) dayOf() int64   { return c.day }
+func (c *dayCounters) setDay(d int64) { c.day = d }
+func (c *dayMix) dayOf() int64        { return c.day }
+func (c *dayMix) setDay(d int64)      { c.day = d }
+
+// dayPair holds the counters of the current UTC days in two slots (day %
+// 2), with no lock on the message path. Each slot points to the counters
+// of one day, whose day never changes: the first increment of a new day
+// installs fresh counters in the slot (one allocation a day), so an
+// increment made at the rollover is never wiped, and a flush reports
+// every increment under its own day. Counters replaced while they may
+// still hold increments not collected yet (a flush that failed for a
+// day) are kept in retired until the next collect, unless forget is set
+// (counters no flush collects, such as the live view's).
+type dayPair[T any, P interface {
+	*T
+	dayOf() int64
+	setDay(int64)
+}] struct {
+	slots   [2]atomic.Pointer[T]
+	forget  bool
+	mu      sync.Mutex // guards retired
+	retired []*T
+	// claimed, when set (tests), runs right after a slot is claimed for
+	// a new day.
+	claimed func()
+}
+
+// at returns the counters of day d, claiming their slot when it held an
+// older day. A day older than its slot's (a late caller, two days late)
+// gets counters of its own, collected with the retired ones.
+func (p *dayPair[T, P]) at(d int64) *T {
+	s := &p.slots[d%2]
+	for {
+		cur := s.Load()
+		if cur != nil {
+			switch held := P(cur).dayOf(); {
+			case held == d:
+				return cur
+			case held > d:
+				return p.past(d)
 			}
 		}
+		n := new(T)
+		P(n).setDay(d)
+		if s.CompareAndSwap(cur, n) {
+			if cur != nil && !p.forget {
+				p.mu.Lock()
+				p.retired = append(p.retired, cur)
+				p.mu.Unlock()
+			}
+			if p.claimed != nil {
+				p.claimed()
+			}
+			return n
+		}
 	}
-	return s
+}
+
+// past returns retired counters of day d (new ones when there are none).
+func (p *dayPair[T, P]) past(d int64) *T {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range p.retired {
+		if P(r).dayOf() == d {
+			return r
+		}
+	}
+	n := new(T)
+	P(n).setDay(d)
+	if !p.forget {
+		p.retired = append(p.retired, n)
+	}
+	return n
+}
+
+// peek returns the counters of day d, or nil when its slot holds another
+// day (nothing counted on d yet).
+func (p *dayPair[T, P]) peek(d int64) *T {
+	if cur := p.slots[d%2].Load(); cur != nil && P(cur).dayOf() == d {
+		return cur
+	}
+	return nil
+}
+
+// take returns every counters a collect reads: the two slots' and the
+// retired ones (which it is the last to read).
+func (p *dayPair[T, P]) take() []*T {
+	p.mu.Lock()
+	out := p.retired
+	p.retired = nil
+	p.mu.Unlock()
+	for i := range p.slots {
+		if cur := p.slots[i].Load(); cur != nil {
+			out = append(out, cur)
+		}
+	}
+	return out
 }
 
 // NewMeter returns an empty meter.
@@ -100,38 +184,20 @@ func (m *Meter) client(account, client string) *clientMeter {
 	c := m.clients[k]
 	if c == nil {
 		c = &clientMeter{account: account, client: client}
+		c.today.forget = true
 		m.clients[k] = c
 	}
 	return c
 }
 
-// slot returns today's counters, claiming the slot when the day changed.
-func (a *accountMeter) slot(now time.Time) *dayCounters {
-	d := dayNumber(now)
-	s := &a.days[d%2]
-	if s.day.Load() != d {
-		// The slot last held day d-2 (long flushed): reuse it.
-		if old := s.day.Load(); old != d && s.day.CompareAndSwap(old, d) {
-			for i := range s.messages {
-				s.messages[i].Store(0)
-				s.bytes[i].Store(0)
-			}
-			s.poolUsed.Store(0)
-			s.demotions.Store(0)
-			s.refused.Store(0)
-			for i := range s.drops {
-				s.drops[i].Store(0)
-			}
-		}
-	}
-	return s
-}
+// slot returns the counters of now's UTC day.
+func (a *accountMeter) slot(now time.Time) *dayCounters { return a.days.at(dayNumber(now)) }
 
 // count meters an accepted message of the client at now.
 func (c *clientMeter) count(now time.Time, qos byte) {
 	d := dayNumber(now)
-	slotOf(&c.days, d).messages[qos].Add(1)
-	slotOf(&c.today, d).messages[qos].Add(1)
+	c.days.at(d).messages[qos].Add(1)
+	c.today.at(d).messages[qos].Add(1)
 	c.lastPublish.Store(now.UnixNano())
 }
 
@@ -166,9 +232,8 @@ func (m *Meter) collect(dropNames []string, withClients bool) ([]DailyDelta, []C
 	m.mu.Unlock()
 	var out []DailyDelta
 	for _, a := range accounts {
-		for i := range a.days {
-			s := &a.days[i]
-			d := DailyDelta{AccountID: a.id, Day: dayString(s.day.Load())}
+		for _, s := range a.days.take() {
+			d := DailyDelta{AccountID: a.id, Day: dayString(s.day)}
 			any := false
 			for q := range 3 {
 				d.Messages[q] = s.messages[q].Swap(0)
@@ -193,9 +258,8 @@ func (m *Meter) collect(dropNames []string, withClients bool) ([]DailyDelta, []C
 	}
 	var cout []ClientDelta
 	for _, c := range clients {
-		for i := range c.days {
-			s := &c.days[i]
-			d := ClientDelta{AccountID: c.account, ClientID: c.client, Day: dayString(s.day.Load())}
+		for _, s := range c.days.take() {
+			d := ClientDelta{AccountID: c.account, ClientID: c.client, Day: dayString(s.day)}
 			any := false
 			for q := range 3 {
 				d.Messages[q] = s.messages[q].Swap(0)
@@ -229,10 +293,10 @@ func (m *Meter) restore(daily []DailyDelta, clients []ClientDelta, dropNames []s
 	for _, d := range daily {
 		a := m.account(d.AccountID)
 		n := dayFromString(d.Day)
-		s := &a.days[n%2]
-		if s.day.Load() != n {
-			continue // the slot moved on to a later day; cannot happen within two days
+		if n < 0 {
+			continue
 		}
+		s := a.days.at(n)
 		for q := range 3 {
 			s.messages[q].Add(d.Messages[q])
 			s.bytes[q].Add(d.Bytes[q])
@@ -249,10 +313,10 @@ func (m *Meter) restore(daily []DailyDelta, clients []ClientDelta, dropNames []s
 	for _, d := range clients {
 		c := m.client(d.AccountID, d.ClientID)
 		n := dayFromString(d.Day)
-		s := &c.days[n%2]
-		if s.day.Load() != n {
+		if n < 0 {
 			continue
 		}
+		s := c.days.at(n)
 		for q := range 3 {
 			s.messages[q].Add(d.Messages[q])
 		}

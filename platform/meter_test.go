@@ -45,3 +45,40 @@ func TestMeterCollectAndRestore(t *testing.T) {
 		t.Fatalf("after restore:\n got %+v %+v\nwant %+v %+v", again, cagain, want, clients)
 	}
 }
+
+// onClaim runs f once, right after a's next claim of a slot for a new day.
+func onClaim(a *accountMeter, f func()) {
+	a.days.claimed = func() { a.days.claimed = nil; f() }
+}
+
+// TestMeterRolloverLosesNoIncrement: at a UTC midnight the first message
+// of the new day claims the slot that held the day before yesterday.
+// A message of another connection metered at the same instant, while the
+// claim is under way, counts in the new day, and a flush that runs then
+// reports every day's increments under their own day. The other account
+// is untouched.
+func TestMeterRolloverLosesNoIncrement(t *testing.T) {
+	m := NewMeter()
+	a, b := m.account("A"), m.account("B")
+	dayBefore := time.Date(2026, 11, 22, 18, 0, 0, 0, time.UTC)
+	midnight := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC) // same slot as dayBefore
+	a.slot(dayBefore).messages[1].Add(3)                       // not flushed yet (the store was down)
+	b.slot(midnight).messages[0].Add(5)
+
+	var during []DailyDelta
+	onClaim(a, func() {
+		a.slot(midnight).messages[1].Add(1) // another publisher, the same instant
+		during, _ = m.Collect(nil)          // the flush ticks meanwhile
+	})
+	a.slot(midnight).messages[1].Add(1)
+	after, _ := m.Collect(nil)
+
+	got := map[string]int64{}
+	for _, d := range append(during, after...) {
+		got[d.AccountID+" "+d.Day] += d.Messages[1] + d.Messages[0]
+	}
+	want := map[string]int64{"A 2026-11-22": 3, "A 2026-11-24": 2, "B 2026-11-24": 5}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("metered messages by account and day:\n got %v\nwant %v", got, want)
+	}
+}

@@ -633,7 +633,7 @@ func (p *Policy) Dropped(id *broker.Identity, m *broker.Message, r broker.DropRe
 	} else if account := accountOf(id); account != "" {
 		acct = p.meter.account(account)
 	}
-	if acct != nil && int(r) < len(acct.days[0].drops) {
+	if acct != nil && int(r) < len(dayCounters{}.drops) {
 		acct.slot(p.opts.Now()).drops[r].Add(1)
 	}
 	p.recordDrop(id, m, r)
