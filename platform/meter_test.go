@@ -62,7 +62,7 @@ func TestMeterRolloverLosesNoIncrement(t *testing.T) {
 	a, b := m.account("A"), m.account("B")
 	dayBefore := time.Date(2026, 11, 22, 18, 0, 0, 0, time.UTC)
 	midnight := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC) // same slot as dayBefore
-	a.slot(dayBefore).messages[1].Add(3)                       // not flushed yet (the store was down)
+	a.slot(dayBefore).messages[1].Add(3)                      // not flushed yet (the store was down)
 	b.slot(midnight).messages[0].Add(5)
 
 	var during []DailyDelta
