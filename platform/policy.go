@@ -689,6 +689,35 @@ func (p *Policy) Invalid(id *broker.Identity, now time.Time) string {
 	return ""
 }
 
+// Gone says why a session, connected or not, can never be resumed under
+// the snapshot in force ("" while it can): a subscriber password's
+// session (namespace "{account_id}/{credential_id}") is gone with its
+// credential, a publisher's (the device's, namespace "{account_id}") with
+// its client, and every session with its account. A session restored from
+// the state file carries no Session: it is judged by its namespace and
+// client id. Sessions that are gone end (Run), their messages dropped.
+// A suspended account or an expired credential ends connections only
+// (Invalid): both can be undone.
+func (p *Policy) Gone(id *broker.Identity) string {
+	if id.Namespace == "" {
+		return "" // not ours
+	}
+	snap := p.snap.Load()
+	account, credID, subscriber := strings.Cut(id.Namespace, "/")
+	acc := snap.Accounts[account]
+	switch {
+	case acc == nil:
+		return "the account was deleted"
+	case subscriber:
+		if cred := snap.Creds[id.Username]; cred == nil || cred.ID != credID || cred.AccountID != account {
+			return "credential " + credID + " was revoked"
+		}
+	case acc.Clients[id.ClientID] == nil:
+		return "client " + id.ClientID + " was removed from the account"
+	}
+	return ""
+}
+
 // Totals are the policy's process-wide counters for metrics.
 type Totals struct {
 	Effective [3]int64 // accepted messages by effective QoS

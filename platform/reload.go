@@ -56,7 +56,9 @@ const VersionPoll = 100 * time.Millisecond
 // Run keeps the policy current until ctx ends. Every VersionPoll (or
 // interval, if shorter) it reloads the snapshot when the source's version
 // moved and then disconnects the sessions the new snapshot no longer allows
-// (credential revoked, account suspended, client deleted) and holds the
+// (credential revoked, account suspended, client deleted), ends the
+// persistent sessions, connected or not, that can never be resumed (Gone)
+// and holds the
 // connected clients to their plans' per-client publish rates (the accounts'
 // rates follow each new snapshot at once). Every interval it
 // also disconnects the sessions whose credential expired meanwhile and
@@ -196,7 +198,9 @@ func (p *Policy) DisconnectInvalid(srv *broker.Server) int {
 }
 
 func (p *Policy) disconnectInvalidAt(srv *broker.Server, now time.Time) int {
-	return srv.Disconnect(func(id *broker.Identity) string { return p.Invalid(id, now) }, packet.NotAuthorized)
+	n := srv.Disconnect(func(id *broker.Identity) string { return p.Invalid(id, now) }, packet.NotAuthorized)
+	srv.EndSessions(p.Gone, packet.NotAuthorized)
+	return n
 }
 
 // ApplyClientRates holds the connected clients to the per-client publish

@@ -114,3 +114,76 @@ func TestDropsOfRestoredSessionsAreMetered(t *testing.T) {
 	eventually(t, "the restored session's QoS 0 dropped", func() bool { return p2.Broker.Stats().Drops[broker.DropOffline] >= 3 })
 	p2.usage(t, A.ID, p2.day(), "3 offline_qos0 drops", func(u fleetmq.DailyUsage) bool { return u.Drops["offline_qos0"] >= 3 })
 }
+
+// TestRestoredSessionOfARevokedCredentialEnds: after a restart, the
+// persistent session of a subscriber password, restored from the state
+// file while its client is away, ends when the password is revoked, as
+// the session of a connected client does: what it held is dropped and
+// the account's messages stop queueing for it. Another account's
+// restored session keeps its messages and resumes.
+func TestRestoredSessionOfARevokedCredentialEnds(t *testing.T) {
+	dir := t.TempDir()
+	p := startOnDir(t, dir)
+	A := p.newTenant(t, "A", "starter", false, "pump-17")
+	B := p.newTenant(t, "B", "starter", false, "pump-17")
+	p.synced(t)
+	leave := func(tn *tenant, first bool) *mqtttest.Raw {
+		t.Helper()
+		var expiry packet.Properties
+		expiry.SetSessionExpiry(3600)
+		c, ack := mqtttest.ConnectRaw(t, p.MQTTAddr, &packet.Connect{ClientID: "night-dash", KeepAlive: 30, CleanStart: first,
+			Username: tn.SubUser, HasUsername: true, Password: []byte(tn.SubPass), HasPassword: true, Properties: expiry})
+		if ack.SessionPresent == first {
+			t.Fatalf("session present %v", ack.SessionPresent)
+		}
+		return c
+	}
+	for _, tn := range []*tenant{A, B} {
+		c := leave(tn, true)
+		c.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: tn.all(), QoS: 1}}})
+		c.Expect(t, packet.SUBACK)
+		c.Must(t, &packet.Disconnect{})
+		c.Conn.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	err := p.Close(ctx) // saves both offline sessions in the state file
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p2 := startPlatform(t, func(c *app.Config) { c.DataDir = dir })
+	p2.synced(t)
+	devA := dialV5(t, p2.MQTTAddr, "pump-17", A.PubUser, A.PubPass)
+	devB := dialV5(t, p2.MQTTAddr, "pump-17", B.PubUser, B.PubPass)
+	devA.Pub(t, A.topic("pump-17", "state/valve"), 1, "open")
+	devB.Pub(t, B.topic("pump-17", "state/valve"), 1, "open")
+	eventually(t, "both restored sessions queue their account's message", func() bool { return p2.Broker.Stats().Queued == 2 })
+	sessions := p2.Broker.Stats().Sessions
+
+	if err := p2.Service.RevokeCredential(p2.ctx, A.ID, A.SubCredID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "A's restored session ended with its credential", func() bool {
+		st := p2.Broker.Stats()
+		return st.Sessions == sessions-1 && st.Queued == 1
+	})
+	devA.Pub(t, A.topic("pump-17", "state/valve"), 1, "closed")
+	devB.Pub(t, B.topic("pump-17", "state/valve"), 1, "closed")
+	eventually(t, "B's session queues its message", func() bool { return p2.Broker.Stats().Queued == 2 })
+	if st := p2.Broker.Stats(); st.Queued != 2 || st.Sessions != sessions-1 {
+		t.Fatalf("queued %d in %d sessions, want B's 2 in %d: A's messages still queue for a revoked credential", st.Queued, st.Sessions, sessions-1)
+	}
+	p2.usage(t, A.ID, p2.day(), "A's queued message dropped with its session", func(u fleetmq.DailyUsage) bool { return u.Drops["session_expired"] == 1 })
+
+	// B's subscriber resumes its session and gets both messages.
+	p = p2
+	c := leave(B, false)
+	for _, want := range []string{"open", "closed"} {
+		pk := c.Expect(t, packet.PUBLISH).(*packet.Publish)
+		if string(pk.Payload) != want {
+			t.Fatalf("B's session delivered %q, want %q", pk.Payload, want)
+		}
+		c.Must(t, &packet.Ack{Kind: packet.PUBACK, PacketID: pk.PacketID})
+	}
+}

@@ -86,7 +86,7 @@ const (
 	DropRetainedBurst                    // over the retained burst bound of one SUBSCRIBE
 	DropTooLarge                         // bigger than the client's Maximum Packet Size
 	DropExpired                          // message expiry passed before delivery
-	DropSessionExpired                   // queued when the session expired or was cleaned
+	DropSessionExpired                   // queued when the session expired, was cleaned or ended (Server.EndSessions)
 	DropOffline                          // QoS 0 for an offline session (not queued)
 	// DropConnectionClosed: in flight, queued or still in the write buffer
 	// when a connection without a persistent session ended (or a write to
@@ -102,7 +102,7 @@ var dropDetails = [numDropReasons]string{
 	"over the retained messages one SUBSCRIBE may deliver",
 	"larger than the subscriber's Maximum Packet Size",
 	"its Message Expiry Interval passed before it could be delivered",
-	"the subscriber's session expired or was replaced by a clean start",
+	"the subscriber's session expired, was replaced by a clean start or was ended by the server",
 	"QoS 0 messages are not kept for an offline session",
 	"the subscriber's connection ended before it was delivered, and its session does not persist",
 }

@@ -404,6 +404,49 @@ func (s *Server) Sweep() {
 	s.sweepLost(time.Now())
 }
 
+// EndSessions ends every session for which why returns a reason (not ""),
+// connected or not: what it held is dropped (DropSessionExpired) and its
+// subscriptions removed, as when it expires. A connected one ends with its
+// connection, closed as Disconnect closes it (v5: DISCONNECT with code).
+// Offline sessions restored from the state file have the identity they
+// were saved with (no Identity.Data). It reports how many sessions it
+// ended or is ending. Use it when the owner of sessions is gone for good
+// (a credential revoked, a client or account deleted).
+func (s *Server) EndSessions(why func(*Identity) string, code packet.ReasonCode) int {
+	type end struct {
+		ss     *session
+		c      *conn
+		reason string
+	}
+	s.mu.Lock()
+	all := make([]*session, 0, len(s.sessions))
+	for _, ss := range s.sessions {
+		all = append(all, ss)
+	}
+	s.mu.Unlock()
+	var ends []end
+	for _, ss := range all {
+		ss.mu.Lock()
+		if ss.id != nil && !ss.ended {
+			if r := why(ss.id); r != "" {
+				// A connection ending now leaves no persistent session
+				// (detach ends it).
+				ss.expiry = 0
+				ends = append(ends, end{ss, ss.c, r})
+			}
+		}
+		ss.mu.Unlock()
+	}
+	for _, e := range ends {
+		if e.c != nil {
+			e.c.closeWith(Disconnection{Reason: CloseNotAuthorized, Code: code, Detail: e.reason})
+		} else {
+			s.endSession(e.ss, true, DropSessionExpired)
+		}
+	}
+	return len(ends)
+}
+
 // Disconnect ends every connection for which why returns a reason (not
 // ""), with that reason (v5 clients get DISCONNECT with code, for example
 // NotAuthorized or AdministrativeAction, and the reason as its reason
