@@ -66,6 +66,10 @@ type DailyUsage struct {
 	Demotions int64 // QoS 2 publishes demoted to 1 because the pool was used up
 	Refused   int64 // publishes refused
 	Drops     map[string]int64
+	// DemotedSince is when the day's QoS 2 pool ran out (its last unit
+	// taken, or its plan lowered below what was used); zero when it did
+	// not. Increments keep the earliest.
+	DemotedSince time.Time
 }
 
 // ClientUsage is the observed QoS mix of one client on one UTC day.

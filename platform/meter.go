@@ -29,6 +29,23 @@ type dayCounters struct {
 	demotions atomic.Int64
 	refused   atomic.Int64
 	drops     [8]atomic.Int64 // by broker.DropReason
+	// demoted is when the day's QoS 2 pool ran out (Unix microseconds,
+	// the earliest noted; 0: not since the last collect).
+	demoted atomic.Int64
+}
+
+// demotedSince notes that the day's QoS 2 pool ran out at t.
+func (c *dayCounters) demotedSince(t time.Time) {
+	c.noteDemoted(t.UnixMicro())
+}
+
+func (c *dayCounters) noteDemoted(us int64) {
+	for {
+		cur := c.demoted.Load()
+		if us <= 0 || cur != 0 && cur <= us || c.demoted.CompareAndSwap(cur, us) {
+			return
+		}
+	}
 }
 
 type accountMeter struct {
@@ -243,6 +260,9 @@ func (m *Meter) collect(dropNames []string, withClients bool) ([]DailyDelta, []C
 			d.PoolUsed = s.poolUsed.Swap(0)
 			d.Demotions = s.demotions.Swap(0)
 			d.Refused = s.refused.Swap(0)
+			if us := s.demoted.Swap(0); us != 0 {
+				d.DemotedSince = time.UnixMicro(us).UTC()
+			}
 			for r := range s.drops {
 				if n := s.drops[r].Swap(0); n != 0 && r < len(dropNames) {
 					if d.Drops == nil {
@@ -251,7 +271,7 @@ func (m *Meter) collect(dropNames []string, withClients bool) ([]DailyDelta, []C
 					d.Drops[dropNames[r]] += n
 				}
 			}
-			if any || d.PoolUsed != 0 || d.Demotions != 0 || d.Refused != 0 || d.Drops != nil {
+			if any || d.PoolUsed != 0 || d.Demotions != 0 || d.Refused != 0 || d.Drops != nil || !d.DemotedSince.IsZero() {
 				out = append(out, d)
 			}
 		}
@@ -304,6 +324,9 @@ func (m *Meter) restore(daily []DailyDelta, clients []ClientDelta, dropNames []s
 		s.poolUsed.Add(d.PoolUsed)
 		s.demotions.Add(d.Demotions)
 		s.refused.Add(d.Refused)
+		if !d.DemotedSince.IsZero() {
+			s.noteDemoted(d.DemotedSince.UnixMicro())
+		}
 		for i, name := range dropNames {
 			if v := d.Drops[name]; v != 0 && i < len(s.drops) {
 				s.drops[i].Add(v)

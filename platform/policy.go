@@ -452,7 +452,7 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 	now := p.opts.Now()
 	slot := s.acct.slot(now)
 	eff, demoted := EffectiveQoS(pk.QoS, info.Class, acc.QoS2AddOn, func() bool {
-		return p.takeQoS2(s.pool, acc.ID, now, acc.QoS2DailyPool)
+		return p.takeQoS2(s.pool, slot, acc.ID, now, acc.QoS2DailyPool)
 	})
 	m.QoS = eff
 	info.Demoted = demoted

@@ -22,13 +22,21 @@ func utcDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 // Take uses one unit of a pool of size at now. It reports false (and
 // counts a demotion) once the day's pool is used up.
 func (p *Pool) Take(now time.Time, size int64) bool {
+	took, _ := p.take(now, size)
+	return took
+}
+
+// take is Take; began reports that the demotion began with it (the pool
+// is used up from now on).
+func (p *Pool) take(now time.Time, size int64) (took, began bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.takeLocked(utcDay(now), 1, size, now) == 1 {
-		return true
+	n, began := p.takeLocked(utcDay(now), 1, size, now)
+	if n == 1 {
+		return true, began
 	}
 	p.demoted++
-	return false
+	return false, began
 }
 
 // PoolState is a pool's state on a day.
@@ -59,9 +67,24 @@ func (p *Pool) State(now time.Time, size int64) PoolState {
 	return st
 }
 
-// Restore sets today's usage (from stored usage after a restart).
-func (p *Pool) Restore(now time.Time, used, demotions int64) {
+// Restore sets today's usage (from stored usage after a restart): the
+// units used, the demotions and since when the pool is used up (zero:
+// it was not).
+func (p *Pool) Restore(now time.Time, used, demotions int64, demotedSince time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.day, p.used, p.demoted = utcDay(now), used, demotions
+	p.day, p.used, p.demoted, p.demotedAt = utcDay(now), used, demotions, demotedSince
+}
+
+// lowered applies a pool size lowered at now: when today's use is at or
+// over the new size, the demotion begins now (it reports so), unless it
+// had begun already.
+func (p *Pool) lowered(now time.Time, size int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.day != utcDay(now) || p.used < size || !p.demotedAt.IsZero() {
+		return false
+	}
+	p.demotedAt = now
+	return true
 }

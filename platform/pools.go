@@ -64,7 +64,33 @@ func (l *LocalPools) Take(account, day string, n, size int64) (int64, error) {
 	p := l.Pool(account)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.takeLocked(day, n, size, time.Time{}), nil
+	took, _ := p.takeLocked(day, n, size, time.Time{})
+	return took, nil
+}
+
+// existing returns the account's pool, nil when it has none yet.
+func (l *LocalPools) existing(account string) *Pool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pools[account]
+}
+
+// poolsLowered begins the demotion, at now, of the accounts whose pool
+// size went from cur to snap below what they used today (a plan
+// lowered), and keeps its time with the day's usage.
+func (p *Policy) poolsLowered(cur, snap *Snapshot, now time.Time) {
+	if cur == nil {
+		return
+	}
+	for id, acc := range snap.Accounts {
+		old := cur.Accounts[id]
+		if old == nil || acc.QoS2DailyPool >= old.QoS2DailyPool {
+			continue
+		}
+		if pl := p.pools.existing(id); pl != nil && pl.lowered(now, acc.QoS2DailyPool) {
+			p.meter.account(id).slot(now).demotedSince(now)
+		}
+	}
 }
 
 // Used reports the units taken of the account's pool of day.
@@ -79,50 +105,60 @@ func (l *LocalPools) Used(account, day string) (int64, error) {
 }
 
 // takeLocked takes up to n units of the pool of day, of size. at, when
-// not zero, is the time of the take: when the pool is used up, the
-// demotion begins then. The caller holds p.mu.
-func (p *Pool) takeLocked(day string, n, size int64, at time.Time) int64 {
+// not zero, is the time of the take: when the pool is used up by it, or
+// found used up with no demotion time (its size was lowered below what
+// was used), the demotion begins then (began). The caller holds p.mu.
+func (p *Pool) takeLocked(day string, n, size int64, at time.Time) (took int64, began bool) {
 	switch {
 	case p.day < day:
 		p.day, p.used, p.demoted, p.demotedAt = day, 0, 0, time.Time{}
 	case p.day > day:
-		return 0 // a past day's pool is closed
+		return 0, false // a past day's pool is closed
 	}
-	took := max(min(n, size-p.used), 0)
+	took = max(min(n, size-p.used), 0)
 	p.used += took
-	if took > 0 && p.used == size {
+	if n > 0 && p.used >= size && p.demotedAt.IsZero() && !at.IsZero() {
 		p.demotedAt = at // the pool is used up from here on
+		return took, true
 	}
-	return took
+	return took, false
 }
 
 // takeQoS2 takes one unit of the account's pool of size at now: from the
 // Policy's own pool pl, or from Options.QoS2Pools, whose answer pl then
 // records (its State is this node's view). A shared pool that fails
 // gives no unit: the message goes out at QoS 1, never above the pool.
-func (p *Policy) takeQoS2(pl *Pool, account string, now time.Time, size int64) bool {
+func (p *Policy) takeQoS2(pl *Pool, slot *dayCounters, account string, now time.Time, size int64) bool {
 	shared := p.opts.QoS2Pools
 	if shared == nil {
-		return pl.Take(now, size)
+		took, began := pl.take(now, size)
+		if began {
+			slot.demotedSince(now) // kept with the day's usage, for a restart
+		}
+		return took
 	}
 	day := utcDay(now)
 	n, err := shared.Take(account, day, 1, size)
 	took := err == nil && n == 1
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	pl.takeLocked(day, 0, size, now) // the day's counters, rolled over if need be
+	began := false
 	if took {
-		pl.takeLocked(day, 0, size, now) // the day's counters, rolled over if need be
 		pl.used++
-		if pl.used == size {
-			pl.demotedAt = now
-		}
-		return true
+	} else if err == nil {
+		pl.used = max(pl.used, size) // used up, by the other nodes too
 	}
-	if pl.takeLocked(day, 0, size, now); err == nil && pl.used < size {
-		pl.used, pl.demotedAt = size, now // used up by the other nodes
+	if pl.used >= size && pl.demotedAt.IsZero() && (took || err == nil) {
+		pl.demotedAt, began = now, true
 	}
-	pl.demoted++
-	return false
+	if began {
+		slot.demotedSince(now)
+	}
+	if !took {
+		pl.demoted++
+	}
+	return took
 }
 
 // PoolState is the account's QoS 2 pool of now's day, of size, as the

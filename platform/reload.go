@@ -185,6 +185,7 @@ func (p *Policy) Reload(ctx context.Context, src Source) error {
 		}
 		if p.snap.CompareAndSwap(cur, snap) {
 			p.applyRates(snap)
+			p.poolsLowered(cur, snap, p.opts.Now())
 			logChanges(p.opts.Logger, cur, snap)
 			return nil
 		}

@@ -549,6 +549,34 @@ func TestSetAddOnRecordsOnlyChanges(t *testing.T) {
 	})
 }
 
+// TestUsageKeepsTheEarliestDemotion: the time an account's QoS 2 pool ran
+// out, written with its day's usage by every flush (and every node) that
+// saw it, reads back as the earliest of them; a flush without one leaves
+// it; the other account's day has none.
+func TestUsageKeepsTheEarliestDemotion(t *testing.T) {
+	forEachStore(t, func(t *testing.T, s *sqlstore.Store) {
+		ctx := ctxT(t)
+		twoAccounts(t, s)
+		first := time.Date(2026, 3, 13, 9, 30, 0, 123456000, time.UTC)
+		for _, at := range []time.Time{first.Add(time.Hour), {}, first, first.Add(time.Minute)} {
+			must(t, s.AddUsage(ctx, []fleetmq.DailyUsage{
+				{AccountID: accA, Day: "2026-03-13", Demotions: 1, DemotedSince: at},
+				{AccountID: accB, Day: "2026-03-13", PoolUsed: 1},
+			}, nil))
+		}
+		a, err := s.Usage(ctx, accA, "2026-03-13", "2026-03-13")
+		must(t, err)
+		if len(a) != 1 || !a[0].DemotedSince.Equal(first) || a[0].Demotions != 4 {
+			t.Fatalf("Usage(A) = %+v, want 4 demotions since %v", a, first)
+		}
+		b, err := s.Usage(ctx, accB, "2026-03-13", "2026-03-13")
+		must(t, err)
+		if len(b) != 1 || !b[0].DemotedSince.IsZero() {
+			t.Fatalf("Usage(B) = %+v, want no demotion", b)
+		}
+	})
+}
+
 func TestAddUsageAccumulates(t *testing.T) {
 	forEachStore(t, func(t *testing.T, s *sqlstore.Store) {
 		ctx := ctxT(t)

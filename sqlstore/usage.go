@@ -42,15 +42,21 @@ func (s *Store) AddUsageOnce(ctx context.Context, id string, daily []fleetmq.Dai
 // addUsage adds usage increments in a transaction.
 func (s *Store) addUsage(ctx context.Context, tx *sql.Tx, daily []fleetmq.DailyUsage, clients []fleetmq.ClientUsage) error {
 	for _, d := range daily {
-		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_daily (account_id, day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		var demoted int64 // the earliest is kept
+		if !d.DemotedSince.IsZero() {
+			demoted = d.DemotedSince.UnixMicro()
+		}
+		_, err := tx.ExecContext(ctx, s.rebind(`INSERT INTO usage_daily (account_id, day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused, demoted_since)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (account_id, day) DO UPDATE SET
 				messages0 = usage_daily.messages0 + excluded.messages0, messages1 = usage_daily.messages1 + excluded.messages1,
 				messages2 = usage_daily.messages2 + excluded.messages2, bytes0 = usage_daily.bytes0 + excluded.bytes0,
 				bytes1 = usage_daily.bytes1 + excluded.bytes1, bytes2 = usage_daily.bytes2 + excluded.bytes2,
 				pool_used = usage_daily.pool_used + excluded.pool_used, demotions = usage_daily.demotions + excluded.demotions,
-				refused = usage_daily.refused + excluded.refused`),
-			d.AccountID, d.Day, d.Messages[0], d.Messages[1], d.Messages[2], d.Bytes[0], d.Bytes[1], d.Bytes[2], d.PoolUsed, d.Demotions, d.Refused)
+				refused = usage_daily.refused + excluded.refused,
+				demoted_since = CASE WHEN usage_daily.demoted_since = 0 OR excluded.demoted_since <> 0 AND excluded.demoted_since < usage_daily.demoted_since
+					THEN excluded.demoted_since ELSE usage_daily.demoted_since END`),
+			d.AccountID, d.Day, d.Messages[0], d.Messages[1], d.Messages[2], d.Bytes[0], d.Bytes[1], d.Bytes[2], d.PoolUsed, d.Demotions, d.Refused, demoted)
 		if err != nil {
 			return err
 		}
@@ -76,7 +82,7 @@ func (s *Store) addUsage(ctx context.Context, tx *sql.Tx, daily []fleetmq.DailyU
 // Usage implements fleetmq.UsageStore.
 func (s *Store) Usage(ctx context.Context, accountID, from, to string) (_ []fleetmq.DailyUsage, err error) {
 	defer wrap(&err, "usage")
-	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused
+	rows, err := s.db.QueryContext(ctx, s.rebind(`SELECT day, messages0, messages1, messages2, bytes0, bytes1, bytes2, pool_used, demotions, refused, demoted_since
 		FROM usage_daily WHERE account_id = ? AND day >= ? AND day <= ? ORDER BY day`), accountID, from, to)
 	if err != nil {
 		return nil, err
@@ -86,8 +92,12 @@ func (s *Store) Usage(ctx context.Context, accountID, from, to string) (_ []flee
 	idx := map[string]int{}
 	for rows.Next() {
 		d := fleetmq.DailyUsage{AccountID: accountID}
-		if err := rows.Scan(&d.Day, &d.Messages[0], &d.Messages[1], &d.Messages[2], &d.Bytes[0], &d.Bytes[1], &d.Bytes[2], &d.PoolUsed, &d.Demotions, &d.Refused); err != nil {
+		var demoted int64
+		if err := rows.Scan(&d.Day, &d.Messages[0], &d.Messages[1], &d.Messages[2], &d.Bytes[0], &d.Bytes[1], &d.Bytes[2], &d.PoolUsed, &d.Demotions, &d.Refused, &demoted); err != nil {
 			return nil, err
+		}
+		if demoted != 0 {
+			d.DemotedSince = time.UnixMicro(demoted).UTC()
 		}
 		idx[d.Day] = len(out)
 		out = append(out, d)

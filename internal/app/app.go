@@ -348,7 +348,7 @@ func (a *App) restorePools(ctx context.Context, snap *platform.Snapshot) error {
 			return fmt.Errorf("restore QoS 2 pools: %w", err)
 		}
 		if len(u) == 1 && (u[0].PoolUsed > 0 || u[0].Demotions > 0) {
-			a.Policy.Pool(id).Restore(now, u[0].PoolUsed, u[0].Demotions)
+			a.Policy.Pool(id).Restore(now, u[0].PoolUsed, u[0].Demotions, u[0].DemotedSince)
 		}
 		// Today's QoS mix per client, for the live view.
 		cu, err := a.Store.ClientUsage(ctx, id, day, day)

@@ -12,6 +12,7 @@ import (
 	mqtt3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/internal/mqtttest"
 	"github.com/fleetmq/fleetmq/internal/testkit"
 )
@@ -155,6 +156,93 @@ func TestUsage(t *testing.T) {
 	e.get(t, A.Token, "/usage").ok(t, http.StatusOK, &u)
 	if u.Pool.AddOnActive || u.Pool.Demoted {
 		t.Fatalf("pool without the add-on: %+v", u.Pool)
+	}
+}
+
+// TestUsageDemotedSinceAfterDowngradeAndRestart: an account whose plan is
+// lowered below the QoS 2 messages it already sent today is demoted from
+// the change on, and GET /usage says since when; a restart keeps that
+// time (the pool's use is brought back from the stored usage). The other
+// account, on the larger plan, is not demoted.
+func TestUsageDemotedSinceAfterDowngradeAndRestart(t *testing.T) {
+	e := start(t, func(c *app.Config) { c.DataDir = t.TempDir() })
+	e.plan(t, "pool5", 5, 5)
+	e.plan(t, "pool2", 5, 2)
+	A := e.tenant(t, "A", "pool5", allAddOns, "dev1")
+	B := e.tenant(t, "B", "pool5", allAddOns, "dev1")
+	e.synced(t)
+	devA := e.dial(t, "dev1", A.PubUser, A.PubPass)
+	devB := e.dial(t, "dev1", B.PubUser, B.PubPass)
+	for range 3 {
+		devA.Pub(t, A.topic("dev1", "state/s"), 2, "q2")
+		devB.Pub(t, B.topic("dev1", "state/s"), 2, "q2")
+	}
+	e.usageUntil(t, A.Token, "", "3 of 5 used, not demoted", func(u usage) bool {
+		return u.Pool.UsedToday == 3 && !u.Pool.Demoted && u.Pool.DemotedSince == nil
+	})
+
+	e.clock.Add(time.Minute)
+	downgradedAt := e.clock.Now()
+	if err := e.Service.SetPlan(e.ctx, A.ID, "pool2"); err != nil {
+		t.Fatal(err)
+	}
+	e.synced(t)
+	e.clock.Add(time.Minute)
+	demoted := func(u usage) bool {
+		return u.Pool.Size == 2 && u.Pool.UsedToday == 3 && u.Pool.Demoted && u.Pool.DemotedSince != nil && u.Pool.DemotedSince.Equal(downgradedAt)
+	}
+	u := e.usageUntil(t, A.Token, "", "demoted since the downgrade", func(usage) bool { return true })
+	if !demoted(u) {
+		t.Fatalf("pool after the plan went down to 2 with 3 used: %+v, want demoted since %v", u.Pool, downgradedAt)
+	}
+	devA.Pub(t, A.topic("dev1", "state/s"), 2, "demoted")
+	e.usageUntil(t, A.Token, "", "the demotion stored", func(u usage) bool { return len(u.Days) == 1 && u.Days[0].Demotions == 1 })
+
+	e.clock.Add(time.Minute)
+	e.restart(t)
+	e.synced(t)
+	u = e.usageUntil(t, A.Token, "", "still demoted after the restart", func(usage) bool { return true })
+	if !demoted(u) {
+		t.Fatalf("pool after a restart: %+v, want demoted since %v", u.Pool, downgradedAt)
+	}
+	ub := e.usageUntil(t, B.Token, "", "B's pool", func(usage) bool { return true })
+	if ub.Pool.Demoted || ub.Pool.DemotedSince != nil || ub.Pool.UsedToday != 3 {
+		t.Fatalf("B's pool: %+v, want 3 of 5 used, not demoted", ub.Pool)
+	}
+}
+
+// TestUsageDemotedSinceSurvivesRestart: the time an account's pool ran
+// out, shown by GET /usage, is the same after a restart.
+func TestUsageDemotedSinceSurvivesRestart(t *testing.T) {
+	e := start(t, func(c *app.Config) { c.DataDir = t.TempDir() })
+	e.plan(t, "pool2", 5, 2)
+	A := e.tenant(t, "A", "pool2", allAddOns, "dev1")
+	B := e.tenant(t, "B", "pool2", allAddOns, "dev1")
+	e.synced(t)
+	devA := e.dial(t, "dev1", A.PubUser, A.PubPass)
+	devB := e.dial(t, "dev1", B.PubUser, B.PubPass)
+	devB.Pub(t, B.topic("dev1", "state/s"), 2, "q2")
+	devA.Pub(t, A.topic("dev1", "state/s"), 2, "q2")
+	e.clock.Add(time.Minute)
+	ranOut := e.clock.Now()
+	devA.Pub(t, A.topic("dev1", "state/s"), 2, "q2, the last of the pool")
+	e.clock.Add(time.Minute)
+	devA.Pub(t, A.topic("dev1", "state/s"), 2, "demoted")
+	u := e.usageUntil(t, A.Token, "", "demoted", func(u usage) bool { return u.Pool.Demoted && len(u.Days) == 1 && u.Days[0].Demotions == 1 })
+	if u.Pool.DemotedSince == nil || !u.Pool.DemotedSince.Equal(ranOut) {
+		t.Fatalf("pool: %+v, want demoted since %v", u.Pool, ranOut)
+	}
+
+	e.clock.Add(time.Minute)
+	e.restart(t)
+	e.synced(t)
+	u = e.usageUntil(t, A.Token, "", "still demoted after the restart", func(usage) bool { return true })
+	if !u.Pool.Demoted || u.Pool.UsedToday != 2 || u.Pool.DemotedSince == nil || !u.Pool.DemotedSince.Equal(ranOut) {
+		t.Fatalf("pool after a restart: %+v, want demoted since %v", u.Pool, ranOut)
+	}
+	ub := e.usageUntil(t, B.Token, "", "B's pool", func(usage) bool { return true })
+	if ub.Pool.Demoted || ub.Pool.DemotedSince != nil || ub.Pool.UsedToday != 1 {
+		t.Fatalf("B's pool: %+v, want 1 of 2 used, not demoted", ub.Pool)
 	}
 }
 
