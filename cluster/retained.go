@@ -215,16 +215,19 @@ func (r *Retained) Set(m *broker.Message) {
 }
 
 // setIfNewer sets m (or clears its topic, for an empty payload) unless the
-// topic holds a message, or a clear, created after it.
+// topic holds a message, or a clear, created after it; then the room
+// reserved for m (MemoryRetained.Reserve) is given back.
 func (r *Retained) setIfNewer(m *broker.Message) bool {
 	st := &r.stripes[maphash.String(r.seed, m.Topic)%uint64(len(r.stripes))]
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	cleared, ok := st.tombs[m.Topic]
 	if ok && cleared.After(m.Created) {
+		r.MemoryRetained.Release(m)
 		return false
 	}
 	if cur := r.MemoryRetained.Get(m.Topic); cur != nil && cur.Created.After(m.Created) {
+		r.MemoryRetained.Release(m)
 		return false
 	}
 	switch {

@@ -476,21 +476,19 @@ func (p *Policy) Publish(id *broker.Identity, pk *packet.Publish, m *broker.Mess
 // retainedRoom refuses a retained message that would take the account
 // past its plan's retained state (Account.MaxRetained); replacing or
 // clearing one never does, nor does a message that is not delivered (a
-// vendor layout without fanout): the broker does not retain it.
+// vendor layout without fanout): the broker does not retain it. Room is
+// reserved in the retained store in the same step as the check
+// (Server.ReserveRetained), so devices of one account retaining at the
+// same moment never pass the bound together; the broker gives the room
+// back when the message is not retained after all. Nothing may refuse the
+// message after this.
 func (p *Policy) retainedRoom(s *Session, acc *Account, wire string, m *broker.Message) error {
 	srv := p.srv.Load()
 	if !m.Retain || m.NoDeliver || len(m.Payload) == 0 || srv == nil {
 		return nil
 	}
-	count, bytes, current := srv.RetainedUnder(m.Topic)
-	after, afterBytes := count, bytes+int64(len(m.Payload))
-	if current < 0 {
-		after++
-	} else {
-		afterBytes -= int64(current)
-	}
 	maxCount, maxBytes := acc.MaxRetained()
-	if after > maxCount || afterBytes > maxBytes {
+	if count, bytes, ok := srv.ReserveRetained(m, maxCount, maxBytes); !ok {
 		return p.refuse(s, wire, packet.QuotaExceeded, fmt.Sprintf(
 			"the account keeps %d retained messages (%d bytes); its plan allows %d (%d bytes): clear some (publish an empty retained message) or choose a larger plan",
 			count, bytes, maxCount, maxBytes))

@@ -2,7 +2,9 @@ package app_test
 
 import (
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/eclipse/paho.golang/paho"
 
@@ -110,4 +112,97 @@ func TestRetainedBoundSkipsLayoutsWithoutFanout(t *testing.T) {
 	sub := dialV5(t, p.MQTTAddr, "subA", A.SubUser, A.SubPass)
 	sub.Sub(t, A.topic("dev1", "state/summary"), 1)
 	mqtttest.Barrier(t, devA, A.topic("dev1", "state/summary"), sub)
+}
+
+// TestRetainedBoundExactUnderConcurrentPublishers: devices of one account
+// publishing retained messages on new topics at the same moment, through
+// connections of their own, never take the account past its plan's
+// retained messages: with some room left, a round of racing publishes
+// (more than the room) fills the account exactly to its bound, round
+// after round. The other account retains as before.
+func TestRetainedBoundExactUnderConcurrentPublishers(t *testing.T) {
+	t.Parallel()
+	p := startPlatform(t)
+	const devices = 4
+	p.plan(t, "four", devices, 10)
+	names := make([]string, devices)
+	for i := range names {
+		names[i] = fmt.Sprintf("dev%d", i)
+	}
+	A := p.newTenant(t, "A", "four", false, names...)
+	B := p.newTenant(t, "B", "four", false, "dev0")
+	p.synced(t)
+	bound := devices * fleetplatform.RetainedPerClient
+	const rounds, perDevice, room = 300, 60, 40
+	devs := make([]*mqtttest.V5, devices)
+	for i, n := range names {
+		devs[i] = dialV5(t, p.MQTTAddr, n, A.PubUser, A.PubPass)
+	}
+	stored := func() int {
+		n, _, _ := p.Broker.RetainedUnder(A.topic("dev0", "state/x"))
+		return n
+	}
+	// publish has every device publish its topics (retained, QoS 0, all
+	// devices at once), then a QoS 1 publish: its PUBACK says the broker
+	// has handled all before it.
+	publish := func(topics func(dev int) []string, payload string) {
+		t.Helper()
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, devices)
+		for i, c := range devs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for _, tp := range topics(i) {
+					if _, err := c.TryPublish(&paho.Publish{Topic: tp, Retain: true, Payload: []byte(payload)}); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if r, err := c.TryPublish(&paho.Publish{Topic: A.topic(names[i], "event/fence"), QoS: 1, Payload: []byte("f")}); r == nil || r.ReasonCode != 0 {
+					errs <- fmt.Errorf("%s: fence: %+v, %v", names[i], r, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	fill := func(dev int) []string {
+		var ts []string
+		for j := dev; j < bound-room; j += devices {
+			ts = append(ts, A.topic(names[dev], fmt.Sprintf("state/fill/%d", j)))
+		}
+		return ts
+	}
+	publish(fill, "v")
+	eventually(t, "the account filled to one below its bound", func() bool { return stored() == bound-room })
+
+	deadline := time.Now().Add(time.Minute)
+	for r := 0; r < rounds && time.Now().Before(deadline); r++ {
+		race := func(dev int) []string {
+			ts := make([]string, perDevice)
+			for j := range ts {
+				ts[j] = A.topic(names[dev], fmt.Sprintf("state/race/%d/%d", r, j))
+			}
+			return ts
+		}
+		publish(race, "v")
+		if n := stored(); n != bound {
+			t.Fatalf("round %d: %d devices racing for the last retained message of %d left the account with %d retained messages, want exactly %d",
+				r, devices, bound, n, bound)
+		}
+		publish(race, "") // clear them all: one message of room again
+		eventually(t, "the race's retained message cleared", func() bool { return stored() == bound-room })
+	}
+
+	devB := dialV5(t, p.MQTTAddr, "dev0", B.PubUser, B.PubPass)
+	if r, err := devB.TryPublish(&paho.Publish{Topic: B.topic("dev0", "state/s"), QoS: 1, Retain: true, Payload: []byte("v")}); r == nil || r.ReasonCode != 0 {
+		t.Fatalf("the other account's retained message: %+v, %v", r, err)
+	}
 }

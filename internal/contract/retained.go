@@ -13,7 +13,8 @@ import (
 // Retained runs the contract of broker.Retained against the stores
 // newStore returns (a new, empty one per case): set, replace and clear;
 // matching with wildcards ('$' topics apart); expiry at match time and by
-// the sweep; the per-first-level accounting; concurrent use.
+// the sweep; the per-first-level accounting; reservations against a
+// bound; concurrent use.
 func Retained(t *testing.T, newStore func(t *testing.T) broker.Retained) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	msg := func(topic, payload string) *broker.Message {
@@ -100,6 +101,77 @@ func Retained(t *testing.T, newStore func(t *testing.T) broker.Retained) {
 		}
 		if n, b, cur := rs.Under("acct3/x"); n != 0 || b != 0 || cur != -1 {
 			t.Fatalf("Under(an empty first level) = %d, %d, %d; want 0, 0, -1", n, b, cur)
+		}
+	})
+
+	t.Run("reserve", func(t *testing.T) {
+		rs := newStore(t)
+		rs.Set(msg("r1/a", "12345"))
+		a, b := msg("r1/b", "12"), msg("r1/b", "123") // two for one new topic
+		if n, by, ok := rs.Reserve(a, 3, 100); !ok || n != 1 || by != 5 {
+			t.Fatalf("Reserve(r1/b) = %d, %d, %v; want 1, 5, true", n, by, ok)
+		}
+		if _, _, ok := rs.Reserve(b, 3, 100); !ok {
+			t.Fatal("a second reservation of one topic took another message of room")
+		}
+		if n, by, ok := rs.Reserve(msg("r1/c", "1"), 3, 100); !ok || n != 2 || by != 10 {
+			t.Fatalf("Reserve(r1/c) = %d, %d, %v; want 2 (one stored, one topic held), 10, true", n, by, ok)
+		}
+		if _, _, ok := rs.Reserve(msg("r1/d", "1"), 3, 100); ok {
+			t.Fatal("a reservation past the bound of 3 messages (one stored, two held) got room")
+		}
+		if _, _, ok := rs.Reserve(msg("r1/a", "123456789012345"), 3, 20); ok {
+			t.Fatal("a replacement past the bytes bound (5 stored, 2+3+1 held, 15 for the 5) got room")
+		}
+		repl := msg("r1/a", "12345678901234")
+		if _, _, ok := rs.Reserve(repl, 3, 20); !ok {
+			t.Fatal("a replacement within the bytes bound got no room")
+		}
+		if _, _, ok := rs.Reserve(msg("r2/a", "1"), 3, 100); !ok {
+			t.Fatal("another first level's room is taken by r1's")
+		}
+		if n, _, _ := rs.Under("r1/x"); n != 1 {
+			t.Fatalf("Under counts %d stored, want 1: reservations are not messages", n)
+		}
+		rs.Set(a)
+		rs.Release(b)
+		rs.Release(b) // twice: nothing more
+		wantMatch(t, rs, "r1/b", t0, "r1/b=12")
+		if n, b, _ := rs.Under("r1/b"); n != 2 || b != 7 {
+			t.Fatalf("Under after a Set and a Release = %d, %d; want 2, 7", n, b)
+		}
+		rs.Set(msg("r1/a", "")) // cleared, but repl still holds its room
+		if _, _, ok := rs.Reserve(msg("r1/d", "1"), 3, 100); ok {
+			t.Fatal("a clear gave away the room a reservation of its topic holds")
+		}
+		rs.Release(repl)
+		if _, _, ok := rs.Reserve(msg("r1/d", "1"), 3, 100); !ok {
+			t.Fatal("no room after a clear and the release of its topic's reservation")
+		}
+	})
+
+	t.Run("concurrent reservations", func(t *testing.T) {
+		rs := newStore(t)
+		const writers, each, bound = 8, 50, 37
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					m := msg(fmt.Sprintf("q/%d/%d", w, i), "x")
+					if _, _, ok := rs.Reserve(m, bound, 1<<20); !ok {
+						continue
+					}
+					if i%3 == 0 {
+						rs.Release(m)
+					} else {
+						rs.Set(m)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if n, _, _ := rs.Under("q/x"); n != bound {
+			t.Fatalf("%d writers reserving at once stored %d, want exactly the bound %d", writers, n, bound)
 		}
 	})
 

@@ -34,6 +34,10 @@ type Message struct {
 	// hands it to Accepted (for storage) without retaining it or delivering
 	// it to subscribers.
 	NoDeliver bool
+	// held: room is reserved for the message in the retained store
+	// (Retained.Reserve), until its Set or Release. Touched only by the
+	// publishing goroutine, under the store's lock.
+	held bool
 
 	// The pending acknowledgement to the publisher, for Ack.
 	ack ackState

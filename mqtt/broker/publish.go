@@ -81,6 +81,7 @@ func (c *conn) publish(p *packet.Publish) error {
 		}
 	}
 	if err := c.srv.policy.Publish(c.id, p, m); err != nil {
+		c.srv.unreserve(m)
 		code, reason := refusal(err, packet.ImplementationSpecificError)
 		c.srv.stats.countRefusedPublish(code)
 		if code == packet.QoSNotSupported {
@@ -96,6 +97,8 @@ func (c *conn) publish(p *packet.Publish) error {
 	}
 	if !m.NoDeliver {
 		c.srv.route(m, c)
+	} else {
+		c.srv.unreserve(m)
 	}
 	if !c.srv.policy.Accepted(c.id, m) {
 		m.ack.send(true, nil)
@@ -146,6 +149,7 @@ func (s *Server) publishWill(id *Identity, w *packet.Will) {
 		return
 	}
 	if err := s.policy.Publish(id, p, m); err != nil {
+		s.unreserve(m)
 		code, reason := refusal(err, packet.ImplementationSpecificError)
 		s.stats.countRefusedPublish(code)
 		s.logWillRefused(id, w, code, reason)
@@ -155,6 +159,8 @@ func (s *Server) publishWill(id *Identity, w *packet.Will) {
 	s.stats.willsPublished.Add(1)
 	if !m.NoDeliver {
 		s.route(m, nil)
+	} else {
+		s.unreserve(m)
 	}
 	s.policy.Accepted(id, m)
 }

@@ -37,11 +37,25 @@ type retainedShard struct {
 type rnode struct {
 	children map[string]*rnode
 	msg      *Message
+	// pending is the reservations (Reserve) of messages for this topic
+	// not yet Set or Released; a node with some is kept.
+	pending int32
 	// On a first-level node (a child of a shard's root): the retained
-	// messages stored anywhere under it and their payload bytes.
+	// messages stored anywhere under it and their payload bytes, and the
+	// room reserved under it: topics with no message yet but a pending
+	// reservation (held), and the payload bytes of every pending
+	// reservation (heldBytes).
 	under      int
 	underBytes int64
+	held       int
+	heldBytes  int64
 }
+
+// isHeld reports whether n takes a message of room by reservation alone.
+func (n *rnode) isHeld() bool { return n.msg == nil && n.pending > 0 }
+
+// empty reports whether n can be pruned.
+func (n *rnode) empty() bool { return n.msg == nil && n.pending == 0 && len(n.children) == 0 }
 
 // NewMemoryRetained returns an empty store.
 func NewMemoryRetained() *MemoryRetained {
@@ -63,7 +77,8 @@ func (rs *MemoryRetained) shard(first string) *retainedShard {
 }
 
 // Set stores m as the retained message of its topic, or clears the topic
-// when the payload is empty.
+// when the payload is empty. The room reserved for m (Reserve), if any,
+// becomes the room it takes.
 func (rs *MemoryRetained) Set(m *Message) {
 	sh := rs.shard(firstLevel(m.Topic))
 	sh.mu.Lock()
@@ -74,9 +89,31 @@ func (rs *MemoryRetained) Set(m *Message) {
 		}
 		return
 	}
-	n := &sh.root
-	var top *rnode
-	for rest := m.Topic; ; {
+	n, top := nodeLocked(&sh.root, m.Topic)
+	wasHeld := n.isHeld()
+	if m.held {
+		m.held = false
+		n.pending--
+		top.heldBytes -= int64(len(m.Payload))
+	}
+	if wasHeld {
+		top.held-- // a message now, not room held
+	}
+	if n.msg == nil {
+		rs.count.Add(1)
+		top.under++
+	} else {
+		top.underBytes -= int64(len(n.msg.Payload))
+	}
+	top.underBytes += int64(len(m.Payload))
+	n.msg = m
+	rs.markLocked(sh, m.Topic)
+}
+
+// nodeLocked returns the node of topic under the shard root n, made when
+// missing, and its first-level node.
+func nodeLocked(n *rnode, topic string) (node, top *rnode) {
+	for rest := topic; ; {
 		level, more := cut(rest)
 		child := n.children[level]
 		if child == nil {
@@ -91,19 +128,96 @@ func (rs *MemoryRetained) Set(m *Message) {
 			top = n
 		}
 		if !more {
+			return n, top
+		}
+		rest = rest[len(level)+1:]
+	}
+}
+
+// lookupNode returns the node of topic under n, or nil.
+func lookupNode(n *rnode, topic string) *rnode {
+	for rest := topic; n != nil; {
+		level, more := cut(rest)
+		n = n.children[level]
+		if !more {
 			break
 		}
 		rest = rest[len(level)+1:]
 	}
-	if n.msg == nil {
-		rs.count.Add(1)
-		top.under++
-	} else {
-		top.underBytes -= int64(len(n.msg.Payload))
+	return n
+}
+
+// Reserve takes room for the retained message m (a non-empty payload)
+// under its topic's first level when, counting the messages stored there
+// and the room already reserved for others, m fits within maxCount
+// messages and maxBytes payload bytes (replacing a message takes no
+// message of room, and its bytes count as freed); the check and the
+// reservation are one step, so concurrent publishers never pass the bound
+// together. It returns what was stored and reserved there before, and
+// whether m got its room. The room is m's until Set(m) takes it or
+// Release(m) gives it back: a server sets every message reserved for that
+// it routes, and releases the others.
+func (rs *MemoryRetained) Reserve(m *Message, maxCount int, maxBytes int64) (count int, bytes int64, ok bool) {
+	if len(m.Payload) == 0 || m.held {
+		return 0, 0, true
 	}
-	top.underBytes += int64(len(m.Payload))
-	n.msg = m
-	rs.markLocked(sh, m.Topic)
+	sh := rs.shard(firstLevel(m.Topic))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	first, _ := cut(m.Topic)
+	top := sh.root.children[first]
+	n := lookupNode(&sh.root, m.Topic)
+	if top != nil {
+		count, bytes = top.under+top.held, top.underBytes+top.heldBytes
+	}
+	after, afterBytes := count, bytes+int64(len(m.Payload))
+	switch {
+	case n != nil && n.msg != nil:
+		afterBytes -= int64(len(n.msg.Payload))
+	case n != nil && n.pending > 0: // the topic's room is held already
+	default:
+		after++
+	}
+	if after > maxCount || afterBytes > maxBytes {
+		return count, bytes, false
+	}
+	if n == nil {
+		n, top = nodeLocked(&sh.root, m.Topic)
+	}
+	if !n.isHeld() && n.msg == nil {
+		top.held++
+	}
+	n.pending++
+	top.heldBytes += int64(len(m.Payload))
+	m.held = true
+	return count, bytes, true
+}
+
+// Release gives back the room reserved for m (Reserve) when it was not
+// Set; otherwise it does nothing.
+func (rs *MemoryRetained) Release(m *Message) {
+	if !m.held {
+		return
+	}
+	sh := rs.shard(firstLevel(m.Topic))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	m.held = false
+	first, _ := cut(m.Topic)
+	top := sh.root.children[first]
+	n := lookupNode(&sh.root, m.Topic)
+	if n == nil || top == nil || n.pending == 0 {
+		return // cannot be: a node with a reservation is kept
+	}
+	wasHeld := n.isHeld()
+	n.pending--
+	top.heldBytes -= int64(len(m.Payload))
+	if wasHeld && !n.isHeld() {
+		top.held--
+	}
+	if n.empty() {
+		rs.removeLocked(&sh.root, nil, m.Topic) // prunes what is empty
+	}
 }
 
 // markLocked records that topic changed since the last save.
@@ -163,15 +277,7 @@ func (rs *MemoryRetained) takeDirty(all bool) []retainedChange {
 
 // lookup returns the message retained on topic under n, or nil.
 func lookup(n *rnode, topic string) *Message {
-	for rest := topic; n != nil; {
-		level, more := cut(rest)
-		n = n.children[level]
-		if !more {
-			break
-		}
-		rest = rest[len(level)+1:]
-	}
-	if n == nil {
+	if n = lookupNode(n, topic); n == nil {
 		return nil
 	}
 	return n.msg
@@ -224,8 +330,11 @@ func (rs *MemoryRetained) removeLocked(n, top *rnode, topic string) bool {
 		top.underBytes -= int64(len(child.msg.Payload))
 		child.msg = nil
 		rs.count.Add(-1)
+		if child.isHeld() {
+			top.held++ // the room a pending reservation takes stays
+		}
 	}
-	if child.msg == nil && len(child.children) == 0 {
+	if child.empty() {
 		delete(n.children, level)
 	}
 	return true
@@ -336,10 +445,13 @@ func (rs *MemoryRetained) sweepNode(sh *retainedShard, n, top *rnode, now time.T
 			t.underBytes -= int64(len(m.Payload))
 			child.msg = nil
 			rs.count.Add(-1)
+			if child.isHeld() {
+				t.held++
+			}
 			rs.markLocked(sh, m.Topic)
 			removed++
 		}
-		if child.msg == nil && len(child.children) == 0 {
+		if child.empty() {
 			delete(n.children, name)
 		}
 	}
@@ -362,6 +474,31 @@ func collectAll(n *rnode, out *[]*Message) {
 // bound the retained state of one tenant (see Policy.Publish).
 func (s *Server) RetainedUnder(topic string) (count int, bytes int64, current int) {
 	return s.retained.Under(topic)
+}
+
+// ReserveRetained takes room for the retained message m in the retained
+// store, under its topic's first level, when the messages stored there
+// and the room reserved for others leave it room within maxCount messages
+// and maxBytes payload bytes (Retained.Reserve): what a Policy calls, last
+// in Publish, to bound the retained state of one tenant exactly, however
+// many of its publishers retain at the same moment. It returns what was
+// stored and reserved there and whether m got its room. The server sets
+// m when it routes it, and gives the room back when the Policy refuses m
+// or m is not delivered (NoDeliver). A message that is not retained, or
+// clears its topic, always has room.
+func (s *Server) ReserveRetained(m *Message, maxCount int, maxBytes int64) (count int, bytes int64, ok bool) {
+	if !m.Retain || len(m.Payload) == 0 || m.NoDeliver {
+		return 0, 0, true
+	}
+	return s.retained.Reserve(m, maxCount, maxBytes)
+}
+
+// unreserve gives back the retained room reserved for m, if any: m is not
+// routed.
+func (s *Server) unreserve(m *Message) {
+	if m.held {
+		s.retained.Release(m)
+	}
 }
 
 // RetainedMessage is a copy of a stored retained message.

@@ -35,9 +35,20 @@ import "time"
 //     (count and payload bytes) and the payload size of the one on topic
 //     itself (-1 when none): what bounds one tenant's retained state.
 //     Len is the number stored in all.
+//   - Reserve(m, maxCount, maxBytes) takes room for m under its topic's
+//     first level when the messages stored there and the room reserved
+//     for others leave m room within maxCount messages and maxBytes
+//     payload bytes (replacing a message takes no message of room), in
+//     one step with the check: reservations made at the same moment
+//     never pass the bound together. Set(m) turns m's room into the room
+//     it takes; Release(m) gives back the room of a message reserved for
+//     and not Set (nothing for one without). MemoryRetained's are the
+//     ones to embed.
 //   - All methods are safe for concurrent use.
 type Retained interface {
 	Set(m *Message)
+	Reserve(m *Message, maxCount int, maxBytes int64) (count int, bytes int64, ok bool)
+	Release(m *Message)
 	Match(filter string, now time.Time) []*Message
 	Sweep(now time.Time, maxAge time.Duration) int
 	Under(topic string) (count int, bytes int64, current int)
