@@ -233,3 +233,55 @@ func decodeRecord(b []byte) (topic string, m *Message, err error) {
 	}
 	return m.Topic, m, nil
 }
+
+// recordShape reports whether b has the shape of a record this encoder
+// writes, without decoding it (nothing is allocated, a payload is skipped,
+// not read): the kind, every length within the record, QoS values and
+// flags that are written, and nothing left over. Every record
+// appendSetRecord and appendClearRecord write has it; a piece of a log
+// taken at a wrong offset seldom does, so a search for where records
+// start again after damage checks the shape before the checksum.
+func recordShape(b []byte) bool {
+	r := &recordReader{b: b}
+	switch r.byte() {
+	case recordClear:
+		r.raw()
+		return r.err == nil && len(r.b) == 0
+	case recordSet:
+	default:
+		return false
+	}
+	r.raw() // topic
+	r.raw() // payload
+	qos, published, flags := r.byte(), r.byte(), r.byte()
+	if r.err != nil || qos > 2 || published > 2 || flags >= flagUser<<1 {
+		return false
+	}
+	r.varint()
+	if flags&flagExpiry != 0 {
+		r.varint()
+	}
+	if flags&flagContentType != 0 {
+		r.raw()
+	}
+	if flags&flagResponseTopic != 0 {
+		r.raw()
+	}
+	if flags&flagCorrelation != 0 {
+		r.raw()
+	}
+	if flags&flagPayloadFormat != 0 {
+		r.byte()
+	}
+	if flags&flagUser != 0 {
+		n := r.uvarint()
+		if r.err == nil && n > uint64(len(r.b))/2 {
+			return false
+		}
+		for i := uint64(0); i < n && r.err == nil; i++ {
+			r.raw()
+			r.raw()
+		}
+	}
+	return r.err == nil && len(r.b) == 0
+}

@@ -82,6 +82,11 @@ func FuzzDecodeRecord(f *testing.F) {
 		if least > limit {
 			t.Fatalf("decoding %d bytes allocated %d", len(b), least)
 		}
+		if shaped := recordShape(b); shaped && err != nil {
+			t.Fatalf("recordShape accepts a record that does not decode: %v", err)
+		} else if !shaped && err == nil && (m == nil || m.QoS <= 2 && m.PublishedQoS <= 2) && validFlags(b) {
+			t.Fatal("recordShape refuses a record that decodes")
+		}
 		if err != nil || m == nil {
 			return
 		}
@@ -93,4 +98,18 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("re-encoded %+v decodes to %+v, %v", m, again, err)
 		}
 	})
+}
+
+// validFlags reports whether a set record's flags byte (b a set record
+// that decodes) names only the fields the encoder writes.
+func validFlags(b []byte) bool {
+	if b[0] != recordSet {
+		return true
+	}
+	r := &recordReader{b: b[1:]}
+	r.raw()
+	r.raw()
+	r.byte()
+	r.byte()
+	return r.byte() < flagUser<<1
 }

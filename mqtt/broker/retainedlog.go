@@ -26,11 +26,18 @@ import (
 //
 //	length uint32 LE | crc32c(body) uint32 LE | body (length bytes)
 //
-// with the body encoded as in retainedcodec.go. A record that is cut short
-// or fails its checksum ends what is loaded: a torn last record (a crash
-// during an append) is ignored and cut off before the next append; damage
-// further up loses the records after it, is logged, and the next save
-// writes a compacted log (the damaged file is kept as .corrupt).
+// with the body encoded as in retainedcodec.go. A torn last record (a
+// crash during an append: cut short, with no record after it) is ignored
+// and cut off before the next append. Any other damage (a record whose
+// length, checksum or body is wrong) is salvaged: the damaged record is
+// read again with the length its checksum gives, when its body is intact,
+// and the records after it are found again (the first offset from which
+// whole records with good checksums run to the end of the file); what
+// cannot be read is skipped. The damaged file is kept aside at once, under
+// a second name (.damaged-<UTC time>), the damage is logged as an error
+// (offset, records read before it, records salvaged, bytes skipped), and
+// the next save writes a compacted log; it never replaces a damaged file
+// that could not be kept aside.
 
 const retainedLogMagic = "FMQRET\x00\x01"
 
@@ -54,7 +61,7 @@ type retainedLog struct {
 	live      map[string]int64 // topic -> size of its set record in the file
 	liveBytes int64
 	rewrite   bool // the next save writes a compacted log
-	corrupt   bool // the file is damaged: keep it aside when rewriting it
+	corrupt   bool // the file is damaged and not kept aside yet: keep it before rewriting it
 	buf       []byte
 }
 
@@ -103,6 +110,7 @@ func (l *retainedLog) load(keep func(*Message)) error {
 	off, total := int64(len(retainedLogMagic)), fi.Size()
 	var body []byte
 	var bad string
+	records := 0
 	for off < total {
 		var h [recordHeader]byte
 		if _, err := io.ReadFull(r, h[:]); err != nil {
@@ -133,23 +141,28 @@ func (l *retainedLog) load(keep func(*Message)) error {
 		size := recordHeader + n
 		topics[topic] = last{msg: m, size: size}
 		off += size
+		records++
 	}
 	l.size = off
 	if bad != "" {
-		end := off + recordHeader
-		if n := total - off; n >= recordHeader {
-			var h [recordHeader]byte
-			if _, err := f.ReadAt(h[:], off); err == nil {
-				end += int64(binary.LittleEndian.Uint32(h[:4]))
-			}
+		rest := make([]byte, total-off)
+		if _, err := f.ReadAt(rest, off); err != nil {
+			return fmt.Errorf("%s: read the damaged part: %w", l.path, err)
 		}
-		if end >= total {
+		recs, skipped, torn := salvage(rest)
+		if torn {
 			// The last record: an append that a crash cut short.
 			l.log.Warn("retained log: ignoring a torn last record", "path", l.path, "offset", off, "bytes", total-off)
 		} else {
-			l.log.Error("retained log: damaged; retained messages after the damage are lost (the file is kept as .corrupt at the next save)",
-				"path", l.path, "offset", off, "problem", bad, "bytes_lost", total-off)
+			for _, x := range recs {
+				topics[x.topic] = last{msg: x.msg, size: x.size}
+			}
+			l.size = total
 			l.corrupt, l.rewrite = true, true
+			aside, err := l.keepAside()
+			l.log.Error("retained log: damaged; the records found again after the damage are loaded, the rest is skipped, and the damaged file is kept aside",
+				"path", l.path, "offset", off, "problem", bad, "records_read", records, "records_salvaged", len(recs),
+				"bytes_skipped", skipped, "kept_as", aside, "error", err)
 		}
 	}
 	for topic, x := range topics {
@@ -308,14 +321,12 @@ func (l *retainedLog) compact(rs *MemoryRetained, now time.Time) (err error) {
 		return err
 	}
 	if l.corrupt {
-		// A second name for the damaged file, so no crash leaves no log.
-		aside := l.path + ".corrupt"
-		os.Remove(aside)
-		if err := os.Link(l.path, aside); err != nil {
-			l.log.Error("retained log: cannot keep the damaged file aside", "path", l.path, "error", err)
-		} else {
-			l.log.Warn("retained log: damaged file kept aside", "path", aside)
+		// Not kept aside at load: never replaced before it is.
+		aside, err := l.keepAside()
+		if err != nil {
+			return fmt.Errorf("%s: keep the damaged log aside before replacing it: %w", l.path, err)
 		}
+		l.log.Warn("retained log: damaged file kept aside", "path", aside)
 	}
 	if err := os.Rename(tmp.Name(), l.path); err != nil {
 		return err
@@ -326,6 +337,167 @@ func (l *retainedLog) compact(rs *MemoryRetained, now time.Time) (err error) {
 	l.size, l.live, l.liveBytes = size, live, liveBytes
 	l.rewrite, l.corrupt = false, false
 	return nil
+}
+
+// keepAside gives the damaged log a second name beside it,
+// PATH.retained.damaged-<UTC time>[-N] (a hard link, or a copy where links
+// are not possible), so that no save replaces its bytes, and returns that
+// name.
+func (l *retainedLog) keepAside() (string, error) {
+	base := l.path + ".damaged-" + time.Now().UTC().Format("20060102T150405Z")
+	var err error
+	for i := 1; i <= 100; i++ {
+		aside := base
+		if i > 1 {
+			aside = fmt.Sprintf("%s-%d", base, i)
+		}
+		if err = os.Link(l.path, aside); err == nil {
+			l.corrupt = false
+			return aside, nil
+		}
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err = copyFile(l.path, aside); err == nil {
+			l.corrupt = false
+			return aside, nil
+		}
+		return "", err
+	}
+	return "", err
+}
+
+// copyFile copies src to a new file dst and syncs it.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// salvaged is a record read from the damaged part of a log.
+type salvaged struct {
+	topic string
+	msg   *Message // nil: a clear
+	size  int64
+}
+
+// salvage reads what it can of rest, the part of a retained log from a
+// damaged record to the end: the records that verify, in order. A record
+// that does not is read again with the length its checksum gives (a
+// damaged length field); failing that, reading goes on from the first
+// offset after it from which whole records run to the end of the file, and
+// what lies between is skipped. torn reports a crash's torn last record
+// instead: the damaged record is cut short and nothing after it verifies.
+func salvage(rest []byte) (recs []salvaged, skipped int64, torn bool) {
+	pos := 0
+	for pos < len(rest) {
+		if size := verifiedAt(rest, pos); size > 0 {
+			recs = appendSalvaged(recs, rest[pos+recordHeader:pos+size])
+			pos += size
+			continue
+		}
+		if end := relength(rest, pos); end > 0 {
+			recs = appendSalvaged(recs, rest[pos+recordHeader:end])
+			pos = end
+			continue
+		}
+		next := -1
+		for q := pos + 1; q+recordHeader < len(rest) && next < 0; q++ {
+			if runsToEnd(rest, q) {
+				next = q
+			}
+		}
+		if next < 0 {
+			if pos == 0 && cutShort(rest) {
+				return nil, 0, true
+			}
+			skipped += int64(len(rest) - pos)
+			break
+		}
+		skipped += int64(next - pos)
+		pos = next
+	}
+	return recs, skipped, false
+}
+
+// verifiedAt returns the size of the record at b[pos:] when its length fits,
+// its body has a record's shape and its checksum is right; 0 otherwise.
+func verifiedAt(b []byte, pos int) int {
+	if len(b)-pos < recordHeader {
+		return 0
+	}
+	n := int64(binary.LittleEndian.Uint32(b[pos:]))
+	if n > int64(len(b)-pos-recordHeader) {
+		return 0
+	}
+	body := b[pos+recordHeader : pos+recordHeader+int(n)]
+	if !recordShape(body) || crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[pos+4:]) {
+		return 0
+	}
+	return recordHeader + int(n)
+}
+
+// relength returns where the record at b[pos:] ends when its checksum
+// and shape hold for a body of another length than its length field says
+// (the field is damaged, the body is not); 0 when none does.
+func relength(b []byte, pos int) int {
+	if len(b)-pos <= recordHeader {
+		return 0
+	}
+	want := binary.LittleEndian.Uint32(b[pos+4:])
+	crc := uint32(0)
+	start := pos + recordHeader
+	for end := start + 1; end <= len(b); end++ {
+		crc = crc32.Update(crc, castagnoli, b[end-1:end])
+		if crc == want && recordShape(b[start:end]) {
+			return end
+		}
+	}
+	return 0
+}
+
+// runsToEnd reports whether whole records that verify run from b[q:] to
+// the end of b.
+func runsToEnd(b []byte, q int) bool {
+	for q < len(b) {
+		size := verifiedAt(b, q)
+		if size == 0 {
+			return false
+		}
+		q += size
+	}
+	return true
+}
+
+// cutShort reports whether the record at the start of b is cut short by
+// the end of b: a header cut short, or a length past the end.
+func cutShort(b []byte) bool {
+	return len(b) < recordHeader || int64(binary.LittleEndian.Uint32(b)) > int64(len(b)-recordHeader)
+}
+
+// appendSalvaged decodes a verified body onto recs (one that does not
+// decode is left out).
+func appendSalvaged(recs []salvaged, body []byte) []salvaged {
+	topic, m, err := decodeRecord(body)
+	if err != nil {
+		return recs
+	}
+	return append(recs, salvaged{topic: topic, msg: m, size: int64(recordHeader + len(body))})
 }
 
 func topicsOf(changes []retainedChange) []string {

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -327,10 +328,10 @@ func TestRetainedLogTornTail(t *testing.T) {
 	}
 }
 
-// TestRetainedLogDamaged: a record damaged in the middle of the log does
-// not stop the server: what precedes it loads, the damage is logged, and
-// the next save writes a whole new log (the damaged one is kept as
-// .corrupt).
+// TestRetainedLogDamaged: a record whose body is damaged in the middle of
+// the log does not stop the server: what precedes it loads, and what
+// follows it, the damage is logged, the damaged file is kept aside
+// (.damaged-<time>) and the next save writes a whole new log.
 func TestRetainedLogDamaged(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
@@ -358,18 +359,89 @@ func TestRetainedLogDamaged(t *testing.T) {
 	var logged bytes.Buffer
 	s = rlOpen(t, path, broker.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	got := rlContents(t, s)
-	rlSameContents(t, "damaged log", got, map[string]string{"dmg/a": "A"})
+	rlSameContents(t, "damaged log", got, map[string]string{"dmg/a": "A", "dmg/c": "C"})
 	if !strings.Contains(logged.String(), "level=ERROR") || !strings.Contains(logged.String(), "damaged") {
 		t.Fatalf("the damage was not logged as an error: %s", logged.String())
 	}
 	rlSet(s, "dmg/d", []byte("D"))
 	rlSave(t, s)
-	if kept, err := os.ReadFile(path + ".retained.corrupt"); err != nil || !bytes.Equal(kept, data) {
+	if kept, _ := filepath.Glob(path + ".retained.damaged-*"); len(kept) != 1 {
+		t.Fatalf("damaged logs kept aside: %v, want one", kept)
+	} else if b, err := os.ReadFile(kept[0]); err != nil || !bytes.Equal(b, data) {
 		t.Fatalf("damaged log not kept aside (%v)", err)
 	}
 	rlClose(t, s)
 	rlSameContents(t, "after the rewrite", rlContents(t, rlOpen(t, path, broker.Options{})),
-		map[string]string{"dmg/a": "A", "dmg/d": "D"})
+		map[string]string{"dmg/a": "A", "dmg/c": "C", "dmg/d": "D"})
+}
+
+// TestRetainedLogLengthDamagedMidFile: a record whose length field is
+// damaged in the middle of the retained log (pointing past the end of the
+// file, or short of its record's end) costs no retained message: the
+// records after it are found again by their checksums, the damaged one
+// too when its body is intact, the damage is logged as an error with its
+// offset, and the damaged file is kept aside, byte for byte, before the
+// next save replaces the log.
+func TestRetainedLogLengthDamagedMidFile(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		flip func(length []byte)
+	}{
+		{"past the end of the file", func(l []byte) { l[3] ^= 0x40 }},
+		{"short of its record's end", func(l []byte) { l[0] -= 3 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "state.json")
+			s := rlOpen(t, path, broker.Options{})
+			const n, k = 20, 8
+			for i := range n {
+				rlSet(s, fmt.Sprintf("len/%02d", i), []byte(fmt.Sprint("value-", i)))
+				rlSave(t, s) // one record per save, in this order
+			}
+			want := rlContents(t, s)
+			rlClose(t, s)
+			data, err := os.ReadFile(path + ".retained")
+			if err != nil {
+				t.Fatal(err)
+			}
+			off := 8 // the header
+			for range k {
+				off += 8 + int(binary.LittleEndian.Uint32(data[off:]))
+			}
+			if !bytes.Contains(data[off:off+40], []byte("len/08")) {
+				t.Fatalf("record %d is not at offset %d", k, off)
+			}
+			tc.flip(data[off : off+4])
+			if err := os.WriteFile(path+".retained", data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			var logged bytes.Buffer
+			s = rlOpen(t, path, broker.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+			rlSameContents(t, "after the damage", rlContents(t, s), want)
+			if l := logged.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, fmt.Sprintf("offset=%d", off)) ||
+				!strings.Contains(l, fmt.Sprintf("records_read=%d", k)) {
+				t.Fatalf("the damage was not logged as an error with its offset %d and the %d records read before it: %s", off, k, l)
+			}
+			rlSet(s, "len/new", []byte("N"))
+			rlClose(t, s) // saves: the log is written anew
+			kept, err := filepath.Glob(path + ".retained.damaged-*")
+			if err != nil || len(kept) != 1 {
+				t.Fatalf("damaged logs kept aside: %v (%v), want one", kept, err)
+			}
+			if b, err := os.ReadFile(kept[0]); err != nil || !bytes.Equal(b, data) {
+				t.Fatalf("%s does not hold the damaged log's bytes (%v)", kept[0], err)
+			}
+			want["len/new"] = "N"
+			logged.Reset()
+			s = rlOpen(t, path, broker.Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+			rlSameContents(t, "after the rewrite", rlContents(t, s), want)
+			if logged.Len() > 0 {
+				t.Fatalf("the rewritten log: %s", logged.String())
+			}
+		})
+	}
 }
 
 // TestRetainedLogBadFile: a file that is not a retained log makes New fail
