@@ -62,7 +62,8 @@ const (
 var errBatchFull = errors.New("export batch full")
 
 // Export writes every record of q to w in the format and returns how many
-// it wrote. It reads the store in batches of ExportBatch (each continuing
+// it wrote (on an error, those of the batches it wrote whole). It reads
+// the store in batches of ExportBatch (each continuing
 // after the last record of the one before), each examining at most
 // q.ScanBudget rows (ScanBudget when 0; a batch that spends it continues
 // after the last row it examined), and writes a batch only after
@@ -72,8 +73,8 @@ var errBatchFull = errors.New("export batch full")
 // they come later in its order.
 func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery, f Format) (int64, error) {
 	var (
-		n   int64
-		out []byte // one batch, encoded while the store reads it
+		n, sent int64  // records encoded, records of the batches written
+		out     []byte // one batch, encoded while the store reads it
 	)
 	switch f {
 	case JSON:
@@ -119,7 +120,7 @@ func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetm
 			// Not the end: the next batch goes on after the rows examined.
 			full, last = true, spent.Last
 		case err != nil && !full:
-			return n, err
+			return sent, err
 		}
 		done := !full && got < qq.Limit || q.Limit > 0 && int(n) >= q.Limit
 		if done && f == JSON {
@@ -133,10 +134,11 @@ func Export(ctx context.Context, w io.Writer, st fleetmq.HistoryStore, q *fleetm
 		for rest := out; len(rest) > 0; {
 			k := min(len(rest), exportWrite)
 			if _, err := w.Write(rest[:k]); err != nil {
-				return n, err
+				return sent, err
 			}
 			rest = rest[k:]
 		}
+		sent = n
 		if done {
 			return n, nil
 		}

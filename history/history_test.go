@@ -2,11 +2,13 @@ package history_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -554,10 +556,25 @@ func TestRetentionDropsDays(t *testing.T) {
 		// A late record of the dropped day: stored, then dropped again.
 		appendAll(t, st, rec(accB, "c1", "state/late", now.Add(-35*24*time.Hour), "late"))
 		equal(t, "B's late record", query(t, st, accB, history.Params{Order: "asc", Topic: accB + "/c1/state/late"}), "c1/state/late late")
+		latestOfB := func() (out []string) {
+			rs, err := st.LatestHistory(ctx, accB, "c1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs {
+				out = append(out, r.Topic[len(accB)+1:]+" "+string(r.Payload))
+			}
+			return out
+		}
+		equal(t, "B's latest values with the late record", latestOfB(), "c1/state/a 1 hour", "c1/state/late late")
 		if _, err := ret.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
 		equal(t, "B's late record after the next pass", query(t, st, accB, history.Params{Order: "asc", Topic: accB + "/c1/state/late"}))
+		equal(t, "B's latest values after the next pass", latestOfB(), "c1/state/a 1 hour")
+		if entries := latestEntries(t, st, accB, "c1"); len(entries) != 1 {
+			t.Errorf("B's latest entries after the next pass: %v; want state/a's only (the late record's day was dropped)", entries)
+		}
 		equal(t, "account B after the next pass", query(t, st, accB, history.Params{Order: "asc"}),
 			"c1/state/a 20 days", "c1/state/a 8 days", "c1/state/a 1 hour")
 	})
@@ -590,6 +607,258 @@ func TestExportLargePayloads(t *testing.T) {
 			if p, _ := r.Bytes(); !strings.HasPrefix(string(p), fmt.Sprintf("%03d", i)) {
 				t.Fatalf("line %d holds record %.3s", i, p)
 			}
+		}
+	})
+}
+
+// TestRetentionKeepsLatestConsistent: the latest value of each topic is
+// the newest record of the topic that exists, at every point a reader can
+// see while retention deletes in batches, and when a pass is cut short:
+// an entry goes with the record it names, in the same transaction, not
+// before (the topic would lose its latest value while its records are
+// still there) nor after.
+func TestRetentionKeepsLatestConsistent(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		ctx := context.Background()
+		now := t0.Add(30 * 24 * time.Hour)
+		if err := st.CreateAccount(ctx, &fleetmq.Account{ID: accA, Name: "A", OwnerEmail: "a@example.com", Plan: "starter", CreatedAt: t0}, "x"); err != nil {
+			t.Fatal(err)
+		}
+		day := 24 * time.Hour
+		appendAll(t, st,
+			rec(accA, "c1", "state/a", now.Add(-12*day), "a1"),
+			rec(accA, "c1", "state/a", now.Add(-11*day), "a2"),
+			rec(accA, "c1", "state/b", now.Add(-10*day), "b1"),
+			rec(accA, "c1", "state/c", now.Add(-9*day), "c1"),
+			rec(accA, "c1", "state/e", now.Add(-9*day+time.Hour), "e1"),
+			rec(accA, "c1", "state/c", now.Add(-time.Hour), "c2"),
+			rec(accA, "c1", "state/d", now.Add(-time.Hour), "d1"),
+		)
+		if _, err := st.FoldHistory(ctx); err != nil { // SQLite: the latest entries are in their table
+			t.Fatal(err)
+		}
+		// consistent checks that the latest values are the newest record
+		// of each of c1's topics that a query finds, and returns how many
+		// records c1 has.
+		consistent := func(what string) int {
+			t.Helper()
+			q, err := history.Build(accA, history.Params{ClientID: "c1", Order: "asc"}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, newest, n := map[string]string{}, map[string]string{}, 0
+			if err := st.QueryHistory(ctx, q, func(r *fleetmq.Record) error {
+				// Oldest first: the last one stays.
+				want[r.Topic], newest[r.Topic], n = string(r.Payload), fmt.Sprint(r.Received.UnixMicro(), r.ID), n+1
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			// The table itself, which LatestHistory reads through the
+			// records: an entry for each topic's newest record, and none
+			// for a record that is gone.
+			if entries := latestEntries(t, st, accA, "c1"); fmt.Sprint(entries) != fmt.Sprint(newest) {
+				t.Errorf("%s: latest entries %v; the newest records of the topics are %v", what, entries, newest)
+			}
+			rs, err := st.LatestHistory(ctx, accA, "c1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, r := range rs {
+				got[r.Topic] = string(r.Payload)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Errorf("%s: latest values %v; the newest records of the topics are %v", what, got, want)
+			}
+			return n
+		}
+		consistent("before retention")
+		cut := now.Add(-7 * day)
+		for i := 1; ; i++ {
+			n, err := st.DeleteHistory(ctx, accA, cut, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			consistent(fmt.Sprintf("after batch %d of retention", i))
+			if n < 1 {
+				break
+			}
+		}
+		if n := consistent("after retention"); n != 2 {
+			t.Errorf("c1 has %d records after retention, want 2 (c2 and d1)", n)
+		}
+
+		// A pass cut short after its first batch (the server stopping)
+		// leaves them consistent too.
+		appendAll(t, st,
+			rec(accA, "c1", "state/a", now.Add(-12*day), "a1"),
+			rec(accA, "c1", "state/b", now.Add(-10*day), "b1"),
+			rec(accA, "c1", "state/b", now.Add(-10*day+time.Minute), "b2"),
+		)
+		if _, err := st.FoldHistory(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		ret := &history.Retention{Control: st, History: cutShort{HistoryStore: st, cancel: cancel}, Now: func() time.Time { return now }, Batch: 1, Pause: time.Millisecond}
+		if _, err := ret.Pass(cctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("a pass cut short: %v, want context.Canceled", err)
+		}
+		if n := consistent("after a pass cut short"); n != 4 {
+			t.Errorf("c1 has %d records after a pass cut after one batch, want 4", n)
+		}
+	})
+}
+
+// latestEntries reads the latest-per-topic table's entries of a client
+// (all folded on SQLite): topic -> "received_us record_id".
+func latestEntries(t *testing.T, st *sqlstore.Store, acc, client string) map[string]string {
+	t.Helper()
+	q := `SELECT topic, received_us, record_id FROM history_latest WHERE account_id = ? AND client_id = ?`
+	if st.Backend() == "postgres" {
+		q = `SELECT topic, received_us, record_id FROM history_latest WHERE account_id = $1 AND client_id = $2`
+	}
+	rows, err := st.DB().QueryContext(context.Background(), q, acc, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var topic string
+		var us, id int64
+		if err := rows.Scan(&topic, &us, &id); err != nil {
+			t.Fatal(err)
+		}
+		out[topic] = fmt.Sprint(us, id)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// cutShort is a history store whose context is cancelled by its first
+// delete, once that delete is done.
+type cutShort struct {
+	fleetmq.HistoryStore
+	cancel func()
+}
+
+func (c cutShort) DeleteHistory(ctx context.Context, accountID string, before time.Time, limit int) (int64, error) {
+	defer c.cancel()
+	return c.HistoryStore.DeleteHistory(ctx, accountID, before, limit)
+}
+
+// TestPagesAfterABatchStoredInHalves: the ingest writer stores a batch the
+// store refused in halves, and a record of the first half that failed
+// again alone after the second half went in gets a later id than the
+// records after it (on PostgreSQL ids come from a sequence at commit; on
+// SQLite from the row order). Pages, cursors, scan-budget continuations
+// and exports follow (received_us, id), a total order of values a record
+// never changes: every record comes exactly once, in that order, however
+// its id compares with its neighbours'. Records of the same microsecond
+// come in id order.
+func TestPagesAfterABatchStoredInHalves(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		ctx := context.Background()
+		var batch []*fleetmq.Record
+		for i := range 12 {
+			at := t0.Add(time.Duration(i) * time.Millisecond)
+			if i == 6 || i == 7 {
+				at = t0.Add(5 * time.Millisecond) // 5, 6 and 7 in one microsecond
+			}
+			sub := "telemetry/x"
+			if i%3 == 0 {
+				sub = "state/y"
+			}
+			batch = append(batch, rec(accA, "c1", sub, at, fmt.Sprint(i)))
+		}
+		// The whole batch and its first half were refused; the second half
+		// went in, then the first half's records one by one, 5 last.
+		appendAll(t, st, batch[6:]...)
+		for i := range 6 {
+			appendAll(t, st, batch[i])
+		}
+		if !(batch[5].ID > batch[6].ID && batch[0].ID > batch[11].ID) {
+			t.Fatalf("ids %d (record 5), %d (6), %d (0), %d (11): the test wants records stored alone after later ones to have later ids",
+				batch[5].ID, batch[6].ID, batch[0].ID, batch[11].ID)
+		}
+		// The order every read must follow: time, then id.
+		want := func(desc bool, keep func(*fleetmq.Record) bool) (out []string) {
+			rs := slices.Clone(batch)
+			slices.SortFunc(rs, func(a, b *fleetmq.Record) int {
+				if c := a.Received.Compare(b.Received); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.ID, b.ID)
+			})
+			if desc {
+				slices.Reverse(rs)
+			}
+			for _, r := range rs {
+				if keep(r) {
+					out = append(out, string(r.Payload))
+				}
+			}
+			return out
+		}
+		all := func(*fleetmq.Record) bool { return true }
+		onlyX := func(r *fleetmq.Record) bool { return strings.HasSuffix(r.Topic, "telemetry/x") }
+		for _, order := range []string{"asc", "desc"} {
+			for _, limit := range []int{1, 2, 5} {
+				for _, budget := range []int{0, 2} { // 2: pages that end at their scan budget
+					for _, filter := range []struct {
+						regex string
+						keep  func(*fleetmq.Record) bool
+					}{{"", all}, {"^" + accA + "/c1/telemetry/", onlyX}} {
+						var got []string
+						p := history.Params{Order: order, Limit: fmt.Sprint(limit), TopicRegex: filter.regex}
+						for pages := 0; ; pages++ {
+							q, err := history.Build(accA, p, false)
+							if err != nil {
+								t.Fatal(err)
+							}
+							q.ScanBudget = budget
+							page, err := history.Page(ctx, st, q)
+							if err != nil {
+								t.Fatal(err)
+							}
+							for _, r := range page.Records {
+								got = append(got, string(r.Payload))
+							}
+							if page.Next == "" || pages > 100 {
+								break
+							}
+							p.Cursor = page.Next
+						}
+						what := fmt.Sprintf("%s pages of %d, scan budget %d, regex %q", order, limit, budget, filter.regex)
+						equal(t, what, got, want(order == "desc", filter.keep)...)
+					}
+				}
+			}
+			// An export reads in batches, each after the last record (or
+			// the last row examined) of the one before.
+			q, err := history.Build(accA, history.Params{Order: order}, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.ScanBudget = 2
+			var b bytes.Buffer
+			if _, err := history.Export(ctx, &b, st, q, history.NDJSON); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+				var r history.Record
+				if err := json.Unmarshal([]byte(line), &r); err != nil {
+					t.Fatal(err)
+				}
+				p, _ := r.Bytes()
+				got = append(got, string(p))
+			}
+			equal(t, order+" export", got, want(order == "desc", all)...)
 		}
 	})
 }

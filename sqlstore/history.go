@@ -236,7 +236,17 @@ func scanLatest(ctx context.Context, q queryer, out []*fleetmq.Record, query str
 // DeleteHistory implements fleetmq.HistoryStore: the account's oldest
 // records, up to limit of them, received before before (on SQLite from
 // the oldest days on), with the latest-per-topic entries that point to
-// them.
+// them, in one transaction.
+//
+// A batch deletes a prefix of the account's records in (received_us, id)
+// order, and only the latest entries within that prefix: an entry goes
+// with the record it names, never before it (the topic would have no
+// latest value while its records are still there, until the last batch
+// or, for a pass cut short, the next pass). The entries of a topic whose
+// newest record lies further on stay, as they must. A batch that finds
+// fewer than limit records, the account's last, deletes every entry
+// before before, so an entry whose record is gone some other way goes
+// too.
 func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time.Time, limit int) (_ int64, err error) {
 	defer wrap(&err, "delete history")
 	if limit <= 0 {
@@ -244,16 +254,34 @@ func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time
 	}
 	var n int64
 	err = s.tx(ctx, func(tx *sql.Tx) error {
+		n = 0
+		// The last deleted record in (received_us, id) order.
+		var lastUs, lastID int64
+		deleted := func(rows *sql.Rows) error {
+			defer rows.Close()
+			for rows.Next() {
+				var us, id int64
+				if err := rows.Scan(&us, &id); err != nil {
+					return err
+				}
+				if n == 0 || us > lastUs || us == lastUs && id > lastID {
+					lastUs, lastID = us, id
+				}
+				n++
+			}
+			return rows.Err()
+		}
 		if s.dialect == postgresDialect {
 			// Partitions have no index on id alone: each row is found by
 			// its account, time and id (and its time picks its day).
-			res, err := tx.ExecContext(ctx, `DELETE FROM history h USING (
+			rows, err := tx.QueryContext(ctx, `DELETE FROM history h USING (
 				SELECT received_us, id FROM history WHERE account_id = $1 AND received_us < $2 ORDER BY received_us, id LIMIT $3) d
-				WHERE h.account_id = $1 AND h.received_us = d.received_us AND h.id = d.id`, accountID, before.UnixMicro(), limit)
+				WHERE h.account_id = $1 AND h.received_us = d.received_us AND h.id = d.id
+				RETURNING h.received_us, h.id`, accountID, before.UnixMicro(), limit)
 			if err != nil {
 				return err
 			}
-			if n, err = res.RowsAffected(); err != nil {
+			if err := deleted(rows); err != nil {
 				return err
 			}
 		} else {
@@ -261,6 +289,8 @@ func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time
 				return err
 			}
 			to := before.UnixMicro()
+			// The days by time: the rows deleted are the account's first
+			// in (received_us, id) order.
 			for _, t := range s.days.overlapping(nil, &to, false) {
 				// By id; in a day in client order, by pos, from its index
 				// table.
@@ -268,26 +298,32 @@ func (s *Store) DeleteHistory(ctx context.Context, accountID string, before time
 				if t.clustered {
 					key, from = "pos", dayIndex(t.name, "account_time")
 				}
-				res, err := tx.ExecContext(ctx, `DELETE FROM `+t.name+` WHERE `+key+` IN (
+				rows, err := tx.QueryContext(ctx, `DELETE FROM `+t.name+` WHERE `+key+` IN (
 					SELECT `+key+` FROM `+from+`
-					WHERE account_id = ?1 AND received_us < ?2 ORDER BY received_us, id LIMIT ?3)`, accountID, to, int64(limit)-n)
+					WHERE account_id = ?1 AND received_us < ?2 ORDER BY received_us, id LIMIT ?3)
+					RETURNING received_us, id`, accountID, to, int64(limit)-n)
 				if noSuchTable(err) {
 					continue // a day another process dropped
 				}
 				if err != nil {
 					return err
 				}
-				d, err := res.RowsAffected()
-				if err != nil {
+				if err := deleted(rows); err != nil {
 					return err
 				}
-				if n += d; n == int64(limit) {
+				if n == int64(limit) {
 					break
 				}
 			}
 		}
-		_, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM history_latest WHERE account_id = ? AND received_us < ?`),
-			accountID, before.UnixMicro())
+		if n < int64(limit) {
+			// The account's last batch: no record before before is left.
+			_, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM history_latest WHERE account_id = ? AND received_us < ?`),
+				accountID, before.UnixMicro())
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM history_latest WHERE account_id = ?
+			AND (received_us < ? OR received_us = ? AND record_id <= ?)`), accountID, lastUs, lastUs, lastID)
 		return err
 	})
 	return n, err

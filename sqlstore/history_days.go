@@ -586,11 +586,26 @@ func dropDetached(ctx context.Context, conn *sql.Conn, p dayPartition, expired m
 		_, err := conn.ExecContext(ctx, fmt.Sprintf(`ALTER TABLE history ATTACH PARTITION %s FOR VALUES FROM (%s) TO (%s)`, p.name, bound(p.lo), bound(p.hi)))
 		return false, err
 	}
-	if _, err := conn.ExecContext(ctx, `DELETE FROM history_latest WHERE received_us >= $1 AND received_us < $2`, p.lo, p.hi); err != nil {
+	// One transaction: a drop cut short between the two would leave the
+	// day's records without their latest entries, and the next pass
+	// attaches a table left detached back (attachLeftovers). The entries
+	// that go are those of the day that name no record of history: a
+	// record of the day stored late, into a day made again since the
+	// detach, keeps its own.
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
 		return false, err
 	}
-	_, err := conn.ExecContext(ctx, `DROP TABLE `+p.name)
-	return err == nil, err
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM history_latest l WHERE l.received_us >= $1 AND l.received_us < $2
+		AND NOT EXISTS (SELECT 1 FROM history h WHERE h.received_us >= $1 AND h.received_us < $2
+			AND h.account_id = l.account_id AND h.received_us = l.received_us AND h.id = l.record_id)`, p.lo, p.hi); err != nil {
+		return false, err
+	}
+	if _, err := tx.ExecContext(ctx, `DROP TABLE `+p.name); err != nil {
+		return false, err
+	}
+	return true, tx.Commit()
 }
 
 // bound is a partition bound's SQL: MINVALUE, MAXVALUE or the number.

@@ -118,8 +118,7 @@ func historyCmds() map[string]*adminCmd {
 				if err != nil {
 					return err
 				}
-				_, err = history.Export(ctx, out, st, q, f)
-				return err
+				return exportHistory(ctx, out, st, q, f)
 			},
 		},
 		"latest": {
@@ -204,6 +203,18 @@ func historyCmds() map[string]*adminCmd {
 			},
 		},
 	}
+}
+
+// exportHistory is "history export": every record of q to out. A store
+// that fails midway (a database error, a closed store, an interrupt) ends
+// it with an error that says the output is incomplete and how far it got:
+// the command exits non-zero, its output (what was exported) stays short.
+func exportHistory(ctx context.Context, out io.Writer, st fleetmq.HistoryStore, q *fleetmq.HistoryQuery, f history.Format) error {
+	n, err := history.Export(ctx, out, st, q, f)
+	if err != nil {
+		return fmt.Errorf("history export stopped after %d records, the output is incomplete: %w", n, err)
+	}
+	return nil
 }
 
 // preview is a payload shortened to one table cell.

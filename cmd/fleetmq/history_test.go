@@ -92,3 +92,55 @@ func TestCLIHistory(t *testing.T) {
 	cliErr(t, dir, "want ndjson, json or csv", "history", "export", a, "-format", "xml")
 	cliErr(t, dir, "needs from and to", "history", "chart", a, "-field", "temp")
 }
+
+// closingStore is a history store whose database is closed before its
+// failAt-th read (from 1).
+type closingStore struct {
+	*sqlstore.Store
+	failAt, calls int
+}
+
+func (c *closingStore) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn func(*fleetmq.Record) error) error {
+	if c.calls++; c.calls == c.failAt {
+		c.Store.Close()
+	}
+	return c.Store.QueryHistory(ctx, q, fn)
+}
+
+// TestCLIExportFailingMidway: "history export" whose store fails after
+// the first batch ends with an error (the command exits non-zero) that
+// says the output is incomplete, not with a short output that looks
+// done; the same export completes when the store holds.
+func TestCLIExportFailingMidway(t *testing.T) {
+	const acc = "aaaaaaaa-0000-4000-8000-000000000001"
+	const records = 2*history.ExportBatch + 10
+	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), sqlstore.DatabaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	at := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	recs := make([]*fleetmq.Record, records)
+	for i := range recs {
+		recs[i] = &fleetmq.Record{AccountID: acc, ClientID: "pump", Topic: acc + "/pump/telemetry/t", Class: "telemetry",
+			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, `{"n":%d}`, i), Received: at.Add(time.Duration(i) * time.Millisecond)}
+	}
+	if err := st.AppendHistory(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	q, err := history.Build(acc, history.Params{Order: "asc"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := exportHistory(context.Background(), &out, &closingStore{Store: st}, q, history.NDJSON); err != nil || strings.Count(out.String(), "\n") != records {
+		t.Fatalf("export: %d lines, %v; want %d", strings.Count(out.String(), "\n"), err, records)
+	}
+	out.Reset()
+	err = exportHistory(context.Background(), &out, &closingStore{Store: st, failAt: 2}, q, history.NDJSON)
+	want := fmt.Sprintf("history export stopped after %d records, the output is incomplete: ", history.ExportBatch)
+	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Count(out.String(), "\n") != history.ExportBatch {
+		t.Fatalf("export whose store closes after the first batch: %d lines, error %v; want %d lines and an error %q...",
+			strings.Count(out.String(), "\n"), err, history.ExportBatch, want)
+	}
+}

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -94,14 +94,31 @@ func (a *API) registerHistory() {
 		if !paged {
 			return &huma.StreamResponse{Body: func(hc huma.Context) {
 				defer release()
+				r, w := humago.Unwrap(hc)
 				hc.SetHeader("Content-Type", f.ContentType())
-				hc.SetStatus(http.StatusOK)
-				_, w := humago.Unwrap(hc)
-				out := &deadlineWriter{w: hc.BodyWriter(), rc: http.NewResponseController(w), timeout: ExportWriteTimeout}
-				if _, err := history.Export(ctx, out, st, q, f); err != nil {
-					// The status is sent; all that is left is to stop.
-					a.deps.Logger.Warn("api: history export ended early", "account", p.account.ID, "error", err)
+				out := &exportWriter{hc: hc, rc: http.NewResponseController(w), timeout: ExportWriteTimeout}
+				n, err := history.Export(ctx, out, st, q, f)
+				if err == nil {
+					if !out.started { // an empty NDJSON export writes nothing
+						hc.SetStatus(http.StatusOK)
+					}
+					return
 				}
+				if !out.started {
+					// Nothing is sent (the first batch failed): the status
+					// can still say so.
+					a.writeHuma(hc, a.fail(ctx, err, "export"))
+					return
+				}
+				switch {
+				case out.err != nil:
+					a.deps.Logger.Warn("api: history export cut off: the client stopped reading", "account", p.account.ID, "records", n, "error", err)
+				case ctx.Err() != nil:
+					a.deps.Logger.Warn("api: history export ended early: the request ended", "account", p.account.ID, "records", n, "error", err)
+				default:
+					a.deps.Logger.Error("api: history export failed midway", "account", p.account.ID, "records", n, "error", err)
+				}
+				abortResponse(w, r)
 			}}, nil
 		}
 		defer release()
@@ -133,19 +150,71 @@ func (a *API) registerHistory() {
 // takes none of it for this long is cut off.
 const ExportWriteTimeout = 30 * time.Second
 
-// deadlineWriter gives every write its own deadline, so a long export
-// runs as long as the client keeps reading, and no longer once it stops.
-type deadlineWriter struct {
-	w       io.Writer
+// exportWriter is the body of a streamed export. The status (200) goes
+// with the first write, once the store has given the first batch, so an
+// export whose first read fails is answered with an error status. Every
+// write has its own deadline, so a long export runs as long as the client
+// keeps reading, and no longer once it stops.
+type exportWriter struct {
+	hc      huma.Context
 	rc      *http.ResponseController
 	timeout time.Duration
+	started bool  // the status is sent
+	err     error // a write failed: the client stopped reading or left
 }
 
-func (d *deadlineWriter) Write(p []byte) (int, error) {
-	if err := d.rc.SetWriteDeadline(time.Now().Add(d.timeout)); err != nil {
+func (e *exportWriter) Write(p []byte) (int, error) {
+	if !e.started {
+		e.started = true
+		e.hc.SetStatus(http.StatusOK)
+	}
+	if err := e.rc.SetWriteDeadline(time.Now().Add(e.timeout)); err != nil {
+		e.err = err
 		return 0, err
 	}
-	return d.w.Write(p)
+	n, err := e.hc.BodyWriter().Write(p)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// abortResponse ends a response whose status and part of whose body are
+// sent, so that no client can take the part for the whole: the export
+// behind it failed. The body has no length (an export's is not known
+// ahead), so on HTTP/1.1 it is chunked, and net/http, told to abort,
+// closes the connection without the last chunk (curl exits with 18, Go's
+// client reads io.ErrUnexpectedEOF); on HTTP/2 it resets the stream. An
+// HTTP/1.0 body (a client, or a proxy, speaking 1.0) ends where its
+// connection ends, so a connection closed would pass for a complete
+// body: it is reset instead (curl exits with 56, "Connection reset by
+// peer"; a proxy sees its upstream fail, not end).
+func abortResponse(w http.ResponseWriter, r *http.Request) {
+	if !r.ProtoAtLeast(1, 1) {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			resetConn(conn)
+			return
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// resetConn closes a connection with a TCP reset rather than an orderly
+// end (SO_LINGER 0) when there is TCP under its wrappers (those with a
+// NetConn method: the HTTP listener's, TLS), else just closes it.
+func resetConn(conn net.Conn) {
+	for c := conn; c != nil; {
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetLinger(0)
+			break
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = u.NetConn()
+	}
+	conn.Close()
 }
 
 // writePage writes a page in a format.
