@@ -130,6 +130,28 @@ func OpenDir(ctx context.Context, dir string) (*Store, error) {
 	return OpenSQLite(ctx, filepath.Join(dir, DatabaseFile))
 }
 
+// sqliteURI is the SQLite URI of a file path: its '%', '?' and '#' escaped,
+// so that a path holding them names that file and not a shorter path with
+// query parameters or a fragment (two data directories "x#1" and "x#2"
+// would both open "x"), and an absolute path after an empty authority, so
+// that one starting with "//" is not read as a host.
+func sqliteURI(path string) string {
+	var b strings.Builder
+	b.WriteString("file:")
+	if strings.HasPrefix(path, "/") {
+		b.WriteString("//")
+	}
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; c {
+		case '%', '?', '#':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
 // OpenSQLite opens (creating if needed) a SQLite database file. WAL mode
 // lets the operator CLI write while fleetmq serve reads; writers wait for
 // each other up to the busy timeout. Commits are synchronous (FULL): the WAL
@@ -148,7 +170,7 @@ func OpenDir(ctx context.Context, dir string) (*Store, error) {
 // The reads pool's connections are query-only (SQLite refuses a write on
 // them) with a smaller page cache: their reads go through mmap.
 func OpenSQLite(ctx context.Context, path string) (*Store, error) {
-	dsn := "file:" + path + "?_journal_mode=WAL&_busy_timeout=10000&_foreign_keys=on&_synchronous=FULL&_txlock=immediate"
+	dsn := sqliteURI(path) + "?_journal_mode=WAL&_busy_timeout=10000&_foreign_keys=on&_synchronous=FULL&_txlock=immediate"
 	open := func(params string, conns int) *sql.DB {
 		db, _ := sql.Open(sqliteDriver, dsn+params) // sql.Open only checks the driver name
 		db.SetMaxOpenConns(conns)
