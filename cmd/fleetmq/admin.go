@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -63,6 +66,11 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 		fs.Usage()
 		return fmt.Errorf("%s %s: want %d argument(s), got %d", group, args[0], c.args, len(pos))
 	}
+	if database == "" {
+		if err := existingDataDir(dir); err != nil {
+			return err
+		}
+	}
 	store, err := app.OpenStore(ctx, dir, database)
 	if err != nil {
 		return err
@@ -86,6 +94,25 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 		err = werr
 	}
 	return err
+}
+
+// existingDataDir refuses a data directory that does not exist: an
+// operator command works on serve's store, and a new empty one made at a
+// mistyped -data (or in another working directory than serve's ./data)
+// would show no accounts and keep what is created from every serve. serve
+// creates the directory at its first start; a directory made by hand is a
+// store too, so accounts can be set up before that start.
+func existingDataDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("data directory %s does not exist: pass the -data (or FLEETMQ_DATA) of your fleetmq serve, which creates it at its first start (or create the directory to set up a store before serve runs)", dir)
+	case err != nil:
+		return fmt.Errorf("data directory: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("data directory %s is not a directory: pass the -data (or FLEETMQ_DATA) of your fleetmq serve", dir)
+	}
+	return nil
 }
 
 // awaitApplied returns once a change the command stored (the control-plane

@@ -463,6 +463,37 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
+// TestCLIRefusesAMissingDataDirectory: an operator command on a data
+// directory that does not exist (a mistyped -data, or a shell in another
+// directory than serve's ./data) fails, says what to pass, and creates
+// nothing; before, it made a new empty store there, so "account list"
+// showed no accounts and "account create" stored one no serve would see.
+func TestCLIRefusesAMissingDataDirectory(t *testing.T) {
+	parent := t.TempDir()
+	missing := filepath.Join(parent, "dta")
+	for _, args := range [][]string{
+		{"account", "list"},
+		{"account", "create", "-name", "Acme", "-email", "owner@acme.example"},
+		{"plan", "list"},
+	} {
+		err := cliErr(t, missing, "data directory "+missing+" does not exist", args...)
+		if !strings.Contains(err.Error(), "-data") {
+			t.Errorf("fleetmq %s: error %q does not say which flag to fix", strings.Join(args, " "), err)
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the commands created the missing data directory: %v", err)
+	}
+	file := filepath.Join(parent, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cliErr(t, file, "is not a directory", "account", "list")
+	// An existing directory is a store, new or not: accounts can be made
+	// before serve's first start.
+	createAccount(t, parent, "Acme", "owner@acme.example")
+}
+
 // connectNow connects once, without retrying: a CLI command that changed
 // the control plane returns only when serve enforces the change, so what
 // it made works on the next line. ok, when set, checks the CONNACK.
