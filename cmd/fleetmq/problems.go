@@ -38,6 +38,9 @@ func problemsCmd(perClient bool) *adminCmd {
 		if limit < 1 || limit > 1000 {
 			return errors.New("-limit must be 1..1000")
 		}
+		if since <= 0 {
+			return fmt.Errorf("-since must be positive, e.g. 24h (got %s)", since)
+		}
 		if _, err := svc.Store.Account(ctx, pos[0]); err != nil {
 			return err
 		}

@@ -51,4 +51,9 @@ func TestCLIProblems(t *testing.T) {
 		t.Fatalf("client problems -since 30s:\n%s", out)
 	}
 	cliErr(t, dir, "not found", "account", "problems", "0b6f5a6e-7d1c-4c33-9a43-1f2e3d4c5b6a")
+	// A window that reaches no time back is a mistake, not "no problems".
+	for _, since := range []string{"-5h", "0s"} {
+		cliErr(t, dir, "-since must be positive", "client", "problems", A.ID, "pump-17", "-since", since)
+		cliErr(t, dir, "-since must be positive", "account", "problems", A.ID, "-since", since)
+	}
 }
