@@ -3,11 +3,13 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/fleetmq/fleetmq/internal/app"
 	"github.com/fleetmq/fleetmq/internal/apptest"
+	"github.com/fleetmq/fleetmq/internal/mqtttest"
+	"github.com/fleetmq/fleetmq/mqtt/packet"
 )
 
 // scrape reads url's Prometheus exposition into its families by name.
@@ -298,4 +302,87 @@ func TestPprofOnlyOnTheMetricsListener(t *testing.T) {
 	if _, err := app.Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "-metrics-listen") {
 		t.Fatalf("-pprof without -metrics-listen: %v, want an error naming -metrics-listen", err)
 	}
+}
+
+// TestMetricsGaugesReturnToBaseline: the gauges of what clients hold
+// (connections, sessions, inflight and queued messages, subscriptions)
+// go back to where they started once the clients are gone, however they
+// went: a clean subscriber that never acknowledged what it was sent
+// closing its connection, and a persistent subscriber holding inflight
+// and queued messages offline whose password is revoked.
+func TestMetricsGaugesReturnToBaseline(t *testing.T) {
+	p := startPlatform(t, func(c *app.Config) { c.HTTPListen = "127.0.0.1:0" })
+	a := p.newTenant(t, "acme", "starter", false, "pump-17")
+	p.synced(t)
+	url := "http://" + p.HTTPAddr + "/metrics"
+	gauges := []string{"fleetmq_mqtt_sessions", "fleetmq_mqtt_subscriptions", "fleetmq_mqtt_inflight_messages", "fleetmq_mqtt_queued_messages", "fleetmq_mqtt_strangers_waiting"}
+	read := func() map[string]float64 {
+		fams := scrape(t, url)
+		m := map[string]float64{}
+		for _, g := range gauges {
+			m[g], _ = sample(fams, g)
+		}
+		m["fleetmq_mqtt_connections"], _ = sample(fams, "fleetmq_mqtt_connections", "listener", "tcp")
+		return m
+	}
+	base := read()
+	atBase := func(what string) {
+		t.Helper()
+		var now map[string]float64
+		defer func() {
+			if t.Failed() {
+				t.Logf("gauges %v, at the start %v", now, base)
+			}
+		}()
+		eventually(t, what, func() bool {
+			now = read()
+			for k, v := range base {
+				if now[k] != v {
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	// A subscriber that never acknowledges: 20 messages in flight (the
+	// window), the rest queued (the starter queue bound is 30).
+	subscriber := func(clientID string, expiry uint32) *mqtttest.Raw {
+		var props packet.Properties
+		if expiry > 0 {
+			props.SetSessionExpiry(expiry)
+		}
+		c, _ := mqtttest.ConnectRaw(t, p.MQTTAddr, &packet.Connect{ClientID: clientID, KeepAlive: 60, CleanStart: true,
+			Username: a.SubUser, HasUsername: true, Password: []byte(a.SubPass), HasPassword: true, Properties: props})
+		c.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: a.all(), QoS: 1}}})
+		c.Expect(t, packet.SUBACK)
+		return c
+	}
+	dev := dialV5(t, p.MQTTAddr, "pump-17", a.PubUser, a.PubPass)
+	for round, expiry := range []uint32{0, 3600} {
+		sub := subscriber(fmt.Sprintf("dash-%d", round), expiry)
+		for i := range 25 {
+			dev.Pub(t, a.topic("pump-17", "telemetry/n"), 1, strconv.Itoa(i))
+		}
+		eventually(t, "20 in flight and 5 queued", func() bool {
+			m := read()
+			return m["fleetmq_mqtt_inflight_messages"] == base["fleetmq_mqtt_inflight_messages"]+20 &&
+				m["fleetmq_mqtt_queued_messages"] == base["fleetmq_mqtt_queued_messages"]+5
+		})
+		sub.Conn.Close()
+		if expiry == 0 {
+			base["fleetmq_mqtt_connections"]++ // the device is still there
+			base["fleetmq_mqtt_sessions"]++
+			atBase("the gauges back after a clean subscriber left")
+			base["fleetmq_mqtt_connections"]--
+			base["fleetmq_mqtt_sessions"]--
+			continue
+		}
+		// Offline, the session keeps what it held; then its password goes.
+		if err := p.Service.RevokeCredential(p.ctx, a.ID, a.SubCredID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dev.Conn.Close()
+	atBase("the gauges back after every client left")
 }
