@@ -153,6 +153,51 @@ func TestQueryFilters(t *testing.T) {
 	})
 }
 
+// TestFiltersTakeAnyText: what a tenant types is only ever a value. A
+// topic filter with % or _ matches those characters and nothing else (two
+// accounts with the same topics); an expression whose literal start ends
+// in a character whose last UTF-8 byte is 0x7f or 0xbf (¿), or that holds
+// NUL, and a device tag that is not UTF-8 or holds NUL, answer on
+// PostgreSQL as on SQLite (they failed there: the first two made an upper
+// bound, the others parameters, that are not UTF-8 text).
+func TestFiltersTakeAnyText(t *testing.T) {
+	forEachStore(t, func(t *testing.T, st *sqlstore.Store) {
+		at := func(min int) time.Time { return t0.Add(time.Duration(min) * time.Minute) }
+		for _, acc := range []string{accA, accB} {
+			tag := acc[:1]
+			appendAll(t, st,
+				rec(acc, "pump-1", "state/a_b", at(0), tag+"0"),
+				rec(acc, "pump-1", "state/aXb", at(1), tag+"1"),
+				rec(acc, "pump-1", "state/a%b", at(2), tag+"2"),
+				rec(acc, "pump-1", "state/aYYb", at(3), tag+"3"),
+				rec(acc, "pump-1", "state/¿qué", at(4), tag+"4"),
+				rec(acc, "pump-1", "state/del\x7f", at(5), tag+"5"),
+			)
+		}
+		for _, tc := range []struct {
+			p    history.Params
+			want []string
+		}{
+			{history.Params{Topic: accA + "/+/state/a_b"}, []string{"pump-1/state/a_b a0"}},
+			{history.Params{Topic: accA + "/+/state/a%b"}, []string{"pump-1/state/a%b a2"}},
+			{history.Params{Topic: accA + "/pump-1/state/a%"}, nil},
+			{history.Params{TopicRegex: "^" + accA + "/pump-1/state/¿"}, []string{"pump-1/state/¿qué a4"}},
+			{history.Params{TopicRegex: "^" + accA + "/pump-1/state/del\x7f"}, []string{"pump-1/state/del\x7f a5"}},
+			{history.Params{TopicRegex: "^" + accA + "/pump-1/state/a\\x00"}, nil},
+			{history.Params{TopicRegex: "^" + accA + "/pump-1/st\\x00ate/"}, nil},
+			{history.Params{StationControllerDeviceID: "sc\x00"}, nil},
+			{history.Params{StationControllerDeviceID: "sc\xff"}, nil},
+		} {
+			tc.p.Order = "asc"
+			equal(t, fmt.Sprintf("%+q", tc.p), query(t, st, accA, tc.p), tc.want...)
+		}
+		latest, err := st.LatestHistory(context.Background(), accA, "pump\x00")
+		if err != nil || len(latest) != 0 {
+			t.Errorf("latest of a client id with NUL: %v, %v; want nothing", latest, err)
+		}
+	})
+}
+
 // TestBuildRefuses: invalid input is refused field by field, and nothing
 // reaches another account.
 func TestBuildRefuses(t *testing.T) {

@@ -82,6 +82,9 @@ func (s *Store) latestHistory(ctx context.Context, q queryer, accountID, clientI
 		})
 		return recs, err
 	}
+	if !storableText(accountID) || !storableText(clientID) {
+		return nil, nil // a value PostgreSQL cannot hold: no record has it
+	}
 	at, ids, err := latestEntries(ctx, q, `SELECT received_us, record_id FROM history_latest WHERE account_id = $1 AND client_id = $2`, accountID, clientID)
 	if err != nil || len(ids) == 0 {
 		return nil, err

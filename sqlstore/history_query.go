@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fleetmq/fleetmq"
 )
@@ -58,7 +59,7 @@ func planHistory(q *fleetmq.HistoryQuery) (*historyPlan, error) {
 		if p.re, err = regexp.Compile(q.TopicRegex); err != nil {
 			return nil, &fleetmq.Error{Code: fleetmq.CodeValidation, Message: "topic expression: " + err.Error()}
 		}
-		if prefix := fleetmq.TopicRegexPrefix(q.TopicRegex); prefix != "" {
+		if prefix := textPrefix(fleetmq.TopicRegexPrefix(q.TopicRegex)); prefix != "" {
 			p.prefix = prefix
 			p.upper, _ = prefixUpperBound(prefix)
 		}
@@ -302,6 +303,10 @@ func (s *Store) QueryHistory(ctx context.Context, q *fleetmq.HistoryQuery, fn fu
 	if err != nil {
 		return err
 	}
+	if s.dialect == postgresDialect && !(storableText(q.AccountID) && storableText(q.ClientID) && storableText(q.Class) &&
+		storableText(q.StationControllerDeviceID)) {
+		return nil // a value PostgreSQL cannot hold: no record has it
+	}
 	if p.index == "history_client_time" && s.dialect == sqliteDialect {
 		listed, err := s.tail.current(ctx, s.reads)
 		if err != nil {
@@ -451,15 +456,46 @@ func (s *Store) scanHistory(ctx context.Context, query string, args []any, r *fl
 	return rows.Err()
 }
 
-// prefixUpperBound is the smallest string greater than every string with
-// the prefix (byte order), if there is one.
+// prefixUpperBound is the smallest text greater than every string with
+// the prefix (byte order, which is code point order in UTF-8), if there is
+// one: the prefix with its last character that has a next one replaced by
+// it, and the characters after it dropped. The prefix is text (textPrefix)
+// and so is the bound: PostgreSQL refuses a parameter that is not UTF-8,
+// which the next byte of a character's last often is not (0x7f, 0xbf).
 func prefixUpperBound(prefix string) (string, bool) {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1]), true
+	for end := len(prefix); end > 0; {
+		r, size := utf8.DecodeLastRuneInString(prefix[:end])
+		end -= size
+		switch {
+		case r == utf8.MaxRune:
+			continue
+		case r == 0xd7ff:
+			r = 0xe000 // past the surrogates, which are not characters
+		default:
+			r++
 		}
+		return prefix[:end] + string(r), true
 	}
 	return "", false
+}
+
+// textPrefix is the longest start of s that PostgreSQL can hold as text:
+// valid UTF-8 without NUL. A topic expression's literal prefix is cut
+// there; what it cuts cannot be in a stored topic anyway.
+func textPrefix(s string) string {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == 0 || r == utf8.RuneError && size == 1 {
+			return s[:i]
+		}
+		i += size
+	}
+	return s
+}
+
+// storableText reports whether PostgreSQL can hold s as text (valid UTF-8
+// without NUL): a value that it cannot hold matches no stored one, and as
+// a parameter makes the statement fail.
+func storableText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
