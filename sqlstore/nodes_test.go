@@ -1,12 +1,16 @@
 package sqlstore_test
 
 import (
+	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	sqlite3 "github.com/mattn/go-sqlite3"
 
 	"github.com/fleetmq/fleetmq"
+	"github.com/fleetmq/fleetmq/internal/pgtest"
 	"github.com/fleetmq/fleetmq/sqlstore"
 )
 
@@ -115,4 +120,46 @@ func TestStoreFault(t *testing.T) {
 			t.Errorf("StoreFault(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
+}
+
+// TestConnectionRefusedByTheServerIsAStoreFault: a PostgreSQL server that
+// refuses the store's new connections with an error of its own (here a
+// database that takes no connections, as during maintenance; a password
+// changed, too many clients, a database being recreated alike) fails every
+// write whatever it holds: that is the store's fault, never the record's,
+// so the ingest writer keeps such records and retries them rather than
+// refusing them to their publishers when others went in on a connection
+// that was already open.
+func TestConnectionRefusedByTheServerIsAStoreFault(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	s := open(t, dsn)
+	defer s.Close()
+	ctx := ctxT(t)
+	rec := func() []*fleetmq.Record {
+		return []*fleetmq.Record{{AccountID: accA, ClientID: "c1", Topic: accA + "/c1/state/s", Class: "state", QoS: 1, PublishedQoS: 1,
+			Payload: []byte("x"), Received: time.Now()}}
+	}
+	must(t, s.AppendHistory(ctx, rec()))
+	admin, err := sql.Open("pgx", pgtest.Server(t))
+	must(t, err)
+	defer admin.Close()
+	u, err := url.Parse(dsn)
+	must(t, err)
+	name := strings.TrimPrefix(u.Path, "/")
+	_, err = admin.ExecContext(ctx, `ALTER DATABASE `+name+` ALLOW_CONNECTIONS false`)
+	must(t, err)
+	defer admin.ExecContext(context.Background(), `ALTER DATABASE `+name+` ALLOW_CONNECTIONS true`)
+	_, err = admin.ExecContext(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1`, name)
+	must(t, err)
+
+	// The pool's connections were ended: the write needs a new one, which
+	// the server refuses.
+	err = s.AppendHistory(ctx, rec())
+	if err == nil || !s.StoreFault(err) || s.RecordError(err) {
+		t.Fatalf("a write while the server refuses connections: %v; StoreFault %v, RecordError %v; want a store fault",
+			err, err != nil && s.StoreFault(err), err != nil && s.RecordError(err))
+	}
+	_, err = admin.ExecContext(ctx, `ALTER DATABASE `+name+` ALLOW_CONNECTIONS true`)
+	must(t, err)
+	must(t, s.AppendHistory(ctx, rec()))
 }

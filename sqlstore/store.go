@@ -616,8 +616,10 @@ func (s *Store) RecordError(err error) bool {
 	}
 	var pe *pgconn.PgError
 	// Class 22 is a data exception (NUL in text, a value out of range),
-	// 23 an integrity constraint.
-	return errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))
+	// 23 an integrity constraint. A connection that could not be made
+	// failed before anything was written.
+	var ce *pgconn.ConnectError
+	return !errors.As(err, &ce) && errors.As(err, &pe) && (strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23"))
 }
 
 // StoreFault reports whether a write failed for the store's own reasons,
@@ -625,13 +627,21 @@ func (s *Store) RecordError(err error) bool {
 // PostgreSQL's class 53), an I/O error (SQLITE_IOERR, class 58), a
 // database file that cannot be opened or written (SQLITE_CANTOPEN,
 // SQLITE_READONLY, SQLITE_CORRUPT, SQLITE_NOTADB), one busy or locked past
-// the busy timeout, out of memory, a connection that failed (class 08),
+// the busy timeout, out of memory, a connection that failed (class 08, or
+// one the server refused, whatever its SQLSTATE),
 // a server shutting down (class 57), a transaction rolled back for
 // another's (class 40), or a connection lost before the server answered
 // (pgx's errors without a SQLSTATE). The ingest writer retries such a write, and never
 // refuses its records to their publishers, even when other records went
 // in meanwhile (a full disk can still take a small one).
 func (s *Store) StoreFault(err error) bool {
+	// A connection that could not be made, whatever the server said (a
+	// database that takes no connections, a password changed, too many
+	// clients): nothing of the write reached the database.
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
 	var se sqlite3.Error
 	if errors.As(err, &se) {
 		switch se.Code {
@@ -653,11 +663,10 @@ func (s *Store) StoreFault(err error) bool {
 		}
 		return false
 	}
-	// A connection that failed or was lost before the server could answer
-	// (pgx reports those without a SQLSTATE).
-	var ce *pgconn.ConnectError
+	// A connection lost before the server could answer (pgx reports those
+	// without a SQLSTATE).
 	var ne net.Error
-	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) || pgconn.Timeout(err)
 }
 
