@@ -29,6 +29,10 @@ type adminCmd struct {
 	args  int // positional arguments required
 	flags func(fs *flag.FlagSet)
 	run   func(ctx context.Context, svc *control.Service, pos []string, out io.Writer) error
+	// stream: the command changes nothing and its output may be larger
+	// than memory (an export), so it goes to standard output as it is
+	// made instead of after the wait for running servers.
+	stream bool
 }
 
 // runAdmin dispatches "fleetmq GROUP VERB ...".
@@ -80,6 +84,9 @@ func runAdmin(ctx context.Context, group string, cmds map[string]*adminCmd, args
 	before, err := store.Version(ctx)
 	if err != nil {
 		return err
+	}
+	if c.stream {
+		return c.run(ctx, svc, pos, stdout)
 	}
 	// The output waits with the command: a script reading it (read -r ID
 	// PASSWORD < <(fleetmq ... -print id,password)) goes on only once the

@@ -97,9 +97,10 @@ func historyCmds() map[string]*adminCmd {
 			},
 		},
 		"export": {
-			usage: "history export ACCOUNT [-format ndjson|json|csv] [filters...]",
-			help:  "stream every matching stored message to standard output, oldest first",
-			args:  1,
+			usage:  "history export ACCOUNT [-format ndjson|json|csv] [filters...]",
+			help:   "stream every matching stored message to standard output, oldest first",
+			args:   1,
+			stream: true,
 			flags: func(fs *flag.FlagSet) {
 				filters(fs)
 				fs.StringVar(&format, "format", "ndjson", "ndjson, json or csv")

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -142,5 +144,54 @@ func TestCLIExportFailingMidway(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), want) || strings.Count(out.String(), "\n") != history.ExportBatch {
 		t.Fatalf("export whose store closes after the first batch: %d lines, error %v; want %d lines and an error %q...",
 			strings.Count(out.String(), "\n"), err, history.ExportBatch, want)
+	}
+}
+
+// brokenPipe is a standard output that takes nothing: a reader such as
+// head(1) that has gone. It records the size of each write.
+type brokenPipe struct{ writes []int }
+
+func (b *brokenPipe) Write(p []byte) (int, error) {
+	b.writes = append(b.writes, len(p))
+	return 0, errors.New("broken pipe")
+}
+
+// TestCLIExportStreams: "history export" writes to standard output as it
+// reads, a batch at a time, instead of holding the whole export in memory
+// until the end: piped into a reader that goes away (| head), it stops
+// after its first write, having read one batch, and says why.
+func TestCLIExportStreams(t *testing.T) {
+	dir := t.TempDir()
+	a := field(t, mustCLI(t, dir, "account", "create", "-name", "A", "-email", "a@example.com", "-plan", "starter"), "account_id")
+	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(dir, sqlstore.DatabaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const records = 3 * history.ExportBatch
+	now := time.Now().UTC().Truncate(time.Second)
+	recs := make([]*fleetmq.Record, records)
+	for i := range recs {
+		recs[i] = &fleetmq.Record{AccountID: a, ClientID: "pump", Topic: a + "/pump/telemetry/t", Class: "telemetry",
+			QoS: 1, PublishedQoS: 1, Payload: fmt.Appendf(nil, `{"n":%d}`, i), Received: now.Add(time.Duration(i-records) * time.Millisecond)}
+	}
+	if err := st.AppendHistory(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	whole := mustCLI(t, dir, "history", "export", a)
+	if n := strings.Count(whole, "\n"); n != records {
+		t.Fatalf("export: %d lines, want %d", n, records)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	var out brokenPipe
+	var errOut bytes.Buffer
+	err = run(ctx, []string{"history", "export", "-data", dir, a}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "the output is incomplete") || !strings.Contains(err.Error(), "broken pipe") {
+		t.Fatalf("export into a closed pipe: %v, want the write's error saying the output is incomplete", err)
+	}
+	if len(out.writes) != 1 || out.writes[0] >= len(whole)/2 {
+		t.Fatalf("export into a closed pipe wrote %v bytes, want one write of about a batch (the whole export is %d bytes)", out.writes, len(whole))
 	}
 }
