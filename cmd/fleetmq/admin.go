@@ -9,8 +9,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/internal/app"
@@ -160,11 +163,41 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// table writes rows under header in aligned columns (cells separated by
+// tabs, rows by newlines). Control characters in cells are written as
+// escapes (\x1b): a cell can hold what tenants wrote (a payload, a topic,
+// a label), which must not reach the operator's terminal as commands.
 func table(out io.Writer, header string, rows func(w io.Writer)) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
-	rows(tw)
+	rows(escapeControls{tw})
 	return tw.Flush()
+}
+
+// escapeControls writes to w what it is given with every control
+// character but tab and newline (C0, DEL, C1) and every byte that is not
+// UTF-8 written as a Go escape.
+type escapeControls struct{ w io.Writer }
+
+func (e escapeControls) Write(p []byte) (int, error) {
+	var b []byte
+	for i := 0; i < len(p); {
+		r, n := utf8.DecodeRune(p[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b = fmt.Appendf(b, `\x%02x`, p[i])
+		case r != '\t' && r != '\n' && unicode.IsControl(r):
+			q := strconv.QuoteRuneToASCII(r) // '\x1b'
+			b = append(b, q[1:len(q)-1]...)
+		default:
+			b = append(b, p[i:i+n]...)
+		}
+		i += n
+	}
+	if _, err := e.w.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 func when(t time.Time) string {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
@@ -193,5 +194,35 @@ func TestCLIExportStreams(t *testing.T) {
 	}
 	if len(out.writes) != 1 || out.writes[0] >= len(whole)/2 {
 		t.Fatalf("export into a closed pipe wrote %v bytes, want one write of about a batch (the whole export is %d bytes)", out.writes, len(whole))
+	}
+}
+
+// TestCLITablesEscapeControlCharacters: what tenants wrote (a payload, a
+// topic published with control characters allowed) reaches the
+// operator's terminal in a command's table as escapes, never as the
+// terminal commands it may hold (a title change, a screen clear).
+func TestCLITablesEscapeControlCharacters(t *testing.T) {
+	dir := t.TempDir()
+	a := field(t, mustCLI(t, dir, "account", "create", "-name", "A", "-email", "a@example.com", "-plan", "starter"), "account_id")
+	st, err := sqlstore.OpenSQLite(context.Background(), filepath.Join(dir, sqlstore.DatabaseFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &fleetmq.Record{AccountID: a, ClientID: "pump", Topic: a + "/pump/telemetry/\x1b[2J", Class: "telemetry",
+		Payload: []byte("\x1b]0;owned\x07 temp \u009b31m"), Received: time.Now().UTC().Add(-time.Minute)}
+	if err := st.AppendHistory(context.Background(), []*fleetmq.Record{rec}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	for _, args := range [][]string{{"history", "query", a}, {"history", "latest", a, "pump"}} {
+		out := mustCLI(t, dir, args...)
+		if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && unicode.IsControl(r) }); i >= 0 {
+			t.Fatalf("%s: a control character (%q) reached the terminal:\n%q", strings.Join(args[:2], " "), out[i:i+1], out)
+		}
+		for _, want := range []string{`telemetry/\x1b[2J`, `\x1b]0;owned\a temp \u009b31m`} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("%s: no %s in\n%s", strings.Join(args[:2], " "), want, out)
+			}
+		}
 	}
 }
