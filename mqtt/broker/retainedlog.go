@@ -416,6 +416,18 @@ func salvage(rest []byte) (recs []salvaged, skipped int64, torn bool) {
 			pos = end
 			continue
 		}
+		if cutShort(rest[pos:]) {
+			// Its length runs past the end and no shorter body verifies:
+			// a torn last record (a crash during an append), or damage
+			// that leaves nothing after it to tell records by. Never
+			// searched for records: its body may be a tenant's payload,
+			// whose bytes can have the shape and checksum of records.
+			if pos == 0 {
+				return nil, 0, true
+			}
+			skipped += int64(len(rest) - pos)
+			break
+		}
 		next := -1
 		for q := pos + 1; q+recordHeader < len(rest) && next < 0; q++ {
 			if runsToEnd(rest, q) {
@@ -472,12 +484,14 @@ func relength(b []byte, pos int) int {
 }
 
 // runsToEnd reports whether whole records that verify run from b[q:] to
-// the end of b.
+// the end of b, or to a torn last record.
 func runsToEnd(b []byte, q int) bool {
-	for q < len(b) {
+	for first := true; q < len(b); first = false {
 		size := verifiedAt(b, q)
 		if size == 0 {
-			return false
+			// A torn last record after whole ones ends them too, so the
+			// search stops at the records before it, not inside its body.
+			return !first && cutShort(b[q:])
 		}
 		q += size
 	}
