@@ -418,8 +418,8 @@ func salvage(rest []byte) (recs []salvaged, skipped int64, torn bool) {
 		}
 		if cutShort(rest[pos:]) {
 			// Its length runs past the end and no shorter body verifies:
-			// a torn last record (a crash during an append), or damage
-			// that leaves nothing after it to tell records by. Never
+			// a torn last record (a crash during an append), or a damaged
+			// length over a damaged body (what follows is given up). Never
 			// searched for records: its body may be a tenant's payload,
 			// whose bytes can have the shape and checksum of records.
 			if pos == 0 {
@@ -484,14 +484,12 @@ func relength(b []byte, pos int) int {
 }
 
 // runsToEnd reports whether whole records that verify run from b[q:] to
-// the end of b, or to a torn last record.
+// the end of b.
 func runsToEnd(b []byte, q int) bool {
-	for first := true; q < len(b); first = false {
+	for q < len(b) {
 		size := verifiedAt(b, q)
 		if size == 0 {
-			// A torn last record after whole ones ends them too, so the
-			// search stops at the records before it, not inside its body.
-			return !first && cutShort(b[q:])
+			return false
 		}
 		q += size
 	}
