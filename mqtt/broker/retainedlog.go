@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bufio"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -22,11 +23,18 @@ import (
 // a compacted log instead (temporary file, fsync, rename, fsync of the
 // directory).
 //
-// The file is an 8-byte header (retainedLogMagic) and records, each
+// The file is a header, an 8-byte magic (retainedLogMagic) and a 16-byte
+// random key made for the file when it is written whole, then records,
+// each
 //
-//	length uint32 LE | crc32c(body) uint32 LE | body (length bytes)
+//	length uint32 LE | crc32c(key, body) uint32 LE | body (length bytes)
 //
-// with the body encoded as in retainedcodec.go. A torn last record (a
+// with the body encoded as in retainedcodec.go. The checksum covers the
+// file's key before the body: a tenant's payload can hold bytes shaped as
+// records, but not their checksums, since no tenant knows the key, so the
+// salvage below never takes a payload's bytes for records. A log written
+// before the key (magic ...\x00\x01) still loads; its damage is not
+// salvaged, and its first compaction writes it with a key. A torn last record (a
 // crash during an append: cut short, with no record after it) is ignored
 // and cut off before the next append. Any other damage (a record whose
 // length, checksum or body is wrong) is salvaged: the damaged record is
@@ -39,7 +47,13 @@ import (
 // the next save writes a compacted log; it never replaces a damaged file
 // that could not be kept aside.
 
-const retainedLogMagic = "FMQRET\x00\x01"
+const (
+	retainedLogMagic = "FMQRET\x00\x02"
+	// retainedLogMagicV1 is the header of a log with unkeyed checksums
+	// (crc32c of the body alone), with no key after it.
+	retainedLogMagicV1 = "FMQRET\x00\x01"
+	retainedLogKey     = 16 // bytes of key after the magic
+)
 
 const (
 	recordHeader = 8 // length and checksum
@@ -58,6 +72,9 @@ type retainedLog struct {
 	minCompact int64
 
 	size      int64            // bytes of the file that are valid records; 0: no usable file
+	head      int64            // bytes of the file's header
+	seed      uint32           // the checksum of the file's key, where every record's starts
+	keyed     bool             // the file has a key: its damage can be salvaged
 	live      map[string]int64 // topic -> size of its set record in the file
 	liveBytes int64
 	rewrite   bool // the next save writes a compacted log
@@ -71,7 +88,7 @@ func newRetainedLog(statePath string, log *slog.Logger) *retainedLog {
 
 // deadBytes is what the file holds beyond the header and live records.
 func (l *retainedLog) deadBytes() int64 {
-	return l.size - int64(len(retainedLogMagic)) - l.liveBytes
+	return l.size - l.head - l.liveBytes
 }
 
 // load reads the log and calls keep with each topic's last retained
@@ -99,7 +116,18 @@ func (l *retainedLog) load(keep func(*Message)) error {
 		l.log.Warn("retained log: no records, rewritten at the next save", "path", l.path, "bytes", n)
 		return nil
 	}
-	if string(head) != retainedLogMagic {
+	switch string(head) {
+	case retainedLogMagic:
+		key := make([]byte, retainedLogKey)
+		if _, err := io.ReadFull(r, key); err != nil {
+			l.log.Warn("retained log: no records, rewritten at the next save", "path", l.path, "bytes", n)
+			return nil
+		}
+		l.seed, l.keyed, l.head = crc32.Checksum(key, castagnoli), true, int64(len(retainedLogMagic)+retainedLogKey)
+	case retainedLogMagicV1:
+		l.seed, l.keyed, l.head = 0, false, int64(len(retainedLogMagicV1))
+		l.rewrite = true // with a key
+	default:
 		return fmt.Errorf("%s: not a retained log (header %q)", l.path, head)
 	}
 	type last struct {
@@ -107,7 +135,7 @@ func (l *retainedLog) load(keep func(*Message)) error {
 		size int64
 	}
 	topics := make(map[string]last)
-	off, total := int64(len(retainedLogMagic)), fi.Size()
+	off, total := l.head, fi.Size()
 	var body []byte
 	var bad string
 	records := 0
@@ -129,7 +157,7 @@ func (l *retainedLog) load(keep func(*Message)) error {
 		if _, err := io.ReadFull(r, body); err != nil {
 			return fmt.Errorf("%s: %w", l.path, err)
 		}
-		if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(h[4:]) {
+		if crc32.Update(l.seed, castagnoli, body) != binary.LittleEndian.Uint32(h[4:]) {
 			bad = "a record with a bad checksum"
 			break
 		}
@@ -149,7 +177,11 @@ func (l *retainedLog) load(keep func(*Message)) error {
 		if _, err := f.ReadAt(rest, off); err != nil {
 			return fmt.Errorf("%s: read the damaged part: %w", l.path, err)
 		}
-		recs, skipped, torn := salvage(rest)
+		var recs []salvaged
+		skipped, torn := int64(len(rest)), cutShort(rest)
+		if l.keyed {
+			recs, skipped, torn = salvage(rest, l.seed)
+		}
 		if torn {
 			// The last record: an append that a crash cut short.
 			l.log.Warn("retained log: ignoring a torn last record", "path", l.path, "offset", off, "bytes", total-off)
@@ -204,7 +236,7 @@ func (l *retainedLog) save(rs *MemoryRetained, now time.Time) error {
 		}
 		body := b[start+recordHeader:]
 		binary.LittleEndian.PutUint32(b[start:], uint32(len(body)))
-		binary.LittleEndian.PutUint32(b[start+4:], crc32.Checksum(body, castagnoli))
+		binary.LittleEndian.PutUint32(b[start+4:], crc32.Update(l.seed, castagnoli, body))
 		sizes[i] = int64(len(b) - start)
 	}
 	l.buf = b[:0]
@@ -291,9 +323,13 @@ func (l *retainedLog) compact(rs *MemoryRetained, now time.Time) (err error) {
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
 	w := bufio.NewWriterSize(tmp, 256<<10)
+	key := make([]byte, retainedLogKey)
+	rand.Read(key)
+	seed := crc32.Checksum(key, castagnoli)
 	w.WriteString(retainedLogMagic)
+	w.Write(key)
 	live := make(map[string]int64, len(changes))
-	size, liveBytes := int64(len(retainedLogMagic)), int64(0)
+	size, liveBytes := int64(len(retainedLogMagic)+retainedLogKey), int64(0)
 	b := l.buf[:0]
 	for _, c := range changes {
 		if c.msg.expired(now) {
@@ -302,7 +338,7 @@ func (l *retainedLog) compact(rs *MemoryRetained, now time.Time) (err error) {
 		b = appendSetRecord(append(b[:0], make([]byte, recordHeader)...), c.msg)
 		body := b[recordHeader:]
 		binary.LittleEndian.PutUint32(b, uint32(len(body)))
-		binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(body, castagnoli))
+		binary.LittleEndian.PutUint32(b[4:], crc32.Update(seed, castagnoli, body))
 		if _, err := w.Write(b); err != nil {
 			return err
 		}
@@ -335,6 +371,7 @@ func (l *retainedLog) compact(rs *MemoryRetained, now time.Time) (err error) {
 		return err
 	}
 	l.size, l.live, l.liveBytes = size, live, liveBytes
+	l.head, l.seed, l.keyed = int64(len(retainedLogMagic)+retainedLogKey), seed, true
 	l.rewrite, l.corrupt = false, false
 	return nil
 }
@@ -403,15 +440,15 @@ type salvaged struct {
 // offset after it from which whole records run to the end of the file, and
 // what lies between is skipped. torn reports a crash's torn last record
 // instead: the damaged record is cut short and nothing after it verifies.
-func salvage(rest []byte) (recs []salvaged, skipped int64, torn bool) {
+func salvage(rest []byte, seed uint32) (recs []salvaged, skipped int64, torn bool) {
 	pos := 0
 	for pos < len(rest) {
-		if size := verifiedAt(rest, pos); size > 0 {
+		if size := verifiedAt(rest, pos, seed); size > 0 {
 			recs = appendSalvaged(recs, rest[pos+recordHeader:pos+size])
 			pos += size
 			continue
 		}
-		if end := relength(rest, pos); end > 0 {
+		if end := relength(rest, pos, seed); end > 0 {
 			recs = appendSalvaged(recs, rest[pos+recordHeader:end])
 			pos = end
 			continue
@@ -430,7 +467,7 @@ func salvage(rest []byte) (recs []salvaged, skipped int64, torn bool) {
 		}
 		next := -1
 		for q := pos + 1; q+recordHeader < len(rest) && next < 0; q++ {
-			if runsToEnd(rest, q) {
+			if runsToEnd(rest, q, seed) {
 				next = q
 			}
 		}
@@ -449,7 +486,7 @@ func salvage(rest []byte) (recs []salvaged, skipped int64, torn bool) {
 
 // verifiedAt returns the size of the record at b[pos:] when its length fits,
 // its body has a record's shape and its checksum is right; 0 otherwise.
-func verifiedAt(b []byte, pos int) int {
+func verifiedAt(b []byte, pos int, seed uint32) int {
 	if len(b)-pos < recordHeader {
 		return 0
 	}
@@ -458,7 +495,7 @@ func verifiedAt(b []byte, pos int) int {
 		return 0
 	}
 	body := b[pos+recordHeader : pos+recordHeader+int(n)]
-	if !recordShape(body) || crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[pos+4:]) {
+	if !recordShape(body) || crc32.Update(seed, castagnoli, body) != binary.LittleEndian.Uint32(b[pos+4:]) {
 		return 0
 	}
 	return recordHeader + int(n)
@@ -467,12 +504,12 @@ func verifiedAt(b []byte, pos int) int {
 // relength returns where the record at b[pos:] ends when its checksum
 // and shape hold for a body of another length than its length field says
 // (the field is damaged, the body is not); 0 when none does.
-func relength(b []byte, pos int) int {
+func relength(b []byte, pos int, seed uint32) int {
 	if len(b)-pos <= recordHeader {
 		return 0
 	}
 	want := binary.LittleEndian.Uint32(b[pos+4:])
-	crc := uint32(0)
+	crc := seed
 	start := pos + recordHeader
 	for end := start + 1; end <= len(b); end++ {
 		crc = crc32.Update(crc, castagnoli, b[end-1:end])
@@ -485,9 +522,9 @@ func relength(b []byte, pos int) int {
 
 // runsToEnd reports whether whole records that verify run from b[q:] to
 // the end of b.
-func runsToEnd(b []byte, q int) bool {
+func runsToEnd(b []byte, q int, seed uint32) bool {
 	for q < len(b) {
-		size := verifiedAt(b, q)
+		size := verifiedAt(b, q, seed)
 		if size == 0 {
 			return false
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -405,7 +406,7 @@ func TestRetainedLogLengthDamagedMidFile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			off := 8 // the header
+			off := 24 // the header: magic and key
 			for range k {
 				off += 8 + int(binary.LittleEndian.Uint32(data[off:]))
 			}
@@ -564,4 +565,51 @@ func BenchmarkSaveRetained(b *testing.B) {
 			b.ReportMetric(float64(appended)/float64(b.N), "appended-B/op")
 		})
 	}
+}
+
+// TestRetainedLogWithoutKeyLoads: a retained log written before records'
+// checksums started from the file's key (magic ...\x00\x01, checksums of
+// the bodies alone) loads whole after an upgrade, and its next save
+// writes it with a key, which the next start loads as well.
+func TestRetainedLogWithoutKeyLoads(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	s := rlOpen(t, path, broker.Options{})
+	for i := range 5 {
+		rlSet(s, fmt.Sprintf("old/%d", i), []byte(fmt.Sprint("value-", i)))
+	}
+	rlSave(t, s)
+	want := rlContents(t, s)
+	rlClose(t, s)
+	data, err := os.ReadFile(path + ".retained")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same records as an older fleetmq wrote them.
+	old := []byte("FMQRET\x00\x01")
+	for off := 24; off < len(data); {
+		n := int(binary.LittleEndian.Uint32(data[off:]))
+		body := data[off+8 : off+8+n]
+		old = binary.LittleEndian.AppendUint32(old, uint32(n))
+		old = binary.LittleEndian.AppendUint32(old, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
+		old = append(old, body...)
+		off += 8 + n
+	}
+	if err := os.WriteFile(path+".retained", old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s = rlOpen(t, path, broker.Options{})
+	if got := rlContents(t, s); !maps.Equal(got, want) {
+		t.Fatalf("a log without a key loaded %v, want %v", got, want)
+	}
+	rlSave(t, s)
+	rlClose(t, s)
+	if data, _ := os.ReadFile(path + ".retained"); !bytes.HasPrefix(data, []byte("FMQRET\x00\x02")) {
+		t.Fatalf("after a save the log starts with %q, want the keyed header", data[:min(8, len(data))])
+	}
+	s = rlOpen(t, path, broker.Options{})
+	if got := rlContents(t, s); !maps.Equal(got, want) {
+		t.Fatalf("after its rewrite with a key the log loaded %v, want %v", got, want)
+	}
+	rlClose(t, s)
 }
