@@ -284,7 +284,7 @@ func (s *Server) attach(c *conn, id *Identity, clean bool, expiry uint32, window
 	ss.updateFull()
 	ss.window = window
 	ss.expiry = expiry
-	ss.ended = false
+	ss.ended, ss.gone = false, false
 	if claim.Epoch > ss.claim.Epoch {
 		ss.claim = claim
 	}
@@ -358,7 +358,10 @@ func (s *Server) detach(c *conn, d Disconnection) {
 		ss.disconnectedAt = s.now()
 	}
 	ss.left2Locked(c)
-	expiry := ss.expiry
+	expiry, why := ss.expiry, DropConnectionClosed
+	if ss.gone {
+		why = DropSessionExpired
+	}
 	ss.mu.Unlock()
 	if !current {
 		return // taken over: the new connection owns the session
@@ -370,7 +373,7 @@ func (s *Server) detach(c *conn, d Disconnection) {
 		return // saved with the state; wills are not published at shutdown
 	}
 	if expiry == 0 {
-		s.endSession(ss, true, DropConnectionClosed)
+		s.endSession(ss, true, why)
 	}
 	if will != nil {
 		s.willAtEnd(c.id, ss.key, will, expiry)
@@ -458,7 +461,9 @@ func (c *conn) disconnect(d *packet.Disconnect) error {
 				return c.protocolError(packet.ProtocolError, "session expiry cannot be raised from zero at DISCONNECT")
 			}
 			c.sess.mu.Lock()
-			c.sess.expiry = min(d.Properties.SessionExpiry, c.srv.opts.MaxSessionExpiry)
+			if !c.sess.gone {
+				c.sess.expiry = min(d.Properties.SessionExpiry, c.srv.opts.MaxSessionExpiry)
+			}
 			c.sess.mu.Unlock()
 		}
 		c.sendWill = d.ReasonCode == packet.DisconnectWithWill

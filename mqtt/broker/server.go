@@ -431,7 +431,7 @@ func (s *Server) EndSessions(why func(*Identity) string, code packet.ReasonCode)
 			if r := why(ss.id); r != "" {
 				// A connection ending now leaves no persistent session
 				// (detach ends it).
-				ss.expiry = 0
+				ss.expiry, ss.gone = 0, true
 				ends = append(ends, end{ss, ss.c, r})
 			}
 		}

@@ -183,6 +183,10 @@ type session struct {
 	expiry         uint32 // session expiry interval, seconds
 	disconnectedAt time.Time
 	ended          bool
+	// gone: the server ended the session for good (EndSessions): its
+	// connection's end ends it, whatever a DISCONNECT says, and what it
+	// held is dropped as when it expires.
+	gone bool
 }
 
 // reading reports whether the session's client is taking what it is
