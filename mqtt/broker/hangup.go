@@ -134,14 +134,28 @@ func (c *conn) drain() {
 // halfClose shuts the write side of nc, reporting whether it could: a TCP
 // connection sends FIN; TLS sends close_notify, then FIN; a WebSocket
 // sends its close frame (wsConn.CloseWrite). Wrappers that expose the
-// connection they wrap (NetConn) are looked through.
+// connection they wrap (NetConn) are looked through. TLS's close_notify
+// is a write, which waits (up to the 5 s tls.Conn gives it) when the
+// client stopped reading with the socket's buffer full; the caller may be
+// the watchdog, which serves every connection, so it is sent from a
+// goroutine of its own, as a WebSocket's close frame is.
 func halfClose(nc net.Conn) bool {
 	if tc, ok := nc.(*tls.Conn); ok {
-		if tc.CloseWrite() != nil { // before the handshake completed
-			return false
+		if !tc.ConnectionState().HandshakeComplete {
+			return false // no close_notify before the handshake
 		}
-		nc = tc.NetConn()
+		go func() {
+			if tc.CloseWrite() == nil {
+				shutWrite(tc.NetConn())
+			}
+		}()
+		return true
 	}
+	return shutWrite(nc)
+}
+
+// shutWrite shuts the write side of nc or of the connection it wraps.
+func shutWrite(nc net.Conn) bool {
 	for {
 		if cw, ok := nc.(interface{ CloseWrite() error }); ok {
 			return cw.CloseWrite() == nil
