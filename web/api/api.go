@@ -143,8 +143,20 @@ func New(d Deps) *API {
 // OpenAPI returns the generated document.
 func (a *API) OpenAPI() *huma.OpenAPI { return a.huma.OpenAPI() }
 
-// ServeHTTP serves the API: requests under Prefix.
+// apiCSP is the Content-Security-Policy of every answer but the docs
+// page's (docsCSP): nothing in it may run, load or be framed.
+const apiCSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+// ServeHTTP serves the API: requests under Prefix. Every answer tells a
+// browser not to guess its type (an exported payload that looks like HTML
+// stays CSV or JSON), not to run or load anything in it, and not to show
+// it in a frame.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Content-Security-Policy", apiCSP)
 	if len(r.URL.RawQuery) > MaxQueryBytes {
 		writeProblem(w, r, newProblem(http.StatusRequestURITooLong, fleetmq.CodeURITooLong, "the query string is longer than "+strconv.Itoa(MaxQueryBytes)+" bytes"))
 		return

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/fleetmq/fleetmq"
@@ -21,7 +22,8 @@ import (
 // Swagger UI loads from the binary (the page makes no request outside
 // the server) and lists the operations; "Try it out" on GET /publishers
 // without authorizing shows 401; Authorize with a pasted REST API token,
-// then Execute, shows 200 with the account's clients. A screenshot of the
+// then Execute, shows 200 with the account's clients. Nothing of it
+// breaks the page's Content-Security-Policy. A screenshot of the
 // authorized page is written to the test's temp directory, and to
 // docs/screenshots/api-docs.png when FLEETMQ_UPDATE_SCREENSHOTS=1.
 func TestDocsInBrowser(t *testing.T) {
@@ -65,6 +67,13 @@ func TestDocsInBrowser(t *testing.T) {
 			}
 			t.Fatalf("%s: %v", what, err)
 		}
+	}
+	// The page records what its Content-Security-Policy blocks.
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{
+		Source: `window.cspViolations = [];
+			document.addEventListener("securitypolicyviolation", e => window.cspViolations.push(e.violatedDirective + " " + e.blockedURI));`,
+	}); err != nil {
+		t.Fatal(err)
 	}
 	op := `[id$="-listPublishers"]`
 	status := op + ` .live-responses-table tr.response .response-col_status`
@@ -123,6 +132,9 @@ func TestDocsInBrowser(t *testing.T) {
 	if st, b := text("status", status), text("body", body); !strings.HasPrefix(strings.TrimSpace(st), "200") || !strings.Contains(b, "pump-17") ||
 		!strings.Contains(b, label) || !strings.Contains(b, tn.ID+"/pump-17") {
 		t.Fatalf("authorized: status %q, body %q; want 200 with pump-17", st, b)
+	}
+	if v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`window.cspViolations`)); err != nil || len(v) > 0 {
+		t.Fatalf("Content-Security-Policy violations of the docs page: %q (%v)", v, err)
 	}
 	// The request the page sent carried the token (shown as curl).
 	if curl := text("curl", op+` .curl-command`); !strings.Contains(curl, "Authorization: Bearer "+tn.Token) {
