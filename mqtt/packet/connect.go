@@ -90,6 +90,9 @@ func decodeConnect(body []byte) (*Connect, error) {
 			if err := r.props(&w.Properties, willContext); err != nil {
 				return c, err
 			}
+			if err := checkResponseTopic(&w.Properties); err != nil {
+				return c, err
+			}
 		}
 		topic, err := r.bytes("will topic")
 		if err != nil {

@@ -1,5 +1,7 @@
 package packet
 
+import "strings"
+
 // ParseHeader parses the fixed header at the start of b: the first byte and
 // the Remaining Length. n is the number of bytes the fixed header takes, so
 // the packet body is b[n:n+remaining]. It returns ErrIncomplete if b does not
@@ -195,6 +197,9 @@ func decodePublishInto(p *Publish, flags byte, body []byte, v5 bool) error {
 		if err := r.props(&p.Properties, PUBLISH); err != nil {
 			return err
 		}
+		if err := checkResponseTopic(&p.Properties); err != nil {
+			return err
+		}
 	}
 	if len(topic) == 0 && !p.Properties.Has(PropTopicAlias) {
 		// MQTT 5, 3.3.2.1: a Protocol Error. 3.1.1 (4.7.3) forbids empty
@@ -220,6 +225,19 @@ func checkTopicName(b []byte, what string) error {
 		}
 	}
 	return checkUTF8(b, what)
+}
+
+// checkResponseTopic enforces MQTT-3.3.2-14: a Response Topic (of a
+// PUBLISH or a will) must not contain wildcard characters. The packet
+// parses, so it is a Protocol Error, not a Malformed Packet.
+func checkResponseTopic(p *Properties) error {
+	if !p.Has(PropResponseTopic) {
+		return nil
+	}
+	if i := strings.IndexAny(p.ResponseTopic, "+#"); i >= 0 {
+		return protocolErr("wildcard %q in Response Topic", p.ResponseTopic[i])
+	}
+	return nil
 }
 
 func decodeAck(t Type, body []byte, v5 bool) (*Ack, error) {

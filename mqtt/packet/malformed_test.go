@@ -72,6 +72,8 @@ var badPackets = []badPacket{
 	{"PUBLISH Subscription Identifier cut", v5, 0x30, raw(0, 1, "a", 2, 0x0B, 0x81), MalformedPacket},
 	{"PUBLISH Content Type invalid UTF-8", v5, 0x30, raw(0, 1, "a", 4, 0x03, 0, 1, 0xFF), MalformedPacket},
 	{"PUBLISH Response Topic with U+0000", v5, 0x30, raw(0, 1, "a", 4, 0x08, 0, 1, 0), MalformedPacket},
+	{"PUBLISH Response Topic with +", v5, 0x30, raw(0, 1, "a", 6, 0x08, 0, 3, "r/+"), ProtocolError},
+	{"PUBLISH Response Topic with #", v5, 0x32, raw(0, 1, "a", 0, 1, 4, 0x08, 0, 1, "#"), ProtocolError},
 	{"PUBLISH User Property value cut", v5, 0x30, raw(0, 1, "a", 6, 0x26, 0, 1, "k", 0, 1), MalformedPacket},
 	{"PUBLISH User Property name invalid", v5, 0x30, raw(0, 1, "a", 6, 0x26, 0, 1, 0xFE, 0, 0), MalformedPacket},
 	{"PUBLISH Message Expiry cut by property length", v5, 0x30, raw(0, 1, "a", 3, 0x02, 0, 0, 0, 1), MalformedPacket},
@@ -135,6 +137,7 @@ var badPackets = []badPacket{
 	{"CONNECT Will Delay not allowed", v5, 0x10, connectBody(5, 0x02, 5, 0x18, 0, 0, 0, 1, 0, 0), MalformedPacket},
 	{"CONNECT Session Expiry in will", v5, 0x10, connectBody(5, 0x06, 0, 0, 1, "c", 5, 0x11, 0, 0, 0, 1, 0, 1, "t", 0, 0), MalformedPacket},
 	{"CONNECT will Payload Format 3", v5, 0x10, connectBody(5, 0x06, 0, 0, 1, "c", 2, 0x01, 3, 0, 1, "t", 0, 0), ProtocolError},
+	{"CONNECT will Response Topic with #", v5, 0x10, connectBody(5, 0x06, 0, 0, 1, "c", 6, 0x08, 0, 3, "r/#", 0, 1, "t", 0, 0), ProtocolError},
 
 	// CONNACK.
 	{"CONNACK one byte", v3, 0x20, raw(0), MalformedPacket},
