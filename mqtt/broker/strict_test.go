@@ -53,3 +53,62 @@ func TestResponseTopicWithWildcardIsAProtocolError(t *testing.T) {
 		t.Fatalf("subscriber got %q on %s with Response Topic %q, want \"clean\" with \"reply/rt-pub\"", gp.Payload, gp.Topic, gp.Properties.ResponseTopic)
 	}
 }
+
+// TestTopicAliasWithinMaximumPacketSize: the server must not send a
+// packet over the client's Maximum Packet Size ([MQTT-3.1.2-24]), a
+// Topic Alias it adds included. A message that fits only without a new
+// alias goes without one (and the alias is not taken: the next message on
+// the topic sets it), one that fits only with the alias already set for
+// its topic goes with it, and every alias sent without a topic was set
+// before.
+func TestTopicAliasWithinMaximumPacketSize(t *testing.T) {
+	const limit = 100
+	b := startBroker(t, broker.Options{})
+	cp := &packet.Connect{ClientID: "tam-sub", CleanStart: true, KeepAlive: 30}
+	cp.Properties.SetUint32(packet.PropMaximumPacketSize, limit)
+	cp.Properties.SetUint16(packet.PropTopicAliasMaximum, 5)
+	sub, _ := mqtttest.ConnectRaw(t, b.Addr, cp)
+	sub.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "tam/#"}}})
+	sub.Expect(t, packet.SUBACK)
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "tam-pub", CleanStart: true, KeepAlive: 30})
+
+	// A QoS 0 PUBLISH on tam/x to the subscriber without an alias: fixed
+	// header 2, topic 7, property length 1, then the payload.
+	full := limit - 10
+	payloads := []struct {
+		topic string
+		n     int
+	}{
+		{"tam/x", full},     // fits exactly, but not with a new alias
+		{"tam/x", 10},       // sets the alias of tam/x
+		{"tam/x", full + 2}, // fits only through that alias (exactly)
+		{"tam/y", 10},       // sets the alias of tam/y
+	}
+	for i, p := range payloads {
+		payload := make([]byte, p.n)
+		payload[0] = byte('0' + i)
+		pub.Must(t, &packet.Publish{Topic: p.topic, Payload: payload})
+	}
+	aliases := map[uint16]string{}
+	for i, want := range payloads {
+		got := sub.Expect(t, packet.PUBLISH).(*packet.Publish)
+		enc, err := packet.Encode(nil, got, packet.Version5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(enc) > limit {
+			t.Errorf("message %d: a PUBLISH of %d bytes (alias %d, topic %q), over the client's Maximum Packet Size %d", i, len(enc), got.Properties.TopicAlias, got.Topic, limit)
+		}
+		topic := got.Topic
+		if a := got.Properties.TopicAlias; a != 0 {
+			if topic != "" {
+				aliases[a] = topic
+			} else if topic = aliases[a]; topic == "" {
+				t.Fatalf("message %d: Topic Alias %d without a topic, never set", i, a)
+			}
+		}
+		if topic != want.topic || len(got.Payload) != want.n || got.Payload[0] != byte('0'+i) {
+			t.Fatalf("message %d: got %d bytes on %q, want %d on %q", i, len(got.Payload), topic, want.n, want.topic)
+		}
+	}
+}

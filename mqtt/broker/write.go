@@ -352,21 +352,34 @@ func (c *conn) writePublish(ss *session, d *delivery, dup bool, now time.Time, f
 		// passed on), which cost an allocation per PUBLISH.
 		p.Properties.SubscriptionIDs = d.subIDs(&c.oneID)
 	}
-	if c.maxOut > 0 && uint32(packet.PublishSize(&p, c.version)) > c.maxOut {
-		return false
-	}
+	newAlias := uint16(0) // an alias this PUBLISH sets, taken once it is sent
 	if c.aliasMax > 0 && !dup {
 		if a, ok := c.aliasOut[p.Topic]; ok {
 			p.Properties.SetTopicAlias(a)
 			p.Topic = ""
 		} else if len(c.aliasOut) < int(c.aliasMax) {
-			if c.aliasOut == nil {
-				c.aliasOut = make(map[string]uint16)
-			}
-			a := uint16(len(c.aliasOut) + 1)
-			c.aliasOut[p.Topic] = a
-			p.Properties.SetTopicAlias(a)
+			newAlias = uint16(len(c.aliasOut) + 1)
+			p.Properties.SetTopicAlias(newAlias)
 		}
+	}
+	// The client's Maximum Packet Size counts the alias too
+	// ([MQTT-3.1.2-24]): a PUBLISH that fits only without a new alias
+	// goes without it, and the alias waits for the topic's next message.
+	if c.maxOut > 0 && uint32(packet.PublishSize(&p, c.version)) > c.maxOut {
+		if newAlias == 0 {
+			return false
+		}
+		newAlias = 0
+		p.Properties.Clear(packet.PropTopicAlias)
+		if uint32(packet.PublishSize(&p, c.version)) > c.maxOut {
+			return false
+		}
+	}
+	if newAlias != 0 {
+		if c.aliasOut == nil {
+			c.aliasOut = make(map[string]uint16)
+		}
+		c.aliasOut[p.Topic] = newAlias
 	}
 	if !c.beginWrite() {
 		return true // closed: the delivery stays inflight for a resume
