@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -506,6 +507,40 @@ func TestTopicAliasInbound(t *testing.T) {
 			t.Fatalf("message %d carries topic alias %d to a subscriber that allows none", i, *m.Properties.TopicAlias)
 		}
 	}
+}
+
+// TestTopicAliasHoldsNoPayload: an inbound alias keeps its topic, not
+// the PUBLISH that set it: a client setting every alias with a large
+// message leaves none of those messages in memory once they are handled.
+func TestTopicAliasHoldsNoPayload(t *testing.T) {
+	const aliases, size = 32, 512 << 10
+	b := startBroker(t, broker.Options{TopicAliasMaximum: aliases})
+	pub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "tah-pub", CleanStart: true, KeepAlive: 30})
+	heap := func() uint64 {
+		pub.Must(t, &packet.Pingreq{}) // what came before it is handled
+		pub.Expect(t, packet.PINGRESP)
+		var ms runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	pub.Must(t, &packet.Publish{Topic: "tah/warm", Payload: make([]byte, size)})
+	before := heap()
+	for a := uint16(1); a <= aliases; a++ {
+		p := &packet.Publish{Topic: fmt.Sprintf("tah/%d", a), Payload: make([]byte, size)}
+		p.Properties.SetTopicAlias(a)
+		pub.Must(t, p)
+	}
+	after := heap()
+	if after > before && after-before > aliases*size/4 {
+		t.Fatalf("heap grew by %d KiB after %d aliases set with %d KiB messages: the aliases hold them", (after-before)>>10, aliases, size>>10)
+	}
+	p := &packet.Publish{Payload: []byte("x")} // the aliases still work
+	p.Properties.SetTopicAlias(aliases)
+	pub.Must(t, p)
+	pub.Must(t, &packet.Pingreq{})
+	pub.Expect(t, packet.PINGRESP)
 }
 
 // TestTopicAliasInvalid: an alias of 0 or above the advertised maximum

@@ -25,7 +25,11 @@ func (c *conn) publish(p *packet.Publish) error {
 			if c.aliasIn == nil {
 				c.aliasIn = make(map[uint16]string)
 			}
-			c.aliasIn[a] = p.Topic
+			if c.aliasIn[a] != p.Topic {
+				// A copy: p.Topic shares the memory of the whole
+				// PUBLISH, which the alias would keep alive.
+				c.aliasIn[a] = strings.Clone(p.Topic)
+			}
 		} else if t, ok := c.aliasIn[a]; ok {
 			p.Topic = t
 		} else {
