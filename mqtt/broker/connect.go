@@ -72,6 +72,10 @@ func (c *conn) connect(cp *packet.Connect) error {
 			}
 		}
 	}
+	if w := cp.Will; w != nil && levels(w.Topic) > c.srv.opts.MaxTopicLevels {
+		// A topic name like any PUBLISH's (publish.go).
+		return refuse(packet.TopicNameInvalid, fmt.Sprintf("will topic with more than %d levels", c.srv.opts.MaxTopicLevels), nil)
+	}
 	if max := c.srv.opts.MaxKeepAlive; max > 0 && !v5 && (cp.KeepAlive == 0 || cp.KeepAlive > max) {
 		// 3.1.1 cannot tell the client to use another keep alive; as
 		// Mosquitto does with max_keepalive, the connection is refused

@@ -131,8 +131,9 @@ type Options struct {
 	// TopicAliasMaximum is advertised to v5 clients for inbound aliases.
 	// Default 64.
 	TopicAliasMaximum uint16
-	// MaxTopicLevels bounds the levels of a topic name or filter; deeper
-	// ones are refused (TopicNameInvalid / TopicFilterInvalid). Default 128.
+	// MaxTopicLevels bounds the levels of a topic name (a will topic too)
+	// or filter; deeper ones are refused (TopicNameInvalid /
+	// TopicFilterInvalid). Default 128.
 	MaxTopicLevels int
 	// AllowControlChars accepts the control characters U+0001..U+001F and
 	// U+007F..U+009F in client identifiers, user names, will topics and

@@ -112,3 +112,33 @@ func TestTopicAliasWithinMaximumPacketSize(t *testing.T) {
 		}
 	}
 }
+
+// TestWillTopicOverMaxTopicLevels: a will topic is a topic name, held to
+// Options.MaxTopicLevels as a PUBLISH topic is: a CONNECT whose will topic
+// is deeper is refused (v5: CONNACK 0x90; 3.1.1, without a code for it:
+// 0x03), so the will is never published; one at the limit connects.
+func TestWillTopicOverMaxTopicLevels(t *testing.T) {
+	b := startBroker(t, broker.Options{MaxTopicLevels: 4})
+	sub, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "wl-sub", CleanStart: true, KeepAlive: 30})
+	sub.Must(t, &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "wl/#"}}})
+	sub.Expect(t, packet.SUBACK)
+	for _, version := range []byte{packet.Version311, packet.Version5} {
+		rc := mqtttest.DialRaw(t, b.Addr, version)
+		rc.Must(t, &packet.Connect{ProtocolName: "MQTT", ProtocolLevel: version, ClientID: "wl-deep", CleanStart: true, KeepAlive: 30,
+			Will: &packet.Will{Topic: "wl/a/b/c/d", Payload: []byte("deep")}})
+		want := packet.TopicNameInvalid
+		if version == packet.Version311 {
+			want = packet.ServerUnavailable
+		}
+		got := rc.Closed(t)
+		if len(got) != 1 || got[0].(*packet.Connack).ReasonCode != want {
+			t.Fatalf("v%d CONNECT with a will topic of 5 levels: got %+v before close, want CONNACK %v", version, got, want)
+		}
+	}
+	rc, _ := mqtttest.ConnectRaw(t, b.Addr, &packet.Connect{ClientID: "wl-ok", CleanStart: true, KeepAlive: 30,
+		Will: &packet.Will{Topic: "wl/a/b/c", Payload: []byte("at the limit")}})
+	rc.Conn.Close() // an abnormal close: the will goes
+	if p := sub.Expect(t, packet.PUBLISH).(*packet.Publish); p.Topic != "wl/a/b/c" {
+		t.Fatalf("subscriber got %q on %s, want the will at the limit", p.Payload, p.Topic)
+	}
+}
