@@ -557,7 +557,10 @@ func qos1Flood(ctx context.Context, c *conn, window int, next func(i int) *packe
 // stuckSubscriber measures an attacker publisher's QoS 1 rate alone for a
 // second, then subscribes an attacker subscriber to the whole account
 // that never reads (a 4 KiB receive buffer), and keeps the publisher
-// going for the phase.
+// going for the phase. The publisher first runs for a second unmeasured:
+// its publish rate's bucket starts full (a second of its rate), and a
+// rate measured while the bucket empties would be twice the rate the
+// publisher then keeps, with or without the stuck subscriber.
 func stuckSubscriber(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), error) {
 	pub, rm, err := leanAttacker(ctx, r, attackIP(8, 0), attPub, r.attacker.pubUser, r.attacker.pubPass)
 	if err != nil {
@@ -566,25 +569,31 @@ func stuckSubscriber(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), 
 	topic := r.attacker.account + "/" + attPub + "/telemetry/x"
 	payload := []byte(`{"v":1,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`)
 	window := int(min(rm, 64))
-	var phase atomic.Int32 // 0: alone, 1: with the stuck subscriber
-	var counts [2]atomic.Int64
-	var spans [2]time.Duration
+	var phase atomic.Int32 // 0: the bucket's burst, 1: alone, 2: with the stuck subscriber
+	var counts [3]atomic.Int64
+	var spans [3]time.Duration
 	onAck := func(*packet.Ack) { counts[phase.Load()].Add(1) }
 	next := func(int) *packet.Publish { return &packet.Publish{Topic: topic, Payload: payload} }
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan string, 1)
-	start := time.Now()
 	go func() {
 		_, _, ended := qos1Flood(pctx, pub, window, next, onAck)
 		done <- ended
 	}()
-	// The publisher alone for a second (bounded: a phase of a second has
-	// no time to spare).
+	// The burst, then the publisher alone, a second each (bounded: a
+	// phase of a second has no time to spare).
+	step := min(time.Second, r.cfg.Duration/4)
 	select {
 	case <-ctx.Done():
-	case <-time.After(min(time.Second, r.cfg.Duration/2)):
+	case <-time.After(step):
 	}
-	spans[0] = time.Since(start)
+	phase.Store(1)
+	aloneStart := time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(step):
+	}
+	spans[1] = time.Since(aloneStart)
 	d := dialer{addr: r.srv.addr, version: packet.Version5, source: attackIP(8, 1), timeout: 10 * time.Second}
 	sub, _, err := d.connect(ctx, &packet.Connect{ClientID: "att-stuck", CleanStart: true, HasUsername: true,
 		Username: r.attacker.subUser, HasPassword: true, Password: []byte(r.attacker.subPass)}, 4096)
@@ -600,10 +609,10 @@ func stuckSubscriber(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), 
 		sub.close()
 		return nil, err
 	}
-	phase.Store(1)
+	phase.Store(2)
 	withStart := time.Now()
 	return func() {
-		spans[1] = time.Since(withStart)
+		spans[2] = time.Since(withStart)
 		cancel()
 		ended := <-done
 		pub.close()
@@ -625,8 +634,8 @@ func stuckSubscriber(ctx context.Context, r *noisyRun, ph *NoisyPhase) (func(), 
 			}
 		}
 		sub.close()
-		alone := float64(counts[0].Load()) / spans[0].Seconds()
-		with := float64(counts[1].Load()) / spans[1].Seconds()
+		alone := float64(counts[1].Load()) / spans[1].Seconds()
+		with := float64(counts[2].Load()) / spans[2].Seconds()
 		ph.Attack["attacker_acks_per_sec_alone"], ph.Attack["attacker_acks_per_sec_stuck"] = alone, with
 		ph.Figure = fmt.Sprintf("attacker QoS 1 publisher %.0f acks/s alone, %.0f/s with the stuck subscriber; subscriber: %s", alone, with, subEnd)
 		if ended != "" {
