@@ -1232,9 +1232,9 @@ func TestThirdAttemptResumesToo(t *testing.T) {
 	calls, replay := givenUpFirst(func() { <-releaseSecond }, missed) // the second attempt's history is slow
 	srv, addr := startStates(t, Options{States: resumable(), Owners: &laterHere{}, Replay: replay})
 	go mqtttest.TryV5(t, addr, persistent("dev"))
-	testkit.Eventually(t, 5*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
+	testkit.Eventually(t, 15*time.Second, "the first replay", func() bool { return calls.Load() == 1 })
 	second := connectLater(t, addr, persistent("dev"))
-	testkit.Eventually(t, 5*time.Second, "the first session installed, the second replaying", func() bool {
+	testkit.Eventually(t, 15*time.Second, "the first session installed, the second replaying", func() bool {
 		return calls.Load() == 2 && sessionOf(srv, "dev") != nil
 	})
 	third := mqtttest.DialV5(t, addr, persistent("dev"))
