@@ -164,9 +164,10 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // table writes rows under header in aligned columns (cells separated by
-// tabs, rows by newlines). Control characters in cells are written as
-// escapes (\x1b): a cell can hold what tenants wrote (a payload, a topic,
-// a label), which must not reach the operator's terminal as commands.
+// tabs, rows by newlines). A cell holding what tenants wrote (a topic, a
+// client id, a problem's detail) goes through cell; whatever else the rows
+// hold, control characters are written as escapes (\x1b), so that nothing
+// reaches the operator's terminal as a command.
 func table(out io.Writer, header string, rows func(w io.Writer)) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
@@ -174,19 +175,34 @@ func table(out io.Writer, header string, rows func(w io.Writer)) error {
 	return tw.Flush()
 }
 
-// escapeControls writes to w what it is given with every control
-// character but tab and newline (C0, DEL, C1) and every byte that is not
-// UTF-8 written as a Go escape.
+// cell is s for a table: every control character, tab and newline
+// included (a tenant's tab or newline would make cells or rows of its
+// own), and every byte that is not UTF-8, written as a Go escape.
+func cell(s string) string {
+	return string(appendEscaped(nil, []byte(s), false))
+}
+
+// escapeControls writes to w what it is given with control characters
+// other than the table's tabs and newlines escaped (appendEscaped).
 type escapeControls struct{ w io.Writer }
 
 func (e escapeControls) Write(p []byte) (int, error) {
-	var b []byte
+	if _, err := e.w.Write(appendEscaped(nil, p, true)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// appendEscaped appends p to b with every control character (C0, DEL, C1)
+// and every byte that is not UTF-8 written as a Go escape (\x1b, \u0085);
+// layout keeps tabs and newlines.
+func appendEscaped(b, p []byte, layout bool) []byte {
 	for i := 0; i < len(p); {
 		r, n := utf8.DecodeRune(p[i:])
 		switch {
 		case r == utf8.RuneError && n == 1:
 			b = fmt.Appendf(b, `\x%02x`, p[i])
-		case r != '\t' && r != '\n' && unicode.IsControl(r):
+		case unicode.IsControl(r) && !(layout && (r == '\t' || r == '\n')):
 			q := strconv.QuoteRuneToASCII(r) // '\x1b'
 			b = append(b, q[1:len(q)-1]...)
 		default:
@@ -194,10 +210,7 @@ func (e escapeControls) Write(p []byte) (int, error) {
 		}
 		i += n
 	}
-	if _, err := e.w.Write(b); err != nil {
-		return 0, err
-	}
-	return len(p), nil
+	return b
 }
 
 func when(t time.Time) string {

@@ -158,7 +158,7 @@ func credentialCmds() map[string]*adminCmd {
 						case !c.Active(now):
 							st = "expired"
 						}
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Kind, c.Username, dash(c.Label), st, when(c.ExpiresAt), dash(strings.Join(c.Filters, " ")))
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", c.ID, c.Kind, c.Username, dash(c.Label), st, when(c.ExpiresAt), cell(dash(strings.Join(c.Filters, " "))))
 					}
 				})
 			},

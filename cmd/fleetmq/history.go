@@ -87,7 +87,7 @@ func historyCmds() map[string]*adminCmd {
 				err = table(out, "ID\tRECEIVED\tCLIENT\tTOPIC\tQOS\tPAYLOAD", func(w io.Writer) {
 					for _, r := range page.Records {
 						fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\n", r.ID, r.Received.Format("2006-01-02T15:04:05.000000Z"),
-							r.ClientID, strings.TrimPrefix(r.Topic, r.AccountID+"/"+r.ClientID+"/"), r.QoS, preview(r.Payload))
+							cell(r.ClientID), cell(strings.TrimPrefix(r.Topic, r.AccountID+"/"+r.ClientID+"/")), r.QoS, preview(r.Payload))
 					}
 				})
 				if err == nil && page.Next != "" {
@@ -140,7 +140,7 @@ func historyCmds() map[string]*adminCmd {
 				}
 				return table(out, "TOPIC\tRECEIVED\tQOS\tPAYLOAD", func(w io.Writer) {
 					for _, r := range rs {
-						fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", r.Topic, r.Received.Format(time.RFC3339), r.QoS, preview(r.Payload))
+						fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", cell(r.Topic), r.Received.Format(time.RFC3339), r.QoS, preview(r.Payload))
 					}
 				})
 			},

@@ -200,7 +200,8 @@ func TestCLIExportStreams(t *testing.T) {
 // TestCLITablesEscapeControlCharacters: what tenants wrote (a payload, a
 // topic published with control characters allowed) reaches the
 // operator's terminal in a command's table as escapes, never as the
-// terminal commands it may hold (a title change, a screen clear).
+// terminal commands it may hold (a title change, a screen clear), nor as
+// rows and cells of its own (a topic's newline and tabs).
 func TestCLITablesEscapeControlCharacters(t *testing.T) {
 	dir := t.TempDir()
 	a := field(t, mustCLI(t, dir, "account", "create", "-name", "A", "-email", "a@example.com", "-plan", "starter"), "account_id")
@@ -210,12 +211,18 @@ func TestCLITablesEscapeControlCharacters(t *testing.T) {
 	}
 	rec := &fleetmq.Record{AccountID: a, ClientID: "pump", Topic: a + "/pump/telemetry/\x1b[2J", Class: "telemetry",
 		Payload: []byte("\x1b]0;owned\x07 temp \u009b31m"), Received: time.Now().UTC().Add(-time.Minute)}
-	if err := st.AppendHistory(context.Background(), []*fleetmq.Record{rec}); err != nil {
+	// A topic whose tab and newline would make a row of their own.
+	forged := &fleetmq.Record{AccountID: a, ClientID: "pump", Topic: a + "/pump/telemetry/x\nFORGED\t2026-01-01T00:00:00Z\t2\tvalve open", Class: "telemetry",
+		Payload: []byte("1"), Received: time.Now().UTC().Add(-2 * time.Minute)}
+	if err := st.AppendHistory(context.Background(), []*fleetmq.Record{rec, forged}); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
 	for _, args := range [][]string{{"history", "query", a}, {"history", "latest", a, "pump"}} {
 		out := mustCLI(t, dir, args...)
+		if strings.Contains(out, "\nFORGED") || !strings.Contains(out, `x\nFORGED\t2026`) {
+			t.Fatalf("%s: a topic's newline and tabs made a row of their own:\n%s", strings.Join(args[:2], " "), out)
+		}
 		if i := strings.IndexFunc(out, func(r rune) bool { return r != '\n' && unicode.IsControl(r) }); i >= 0 {
 			t.Fatalf("%s: a control character (%q) reached the terminal:\n%q", strings.Join(args[:2], " "), out[i:i+1], out)
 		}

@@ -58,8 +58,8 @@ func problemsCmd(perClient bool) *adminCmd {
 		}
 		return table(out, "LAST\tCLIENT_ID\tWHAT\tCOUNT\tTOPIC\tQOS\tREASON\tDETAIL", func(w io.Writer) {
 			for _, p := range ps {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Last.UTC().Format(time.RFC3339), p.ClientID,
-					strings.ReplaceAll(p.Kind, "_", " "), p.Count, dash(p.Topic), p.QoS, reasonOf(p), p.Detail)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", p.Last.UTC().Format(time.RFC3339), cell(p.ClientID),
+					strings.ReplaceAll(p.Kind, "_", " "), p.Count, cell(dash(p.Topic)), p.QoS, cell(reasonOf(p)), cell(p.Detail))
 			}
 		})
 	}
