@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -23,6 +22,7 @@ import (
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/control"
 	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/internal/testkit"
 	"github.com/fleetmq/fleetmq/platform"
 	"github.com/fleetmq/fleetmq/sqlstore"
 	"github.com/fleetmq/fleetmq/web/api"
@@ -60,29 +60,7 @@ func timeOut(ctx context.Context, _ *sqlstore.Store) context.Context {
 	return ctx
 }
 
-// lockedBuffer is a log destination the handler writes while the test
-// reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// exportServer serves the API over a store holding records records of
-// one account, whose history reads fail from the failAt-th on; it returns
-// the server, a token of the account and the API's log.
-func exportServer(t *testing.T, records int, failAt int32, fail func(context.Context, *sqlstore.Store) context.Context) (*httptest.Server, string, *lockedBuffer) {
+func exportServer(t *testing.T, records int, failAt int32, fail func(context.Context, *sqlstore.Store) context.Context) (*httptest.Server, string, *testkit.LogSink) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
@@ -118,7 +96,7 @@ func exportServer(t *testing.T, records int, failAt int32, fail func(context.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := new(lockedBuffer)
+	logs := &testkit.LogSink{} // written by the handler while the test reads it
 	h := api.New(api.Deps{Service: svc, Store: &failingStore{Store: st, failAt: failAt, fail: fail}, Policy: platform.NewPolicy(platform.Options{}, snap),
 		Auth: auth, Limiter: restauth.NewLimiter(nil, 1<<20), Accounts: restauth.NewAccountLimiter(restauth.AccountLimits{Rate: 1 << 20, Burst: 1 << 20}),
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
