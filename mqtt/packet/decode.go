@@ -228,14 +228,18 @@ func checkTopicName(b []byte, what string) error {
 }
 
 // checkResponseTopic enforces MQTT-3.3.2-14: a Response Topic (of a
-// PUBLISH or a will) must not contain wildcard characters. The packet
-// parses, so it is a Protocol Error, not a Malformed Packet.
+// PUBLISH or a will) must not contain wildcard characters, and, a topic
+// name, must not be empty [MQTT-4.7.3-1]. The packet parses, so it is a
+// Protocol Error, not a Malformed Packet.
 func checkResponseTopic(p *Properties) error {
 	if !p.Has(PropResponseTopic) {
 		return nil
 	}
 	if i := strings.IndexAny(p.ResponseTopic, "+#"); i >= 0 {
 		return protocolErr("wildcard %q in Response Topic", p.ResponseTopic[i])
+	}
+	if p.ResponseTopic == "" { // a topic name has a character at least [MQTT-4.7.3-1]
+		return protocolErr("empty Response Topic")
 	}
 	return nil
 }

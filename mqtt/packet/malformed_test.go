@@ -74,6 +74,7 @@ var badPackets = []badPacket{
 	{"PUBLISH Response Topic with U+0000", v5, 0x30, raw(0, 1, "a", 4, 0x08, 0, 1, 0), MalformedPacket},
 	{"PUBLISH Response Topic with +", v5, 0x30, raw(0, 1, "a", 6, 0x08, 0, 3, "r/+"), ProtocolError},
 	{"PUBLISH Response Topic with #", v5, 0x32, raw(0, 1, "a", 0, 1, 4, 0x08, 0, 1, "#"), ProtocolError},
+	{"PUBLISH Response Topic empty", v5, 0x30, raw(0, 1, "a", 3, 0x08, 0, 0), ProtocolError},
 	{"PUBLISH User Property value cut", v5, 0x30, raw(0, 1, "a", 6, 0x26, 0, 1, "k", 0, 1), MalformedPacket},
 	{"PUBLISH User Property name invalid", v5, 0x30, raw(0, 1, "a", 6, 0x26, 0, 1, 0xFE, 0, 0), MalformedPacket},
 	{"PUBLISH Message Expiry cut by property length", v5, 0x30, raw(0, 1, "a", 3, 0x02, 0, 0, 0, 1), MalformedPacket},
