@@ -148,7 +148,7 @@ func (p *Portal) signin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Sweep every account's expired sessions now and then: at sign-in.
-	if _, err := p.deps.Store.DeleteStalePortalSessions(r.Context(), now.Add(-p.opts.SessionIdle), now.Add(-p.opts.SessionMax)); err != nil {
+	if _, err := p.deps.Store.DeleteStalePortalSessions(r.Context(), now.Add(-p.idleLimit()), now.Add(-p.opts.SessionMax)); err != nil {
 		p.deps.Logger.Warn("portal: delete expired sessions", "error", err)
 	}
 	http.Redirect(w, r, orDefault(data.Next, "/overview"), http.StatusSeeOther)

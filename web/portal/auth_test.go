@@ -210,8 +210,9 @@ func TestSuspendedAccountCannotUseThePortal(t *testing.T) {
 	fresh.post(t, "/settings/tokens", url.Values{"label": {"ci"}}).want(t, http.StatusCreated)
 }
 
-// TestSessionExpiry: a session ends after 12 idle hours, and 7 days after
-// sign-in however much it is used.
+// TestSessionExpiry: a session ends after 12 idle hours (and at most the
+// minute its last-seen time may go unwritten), and 7 days after sign-in
+// however much it is used.
 func TestSessionExpiry(t *testing.T) {
 	t.Parallel()
 	e := start(t)
@@ -222,7 +223,9 @@ func TestSessionExpiry(t *testing.T) {
 	b.get(t, "/overview").want(t, http.StatusOK)
 	e.clock.Add(11 * time.Hour) // 11 h idle since the last request
 	b.get(t, "/overview").want(t, http.StatusOK)
-	e.clock.Add(12*time.Hour + time.Second)
+	e.clock.Add(12 * time.Hour) // 12 h idle: ended within the minute a request may go unwritten
+	b.get(t, "/overview").want(t, http.StatusOK)
+	e.clock.Add(12*time.Hour + time.Minute)
 	b.get(t, "/overview").redirects(t, "/signin")
 
 	b.signIn(t, a)
@@ -235,6 +238,28 @@ func TestSessionExpiry(t *testing.T) {
 	if _, err := e.Store.PortalSession(e.ctx, fleetmq.HashSecret(b.sessionCookie(t))); fleetmq.CodeOf(err) != fleetmq.CodeNotFound {
 		t.Fatalf("an expired session is still stored: %v", err)
 	}
+}
+
+// TestSessionIdleCountsFromTheLastRequest: the 12 idle hours count from
+// the last request, also one made less than a minute after the one
+// before (whose last-seen time the store does not write again): one
+// second short of 12 idle hours the session still works, and a sign-in
+// by another account meanwhile (which sweeps stale sessions) leaves it.
+func TestSessionIdleCountsFromTheLastRequest(t *testing.T) {
+	t.Parallel()
+	e := start(t)
+	a := e.account(t, "Acme", "starter")
+	o := e.account(t, "Bolt", "starter")
+	b, bolt := e.browser(t), e.browser(t)
+	b.signIn(t, a)
+	e.clock.Add(50 * time.Second)
+	b.get(t, "/overview").want(t, http.StatusOK) // the last request
+	e.clock.Add(12*time.Hour - time.Second)
+	bolt.signIn(t, o)
+	b.get(t, "/overview").want(t, http.StatusOK)
+
+	e.clock.Add(12*time.Hour + time.Minute) // unused for 12 hours and the minute a request may go unwritten
+	b.get(t, "/overview").redirects(t, "/signin")
 }
 
 // TestChangePassword: the current password is checked, the new one must

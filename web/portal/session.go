@@ -30,8 +30,15 @@ const (
 )
 
 // touchEvery is how stale a session's last-seen time may get before a
-// request writes it again (the idle expiry is coarse by this much).
+// request writes it again. A request less than this after the stored
+// time is not written, so the idle expiry counts from the stored time
+// plus this (idleLimit): a session never ends before SessionIdle of real
+// non-use, and at most touchEvery after.
 const touchEvery = time.Minute
+
+// idleLimit is how far behind now a session's stored last-seen time may
+// be before the session has been idle for SessionIdle.
+func (p *Portal) idleLimit() time.Duration { return p.opts.SessionIdle + touchEvery }
 
 // maxFormBytes bounds a form body.
 const maxFormBytes = 64 << 10
@@ -83,7 +90,7 @@ func (p *Portal) session(r *http.Request) (*sessionState, error) {
 		return nil, err
 	}
 	now := p.deps.Now()
-	if !now.Before(ps.LastSeenAt.Add(p.opts.SessionIdle)) || !now.Before(ps.CreatedAt.Add(p.opts.SessionMax)) {
+	if !now.Before(ps.LastSeenAt.Add(p.idleLimit())) || !now.Before(ps.CreatedAt.Add(p.opts.SessionMax)) {
 		p.deps.Store.DeletePortalSession(r.Context(), ps.IDHash)
 		return nil, errNoSession
 	}
