@@ -108,8 +108,32 @@ func (a *API) registerUsage() {
 			out.Body.Pool = PoolStatus{AddOnActive: addOn, Size: size, UsedToday: st.Used, Remaining: max(size-st.Used, 0),
 				Demoted: st.Demoted && addOn, ResetsAt: st.ResetsAt}
 			if out.Body.Pool.Demoted {
-				out.Body.Pool.DemotedSince = timePtr(st.Since)
+				out.Body.Pool.DemotedSince = timePtr(a.demotedSince(ctx, p.account.ID, st.Day, st.Since, days))
 			}
 			return out, nil
 		})
+}
+
+// demotedSince is when the account's pool of day ran out: the earliest of
+// this node's time (since) and the one stored with the day's usage (days
+// when they hold the day, else read), which on a cluster is the earliest
+// any node saw and flushed; a node whose own devices never met the
+// demotion only knows the time of the request.
+func (a *API) demotedSince(ctx context.Context, account, day string, since time.Time, days []fleetmq.DailyUsage) time.Time {
+	var stored time.Time
+	found := false
+	for _, d := range days {
+		if d.Day == day {
+			stored, found = d.DemotedSince, true
+		}
+	}
+	if !found {
+		if u, err := a.deps.Store.Usage(ctx, account, day, day); err == nil && len(u) == 1 {
+			stored = u[0].DemotedSince
+		}
+	}
+	if !stored.IsZero() && (since.IsZero() || stored.Before(since)) {
+		return stored
+	}
+	return since
 }
