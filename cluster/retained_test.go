@@ -173,3 +173,92 @@ func sharedOwners(t *testing.T, postgres bool) func(node string) *Owners {
 		return o
 	}
 }
+
+// TestRetainedBoundAcrossNodes: an account's retained bound is checked by
+// each node against its own copy. Two nodes that each reserve all the
+// room left before the other's messages arrive both get it, so the
+// account ends with up to the room times the nodes (what docs/cluster.md
+// says); the room every reservation took is given back once its message
+// is set, so what each node counts afterwards is exactly what it holds:
+// after messages from the other node, a clear from the other node, and on
+// a node that loads them from the store at its start. Another account's
+// room is untouched.
+func TestRetainedBoundAcrossNodes(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	n1 := startNATS(t, "b1")
+	n2 := startNATS(t, "b2", n1.ClusterAddr())
+	testkit.Eventually(t, 10*time.Second, "the route", func() bool { return n1.Routes() > 0 && n2.Routes() > 0 })
+	newNode := func(n *NATS, name string) *Retained {
+		r, err := NewRetained(ctx, n, name, st, time.Now(), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		return r
+	}
+	a, b := newNode(n1, "b1"), newNode(n2, "b2")
+	const bound, size = 4, 10
+	// room reserves one more new topic of acct on r and reports the count
+	// and bytes r held there (messages and reservations), giving the room
+	// back at once.
+	room := func(r *Retained, acct string) (int, int64, bool) {
+		m := &broker.Message{Topic: acct + "/probe/state/x", Payload: make([]byte, size), Retain: true, Created: time.Now()}
+		n, by, ok := r.Reserve(m, bound, bound*size)
+		r.Release(m)
+		return n, by, ok
+	}
+	now := time.Now()
+	var ms []*broker.Message
+	for i := range bound {
+		for j, r := range []*Retained{a, b} {
+			m := &broker.Message{Topic: "acme/dev/state/" + string(rune('a'+2*i+j)), Payload: make([]byte, size), Retain: true, Created: now}
+			if _, _, ok := r.Reserve(m, bound, bound*size); !ok {
+				t.Fatalf("node %d refused retained message %d of a bound of %d", j+1, i+1, bound)
+			}
+			ms = append(ms, m)
+		}
+	}
+	for i, m := range ms {
+		[]*Retained{a, b}[i%2].Set(m)
+	}
+	for i, r := range []*Retained{a, b} {
+		testkit.Eventually(t, 10*time.Second, "both nodes to hold both nodes' messages", func() bool {
+			n, _, _ := r.Under("acme/dev/state/a")
+			return n == 2*bound
+		})
+		if n, by, ok := room(r, "acme"); ok || n != 2*bound || by != 2*bound*size {
+			t.Fatalf("node %d: a reservation found %d messages, %d bytes (ok %v); want %d, %d, refused", i+1, n, by, ok, 2*bound, 2*bound*size)
+		}
+		if n, by, ok := room(r, "beta"); !ok || n != 0 || by != 0 {
+			t.Fatalf("node %d: beta's room %d, %d (ok %v); want empty", i+1, n, by, ok)
+		}
+	}
+	// Node b clears all but bound-1 of them: node a has room for one.
+	for _, m := range ms[bound-1:] {
+		b.Set(&broker.Message{Topic: m.Topic, Retain: true, Created: now.Add(time.Second)})
+	}
+	for i, r := range []*Retained{a, b} {
+		testkit.Eventually(t, 10*time.Second, "the clears to reach both nodes", func() bool {
+			n, _, _ := r.Under("acme/dev/state/a")
+			return n == bound-1
+		})
+		if n, by, ok := room(r, "acme"); !ok || n != bound-1 || by != (bound-1)*size {
+			t.Fatalf("node %d after the clears: %d messages, %d bytes (ok %v); want %d, %d, room for one", i+1, n, by, ok, bound-1, (bound-1)*size)
+		}
+	}
+	// A node starting loads them from the store with nothing held.
+	testkit.Eventually(t, 10*time.Second, "a node started later to load them", func() bool {
+		c, err := NewRetained(ctx, n2, "b3", st, time.Now(), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		n, by, ok := room(c, "acme")
+		return ok && n == bound-1 && by == (bound-1)*size
+	})
+}
