@@ -392,8 +392,29 @@ func (s *Store) UpdateClient(ctx context.Context, c *fleetmq.MQTTClient) (err er
 func (s *Store) DeleteClient(ctx context.Context, accountID, clientID string) (err error) {
 	defer wrap(&err, "delete client")
 	return s.write(ctx, func(tx *sql.Tx) error {
-		return mustAffect(tx.ExecContext(ctx, s.rebind(`DELETE FROM mqtt_clients WHERE account_id = ? AND client_id = ?`), accountID, clientID))("client", clientID)
+		if err := mustAffect(tx.ExecContext(ctx, s.rebind(`DELETE FROM mqtt_clients WHERE account_id = ? AND client_id = ?`), accountID, clientID))("client", clientID); err != nil {
+			return err
+		}
+		// The device's persistent session (namespace the account) ends
+		// with it: see endSessionClaims.
+		return s.endSessionClaims(ctx, tx, accountID+"\x00"+clientID, false)
 	})
+}
+
+// endSessionClaims removes the session claims, and the states saved with
+// them, of the session key (or, with prefix, of every key starting with
+// it) whose owner is gone for good. A node that holds such a session
+// running ends it at its next snapshot (Policy.Gone), its release then
+// finding nothing; one that is down, or never comes back, no longer
+// hands it to another node's resume, nor restores it at its start (no
+// claim: ended meanwhile), so a client id added again starts afresh.
+func (s *Store) endSessionClaims(ctx context.Context, tx *sql.Tx, key string, prefix bool) error {
+	if !prefix {
+		_, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM session_owners WHERE key = ?`), []byte(key))
+		return err
+	}
+	_, err := tx.ExecContext(ctx, s.rebind(`DELETE FROM session_owners WHERE substr(key, 1, ?) = ?`), len(key), []byte(key))
+	return err
 }
 
 // CreateCredential implements fleetmq.ControlStore.
@@ -455,7 +476,10 @@ func (s *Store) RevokeCredential(ctx context.Context, accountID, id string, at t
 		if err := mustAffect(tx.ExecContext(ctx, s.rebind(`UPDATE credentials SET revoked_at = COALESCE(revoked_at, ?) WHERE account_id = ? AND id = ?`), at.UnixMicro(), accountID, id))("credential", id); err != nil {
 			return err
 		}
-		return nil
+		// A subscriber password's sessions (namespace account/credential)
+		// end with it; a publisher's devices keep theirs (namespace the
+		// account: another credential may bring them back).
+		return s.endSessionClaims(ctx, tx, accountID+"/"+id+"\x00", true)
 	})
 }
 
