@@ -143,5 +143,26 @@ func (b *BlockPools) prefetch(bl *block, account, day string, size int64) {
 	}
 }
 
-// Used reports the units taken of the account's shared pool of day.
-func (b *BlockPools) Used(account, day string) (int64, error) { return b.Shared.Used(account, day) }
+// Used reports the units of the account's pool of day spent as far as
+// this node knows: those taken from the shared pool, less this node's
+// block not spent yet (another node's unspent block counts as used until
+// it spends it or the day ends). With the shared pool's count alone, one
+// QoS 2 message of a pool of 2 read as both units used, and the pool as
+// run out while this node still held a unit for the next.
+func (b *BlockPools) Used(account, day string) (int64, error) {
+	used, err := b.Shared.Used(account, day)
+	if err != nil {
+		return used, err
+	}
+	b.mu.Lock()
+	bl := b.blocks[account]
+	b.mu.Unlock()
+	if bl != nil {
+		bl.mu.Lock()
+		if bl.day == day {
+			used -= bl.left
+		}
+		bl.mu.Unlock()
+	}
+	return max(used, 0), nil
+}

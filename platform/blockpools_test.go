@@ -44,7 +44,7 @@ func TestBlockPoolsNeverExceed(t *testing.T) {
 	if got := spent.Load(); got > size || got < size-nodes*block*3/2 {
 		t.Fatalf("spent %d units of a pool of %d (at most %d may stay in the nodes' blocks)", got, size, nodes*block*3/2)
 	}
-	if used, _ := pools[0].Used("acct", "2026-03-01"); used != size {
+	if used, _ := shared.Used("acct", "2026-03-01"); used != size {
 		t.Fatalf("the shared pool says %d taken, want all %d", used, size)
 	}
 	if n, _ := pools[1].Take("acct", "2026-03-02", 1, size); n != 1 {

@@ -43,3 +43,42 @@ func TestPolicySharedQoS2Pool(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyPoolStateWithBlocks: on a cluster each node takes units of the
+// shared pool a block at a time; the pool's state a node reports (GET
+// /usage) counts what it has spent, not its block: one QoS 2 message of a
+// pool of 2 leaves one unit, and the pool is not run out, on the node that
+// holds it; the other node, which cannot know the first one's block is
+// unspent, counts it as used.
+func TestPolicyPoolStateWithBlocks(t *testing.T) {
+	shared := NewLocalPools()
+	clk := testkit.NewClock(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	n1 := NewPolicy(Options{Now: clk.Now, QoS2Pools: &BlockPools{Shared: shared, Block: 16}}, testSnapshot(t))
+	n2 := NewPolicy(Options{Now: clk.Now, QoS2Pools: &BlockPools{Shared: shared, Block: 16}}, testSnapshot(t))
+	id := connect(t, n1, "pub-a", "dev1")
+	topic := accA + "/dev1/state/s"
+	publish := func() byte {
+		t.Helper()
+		pk := &packet.Publish{Topic: topic, QoS: 2, Payload: []byte("x")}
+		m := &broker.Message{Topic: topic, QoS: 2, PublishedQoS: 2, Payload: pk.Payload}
+		if err := n1.Publish(id, pk, m); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		return m.QoS
+	}
+	if q := publish(); q != 2 {
+		t.Fatalf("first QoS 2 message went out at QoS %d", q)
+	}
+	if st := n1.PoolState(accA, clk.Now(), 2); st.Used != 1 || st.Demoted {
+		t.Fatalf("node 1, one unit of 2 spent: pool state %+v, want 1 used, not demoted", st)
+	}
+	if st := n2.PoolState(accA, clk.Now(), 2); st.Used != 2 || !st.Demoted {
+		t.Fatalf("node 2, node 1 holding the pool: pool state %+v, want 2 used (node 1's block), demoted here", st)
+	}
+	if q := publish(); q != 2 {
+		t.Fatalf("second QoS 2 message went out at QoS %d", q)
+	}
+	if st := n1.PoolState(accA, clk.Now(), 2); st.Used != 2 || !st.Demoted {
+		t.Fatalf("node 1, both units spent: pool state %+v, want 2 used, demoted", st)
+	}
+}
