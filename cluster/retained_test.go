@@ -37,24 +37,7 @@ func TestRetainedContract(t *testing.T) {
 // through another node clears it everywhere, in the store too; a copy
 // older than what a node holds does not replace it.
 func TestRetainedAcrossNodes(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	n1 := startNATS(t, "r1")
-	n2 := startNATS(t, "r2", n1.ClusterAddr())
-	testkit.Eventually(t, 10*time.Second, "the route", func() bool { return n1.Routes() > 0 && n2.Routes() > 0 })
-	newNode := func(n *NATS, name string) *Retained {
-		r, err := NewRetained(ctx, n, name, st, time.Now(), quiet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(r.Close)
-		return r
-	}
-	a, b := newNode(n1, "r1"), newNode(n2, "r2")
+	ctx, st, n1, n2, a, b := retainedNodes(t, "r")
 	payloadOn := func(r *Retained, topic string) string {
 		for _, m := range r.Match(topic, time.Now()) {
 			return string(m.Payload)
@@ -184,24 +167,7 @@ func sharedOwners(t *testing.T, postgres bool) func(node string) *Owners {
 // a node that loads them from the store at its start. Another account's
 // room is untouched.
 func TestRetainedBoundAcrossNodes(t *testing.T) {
-	ctx := context.Background()
-	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	n1 := startNATS(t, "b1")
-	n2 := startNATS(t, "b2", n1.ClusterAddr())
-	testkit.Eventually(t, 10*time.Second, "the route", func() bool { return n1.Routes() > 0 && n2.Routes() > 0 })
-	newNode := func(n *NATS, name string) *Retained {
-		r, err := NewRetained(ctx, n, name, st, time.Now(), quiet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(r.Close)
-		return r
-	}
-	a, b := newNode(n1, "b1"), newNode(n2, "b2")
+	ctx, st, _, n2, a, b := retainedNodes(t, "b")
 	const bound, size = 4, 10
 	// room reserves one more new topic of acct on r and reports the count
 	// and bytes r held there (messages and reservations), giving the room
@@ -261,4 +227,31 @@ func TestRetainedBoundAcrossNodes(t *testing.T) {
 		n, by, ok := room(c, "acme")
 		return ok && n == bound-1 && by == (bound-1)*size
 	})
+}
+
+// retainedNodes starts two NATS servers routed together (named prefix+"1"
+// and prefix+"2") and a retained store on each, over one SQLite store.
+func retainedNodes(t *testing.T, prefix string) (ctx context.Context, st *sqlstore.Store, n1, n2 *NATS, a, b *Retained) {
+	ctx = context.Background()
+	st, err := sqlstore.OpenSQLite(ctx, filepath.Join(t.TempDir(), "fleetmq.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	n1 = startNATS(t, prefix+"1")
+	n2 = startNATS(t, prefix+"2", n1.ClusterAddr())
+	testkit.Eventually(t, 10*time.Second, "the route", func() bool { return n1.Routes() > 0 && n2.Routes() > 0 })
+	for _, x := range []struct {
+		n    *NATS
+		name string
+		r    **Retained
+	}{{n1, prefix + "1", &a}, {n2, prefix + "2", &b}} {
+		r, err := NewRetained(ctx, x.n, x.name, st, time.Now(), quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.Close)
+		*x.r = r
+	}
+	return ctx, st, n1, n2, a, b
 }
