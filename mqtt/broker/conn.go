@@ -690,7 +690,7 @@ func (c *conn) closeWith(d Disconnection) {
 		return
 	}
 	if d.Reason == CloseWriteTimeout {
-		c.nc.Close() // the socket takes nothing more
+		c.closeSocket() // the socket takes nothing more
 		return
 	}
 	if d.Code < 0x80 || c.version != packet.Version5 {
@@ -750,7 +750,7 @@ func (c *conn) finish(err error) {
 		defer c.drain()
 	} else {
 		if closeNow {
-			c.nc.Close()
+			c.closeSocket()
 		}
 		c.releaseRead()
 	}

@@ -33,7 +33,7 @@ import (
 // stranger the server closes without answering (no CONNECT in time, a
 // first packet other than CONNECT), a write that failed or timed out, the
 // watchdog's bound on a stuck last write and Server.Close's context close
-// the socket at once (c.nc.Close).
+// the socket at once (closeSocket).
 
 // lingers reports whether the connection, ending now, is half-closed and
 // drained instead of closed at once; last says a packet (DISCONNECT or
@@ -73,7 +73,7 @@ func (c *conn) closeWriteSide() {
 	c.writeShut = true
 	c.wmu.Unlock()
 	if !linger || drained || !halfClose(c.nc) {
-		c.nc.Close()
+		c.closeSocket()
 		return
 	}
 	c.wmu.Lock()
@@ -127,8 +127,22 @@ func (c *conn) drain() {
 	closeNow := c.writeShut || !c.writing
 	c.wmu.Unlock()
 	if closeNow {
-		c.nc.Close()
+		c.closeSocket()
 	}
+}
+
+// closeSocket closes c's connection at once. A TLS connection's Close
+// sends close_notify first, a write that waits (up to the 5 s tls.Conn
+// gives it) when the client stopped reading with the socket full and no
+// write is under way; the goroutine closing may be the watchdog or
+// Server.Close's loop over every connection. So the socket under it is
+// closed first, and the alert fails at once: a connection that ends
+// gracefully was sent its close_notify by halfClose.
+func (c *conn) closeSocket() {
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		tc.NetConn().Close()
+	}
+	c.nc.Close()
 }
 
 // halfClose shuts the write side of nc, reporting whether it could: a TCP

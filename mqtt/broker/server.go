@@ -298,7 +298,7 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = fmt.Errorf("broker: close: %w", ctx.Err())
 		for _, c := range conns {
-			c.nc.Close() // no more waiting for their last writes
+			c.closeSocket() // no more waiting for their last writes
 		}
 	}
 	close(s.stopWatch)

@@ -115,7 +115,7 @@ func (s *Server) checkConns(now time.Time, all []*conn) (int, []*conn) {
 	}
 	clear(all) // holds no ended connection until the next walk
 	for _, c := range stuck {
-		c.nc.Close()
+		c.closeSocket()
 	}
 	for _, c := range idle {
 		c.askPark()

@@ -174,7 +174,7 @@ func (c *conn) closeAfterIf(p packet.Packet, ifServed bool) {
 		final := c.final
 		c.wmu.Unlock()
 		if !final {
-			c.nc.Close()
+			c.closeSocket()
 		}
 		return
 	}
@@ -234,7 +234,7 @@ func (c *conn) writeFailed(err error, qos0 int) {
 	c.qos0 += qos0
 	c.wmu.Unlock()
 	c.sockMu.Unlock()
-	c.nc.Close() // the reader sees the error and cleans up
+	c.closeSocket() // the reader sees the error and cleans up
 }
 
 // doneWriting gives up the writer's role when the buffer is empty or
