@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -11,6 +12,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -376,32 +380,77 @@ func (l *retainedLog) compact(rs *MemoryRetained, now time.Time) (err error) {
 	return nil
 }
 
+// keptDamaged is how many damaged logs are kept aside at most: each is a
+// whole log, and a failing disk damages again and again.
+const keptDamaged = 3
+
 // keepAside gives the damaged log a second name beside it,
 // PATH.retained.damaged-<UTC time>[-N] (a hard link, or a copy where links
 // are not possible), so that no save replaces its bytes, and returns that
-// name.
-func (l *retainedLog) keepAside() (string, error) {
-	base := l.path + ".damaged-" + time.Now().UTC().Format("20060102T150405Z")
-	var err error
-	for i := 1; i <= 100; i++ {
-		aside := base
-		if i > 1 {
-			aside = fmt.Sprintf("%s-%d", base, i)
+// name. Of the logs kept aside, the keptDamaged newest stay.
+func (l *retainedLog) keepAside() (aside string, err error) {
+	defer func() {
+		if err == nil {
+			l.pruneDamaged()
 		}
-		if err = os.Link(l.path, aside); err == nil {
+	}()
+	base := l.path + ".damaged-" + time.Now().UTC().Format("20060102T150405Z")
+	// After the last of this second's, even if older ones were removed
+	// (pruneDamaged orders them by that number).
+	first := 1
+	same, _ := filepath.Glob(base + "*")
+	for _, x := range same {
+		_, n := l.damagedOrder(x)
+		first = max(first, n+1)
+	}
+	for i := first; i < first+100; i++ {
+		name := base
+		if i > 1 {
+			name = fmt.Sprintf("%s-%d", base, i)
+		}
+		if err = os.Link(l.path, name); err == nil {
 			l.corrupt = false
-			return aside, nil
+			return name, nil
 		}
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
-		if err = copyFile(l.path, aside); err == nil {
+		if err = copyFile(l.path, name); err == nil {
 			l.corrupt = false
-			return aside, nil
+			return name, nil
 		}
 		return "", err
 	}
 	return "", err
+}
+
+// pruneDamaged removes the damaged logs kept aside but the keptDamaged
+// newest (damagedOrder).
+func (l *retainedLog) pruneDamaged() {
+	names, _ := filepath.Glob(l.path + ".damaged-*")
+	if len(names) <= keptDamaged {
+		return
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		sa, na := l.damagedOrder(a)
+		sb, nb := l.damagedOrder(b)
+		return cmp.Or(strings.Compare(sa, sb), na-nb)
+	})
+	for _, old := range names[:len(names)-keptDamaged] {
+		if err := os.Remove(old); err != nil {
+			l.log.Warn("retained log: could not remove an old damaged log", "path", old, "error", err)
+		}
+	}
+}
+
+// damagedOrder is where a damaged log kept aside (PATH.damaged-<UTC
+// time>[-N]) comes among them: its time, then N (1 without one).
+func (l *retainedLog) damagedOrder(name string) (stamp string, n int) {
+	stamp, suffix, _ := strings.Cut(strings.TrimPrefix(name, l.path+".damaged-"), "-")
+	if n, _ = strconv.Atoi(suffix); n < 1 {
+		n = 1
+	}
+	return stamp, n
 }
 
 // copyFile copies src to a new file dst and syncs it.

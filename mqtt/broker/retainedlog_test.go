@@ -613,3 +613,48 @@ func TestRetainedLogWithoutKeyLoads(t *testing.T) {
 	}
 	rlClose(t, s)
 }
+
+// TestRetainedLogKeepsThreeDamagedCopies: every start that finds the
+// retained log damaged keeps the damaged file aside, but of those copies
+// (each a whole log) only the three newest stay: a disk that fails again
+// and again does not fill itself with them.
+func TestRetainedLogKeepsThreeDamagedCopies(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	quiet := broker.Options{Logger: slog.New(slog.DiscardHandler)}
+	var damaged [][]byte
+	for round := range 5 {
+		s := rlOpen(t, path, quiet)
+		for i := range 3 {
+			rlSet(s, fmt.Sprintf("dmg/%d/%d", round, i), []byte("v"))
+			rlSave(t, s)
+		}
+		rlClose(t, s)
+		data, err := os.ReadFile(path + ".retained")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := 24 + 8 + int(binary.LittleEndian.Uint32(data[24:])) // the second record's header
+		data[first+4] ^= 0xff                                        // its checksum
+		if err := os.WriteFile(path+".retained", data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		damaged = append(damaged, data)
+		rlClose(t, rlOpen(t, path, quiet)) // keeps it aside; the save writes the log anew
+	}
+	kept, err := filepath.Glob(path + ".retained.damaged-*")
+	if err != nil || len(kept) != 3 {
+		t.Fatalf("damaged logs kept aside: %v (%v), want the three newest", kept, err)
+	}
+	for _, want := range damaged[2:] {
+		found := false
+		for _, k := range kept {
+			if b, _ := os.ReadFile(k); bytes.Equal(b, want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("one of the three newest damaged logs is not among those kept: %v", kept)
+		}
+	}
+}
