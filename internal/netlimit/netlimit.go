@@ -174,3 +174,21 @@ func ipOf(a net.Addr) string {
 	}
 	return host
 }
+
+// Under returns the first of c and the connections it wraps (through
+// their NetConn methods: this package's, TLS's, an HTTP listener's) that
+// is a T, such as a *net.TCPConn or an interface{ CloseWrite() error }.
+func Under[T any](c net.Conn) (T, bool) {
+	for c != nil {
+		if t, ok := c.(T); ok {
+			return t, true
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		c = u.NetConn()
+	}
+	var zero T
+	return zero, false
+}

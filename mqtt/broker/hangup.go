@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"net"
 	"time"
+
+	"github.com/fleetmq/fleetmq/internal/netlimit"
 )
 
 // How a connection the server ends is closed, in one place.
@@ -138,11 +140,15 @@ func (c *conn) drain() {
 // Server.Close's loop over every connection. So the socket under it is
 // closed first, and the alert fails at once: a connection that ends
 // gracefully was sent its close_notify by halfClose.
-func (c *conn) closeSocket() {
-	if tc, ok := c.nc.(*tls.Conn); ok {
+func (c *conn) closeSocket() { closeNow(c.nc) }
+
+// closeNow closes nc; a TLS connection's socket first, so that its Close
+// does not wait to send close_notify (closeSocket).
+func closeNow(nc net.Conn) error {
+	if tc, ok := nc.(*tls.Conn); ok {
 		tc.NetConn().Close()
 	}
-	c.nc.Close()
+	return nc.Close()
 }
 
 // halfClose shuts the write side of nc, reporting whether it could: a TCP
@@ -170,14 +176,6 @@ func halfClose(nc net.Conn) bool {
 
 // shutWrite shuts the write side of nc or of the connection it wraps.
 func shutWrite(nc net.Conn) bool {
-	for {
-		if cw, ok := nc.(interface{ CloseWrite() error }); ok {
-			return cw.CloseWrite() == nil
-		}
-		u, ok := nc.(interface{ NetConn() net.Conn })
-		if !ok {
-			return false
-		}
-		nc = u.NetConn()
-	}
+	cw, ok := netlimit.Under[interface{ CloseWrite() error }](nc)
+	return ok && cw.CloseWrite() == nil
 }

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -107,11 +106,8 @@ func (c *wsConn) CloseWrite() error {
 // 5 seconds per step): a close by the server is a close now, bounded by
 // the watchdog and the drain, not by the client.
 func (c *wsConn) Close() error {
-	if tc, ok := c.raw.(*tls.Conn); ok {
-		tc.NetConn().Close() // no close_notify to wait for (closeSocket)
-	}
 	if c.raw != nil {
-		c.raw.Close()
+		closeNow(c.raw)
 	}
 	return c.Conn.Close()
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetmq/fleetmq"
 	"github.com/fleetmq/fleetmq/history"
+	"github.com/fleetmq/fleetmq/internal/netlimit"
 )
 
 // HistoryPage is a page of stored history (format json).
@@ -203,16 +204,8 @@ func abortResponse(w http.ResponseWriter, r *http.Request) {
 // end (SO_LINGER 0) when there is TCP under its wrappers (those with a
 // NetConn method: the HTTP listener's, TLS), else just closes it.
 func resetConn(conn net.Conn) {
-	for c := conn; c != nil; {
-		if tc, ok := c.(*net.TCPConn); ok {
-			tc.SetLinger(0)
-			break
-		}
-		u, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			break
-		}
-		c = u.NetConn()
+	if tc, ok := netlimit.Under[*net.TCPConn](conn); ok {
+		tc.SetLinger(0)
 	}
 	conn.Close()
 }
