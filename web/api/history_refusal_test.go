@@ -31,13 +31,7 @@ func TestHistoryRefusalsAreNotCounted(t *testing.T) {
 
 	// The account's 2 history slots are taken (as two running exports or
 	// portal device pages would).
-	for i := 0; i < history.RequestsPerAccount; i++ {
-		rel, _, ok := e.HistorySlots.Take(A.ID)
-		if !ok {
-			t.Fatal("could not take a history slot")
-		}
-		defer rel()
-	}
+	holdHistorySlots(t, e, A.ID)
 	r = e.get(t, A.Token, "/history")
 	p := r.problem(t, http.StatusTooManyRequests, fleetmq.CodeRateLimited)
 	if !strings.Contains(p.Detail, "running already") {
@@ -72,13 +66,7 @@ func TestHistoryRefusalsTakeNoAccountBucket(t *testing.T) {
 		c.RESTAccountLimits.Rate = 1
 	})
 	A := e.tenant(t, "A", "starter", allAddOns)
-	for i := 0; i < history.RequestsPerAccount; i++ {
-		rel, _, ok := e.HistorySlots.Take(A.ID)
-		if !ok {
-			t.Fatal("could not take a history slot")
-		}
-		defer rel()
-	}
+	holdHistorySlots(t, e, A.ID)
 	for i := 0; i < 2; i++ {
 		p := e.get(t, A.Token, "/history").problem(t, http.StatusTooManyRequests, fleetmq.CodeRateLimited)
 		if !strings.Contains(p.Detail, "running already") {
@@ -102,13 +90,7 @@ func TestHistoryRefusalHoldsNoPlaceWhileItWaits(t *testing.T) {
 	t.Parallel()
 	e := start(t, func(c *app.Config) { c.RESTAccountLimits.Concurrency = 1 })
 	A := e.tenant(t, "A", "starter", allAddOns)
-	for i := 0; i < history.RequestsPerAccount; i++ {
-		rel, _, ok := e.HistorySlots.Take(A.ID)
-		if !ok {
-			t.Fatal("could not take a history slot")
-		}
-		defer rel()
-	}
+	holdHistorySlots(t, e, A.ID)
 	refused := make(chan int, 1)
 	began := time.Now()
 	go func() { refused <- e.get(t, A.Token, "/history").Status }()
@@ -142,5 +124,18 @@ func TestHistoryRefusalHoldsNoPlaceWhileItWaits(t *testing.T) {
 	}
 	if through == 0 {
 		t.Fatal("no other request of the account went through while the refused history request waited: it held the account's one place")
+	}
+}
+
+// holdHistorySlots takes every one of the account's history slots (as
+// running exports or portal device pages would) until the test ends.
+func holdHistorySlots(t *testing.T, e *env, accountID string) {
+	t.Helper()
+	for range history.RequestsPerAccount {
+		rel, _, ok := e.HistorySlots.Take(accountID)
+		if !ok {
+			t.Fatal("could not take a history slot")
+		}
+		t.Cleanup(rel)
 	}
 }
